@@ -1,0 +1,195 @@
+"""The engine of one worker: scheduler + block manager + model runner + detokenizer."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.detokenizer import IncrementalDetokenizer
+from warmpath.engine.model_runner import ModelRunner
+from warmpath.engine.scheduler import Scheduler, SchedulerConfig
+from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.kv.block_pool import BlockPool
+from warmpath.kv.hashing import KVNamespace
+from warmpath.models.loader import LoadedModel, load_model
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings (model, memory, batching).
+
+    ``device``/``dtype`` ``"auto"``: CUDA + bfloat16 when available, else CPU + float32.
+    ``num_blocks`` overrides ``kv_cache_gib`` when set.
+    """
+
+    model: str = "smollm2"
+    device: str = "auto"
+    dtype: str = "auto"
+    block_size: int = 16
+    kv_cache_gib: float = 1.0
+    num_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    num_threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        if self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")
+        if self.num_blocks is not None and self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+
+    def resolve_device(self) -> tuple[torch.device, torch.dtype]:
+        dev = self.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        dt = self.dtype
+        if dt == "auto":
+            dt = "bfloat16" if dev.startswith("cuda") else "float32"
+        return torch.device(dev), getattr(torch, dt)
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    text: str
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class LLMEngine:
+    """Synchronous engine: ``add_request`` then call ``step`` until idle."""
+
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
+        self.cfg = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        device, dtype = config.resolve_device()
+        self.loaded = loaded or load_model(config.model, device, dtype, seed=config.seed)
+        self.tokenizer = self.loaded.tokenizer
+        mcfg = self.loaded.config
+        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
+                                 mcfg.max_position_embeddings)
+        nblocks = config.num_blocks or ModelRunner.blocks_for_memory(
+            self.loaded, config.block_size, config.kv_cache_gib)
+        self.runner = ModelRunner(self.loaded, nblocks, config.block_size)
+        self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
+        self.block_manager = BlockManager(self.pool, config.block_size)
+        sched_cfg = config.scheduler
+        if sched_cfg.max_model_len != self.max_model_len:
+            from dataclasses import replace
+            sched_cfg = replace(sched_cfg, max_model_len=self.max_model_len)
+        self.scheduler = Scheduler(sched_cfg, self.block_manager)
+        self.namespace = KVNamespace(
+            model_id=self.loaded.model_id, revision=self.loaded.revision,
+            dtype=str(self.runner.dtype).removeprefix("torch."), block_size=config.block_size,
+            tokenizer=self.tokenizer.identity if self.tokenizer else "")
+        self.eos_ids = tuple(mcfg.eos_token_ids)
+        self._seqs: dict[str, Sequence] = {}
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._ids = itertools.count()
+        self.num_steps = 0
+
+    # -- requests ----------------------------------------------------------
+    def check_prompt(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Raise ``ValueError`` if a request cannot fit the context window or the KV pool."""
+        if num_prompt_tokens == 0:
+            raise ValueError("prompt is empty")
+        if num_prompt_tokens >= self.max_model_len:
+            raise ValueError(f"prompt has {num_prompt_tokens} tokens; the context window is "
+                             f"{self.max_model_len} tokens")
+        if num_prompt_tokens + max_tokens > self.max_model_len:
+            raise ValueError(f"max_tokens={max_tokens} plus the prompt's {num_prompt_tokens} tokens "
+                             f"exceeds the context window of {self.max_model_len} tokens")
+        need = self.block_manager.blocks_for(num_prompt_tokens + max_tokens)
+        if need > self.pool.num_blocks:
+            raise ValueError(f"request needs {need} KV blocks, the pool has {self.pool.num_blocks}")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None, cache_salt: str | None = None,
+                    arrival_time: float | None = None) -> str:
+        """Queue a request; returns its id. Raises ``ValueError`` on bad input."""
+        vocab = self.loaded.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        self.check_prompt(len(prompt_token_ids), params.max_tokens)
+        rid = request_id or f"req-{next(self._ids)}"
+        if rid in self._seqs:
+            raise ValueError(f"duplicate request id {rid!r}")
+        seq = Sequence(rid, list(prompt_token_ids), params, self.namespace.with_salt(cache_salt),
+                       arrival_time=arrival_time or time.monotonic())
+        self._seqs[rid] = seq
+        self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
+        self.scheduler.add(seq)
+        return rid
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free its blocks; ``False`` if unknown or already done."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.finish(seq, "abort")
+        self._detok.pop(request_id, None)
+        self.runner.sampler.release(request_id)
+        return True
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def get_sequence(self, request_id: str) -> Sequence | None:
+        return self._seqs.get(request_id)
+
+    # -- stepping ----------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduling step; returns outputs of requests that advanced."""
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        result = self.runner.execute(out)
+        self.num_steps += 1
+        finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
+        outputs = []
+        for rid in result.sampled_ids:
+            seq = self._seqs.get(rid)
+            if seq is None:
+                continue
+            det = self._detok[rid]
+            done = rid in finished
+            text = det.update(seq.output_token_ids, final=done)
+            if det.stopped and not done:
+                self.scheduler.finish(seq, "stop")
+                done = True
+            outputs.append(RequestOutput(
+                rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
+                seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids)))
+            if done:
+                self._seqs.pop(rid, None)
+                self._detok.pop(rid, None)
+                self.runner.sampler.release(rid)
+        return outputs
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+                 ) -> list[list[int]]:
+        """Offline helper: run prompts to completion, return output token ids in order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        rids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        res: dict[str, list[int]] = {r: [] for r in rids}
+        while self.has_work():
+            for o in self.step():
+                res[o.request_id].extend(o.new_token_ids)
+        return [res[r] for r in rids]
