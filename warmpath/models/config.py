@@ -68,7 +68,9 @@ class ModelConfig:
                  "Qwen2ForCausalLM": "qwen2"}
         if arch not in known:
             raise ValueError(f"unsupported architecture {arch!r}; supported: {sorted(known)}")
-        rs = cfg.get("rope_scaling") or {}
+        # transformers >= 5 writes ``rope_parameters`` (with rope_theta inside).
+        rp = cfg.get("rope_parameters") or {}
+        rs = cfg.get("rope_scaling") or rp
         rope_type = rs.get("rope_type", rs.get("type", "default")) if rs else "default"
         scaling = RopeScaling(
             rope_type=rope_type, factor=float(rs.get("factor", 1.0)),
@@ -85,7 +87,7 @@ class ModelConfig:
             num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads", heads),
             head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
             max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rope_theta=float(cfg.get("rope_theta", rp.get("rope_theta", 10000.0))),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=known[arch] == "qwen2" or bool(cfg.get("attention_bias", False)),

@@ -1,0 +1,123 @@
+import random
+
+from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.scheduler import Scheduler, SchedulerConfig
+from warmpath.kv.block_pool import BlockPool
+
+from tests.engine.helpers import make_seq
+
+
+def make(blocks=64, **kw):
+    pool = BlockPool(blocks)
+    return pool, Scheduler(SchedulerConfig(**kw), BlockManager(pool, 4))
+
+
+def run_step(s, token=7):
+    out = s.schedule()
+    sampled = {x.seq.request_id: token for x in out.scheduled if x.samples}
+    return out, s.update(out, sampled, eos_ids=(0,))
+
+
+def test_chunked_prefill_respects_budget():
+    pool, s = make(max_num_batched_tokens=8)
+    a = make_seq("a", 20, start=100)
+    s.add(a)
+    sizes = []
+    for _ in range(3):
+        out, _ = run_step(s)
+        sizes.append([(x.seq.request_id, x.num_tokens) for x in out.scheduled])
+    assert sizes == [[("a", 8)], [("a", 8)], [("a", 4)]]
+    assert a.output_token_ids == [7] and a.num_computed_tokens == 20
+
+
+def test_decodes_not_starved_by_long_prefill():
+    pool, s = make(max_num_batched_tokens=8)
+    a = make_seq("a", 4, start=100)
+    s.add(a)
+    run_step(s)  # a prefilled, first token out
+    s.add(make_seq("b", 40, start=200))
+    for _ in range(4):
+        out, _ = run_step(s)
+        got = {x.seq.request_id: x.num_tokens for x in out.scheduled}
+        assert got == {"a": 1, "b": 7}
+
+
+def test_no_chunking_runs_long_prompt_alone():
+    pool, s = make(max_num_batched_tokens=8, enable_chunked_prefill=False)
+    s.add(make_seq("a", 20, start=100))
+    s.add(make_seq("b", 3, start=300))
+    out, _ = run_step(s)
+    assert [(x.seq.request_id, x.num_tokens) for x in out.scheduled] == [("a", 20)]
+    out, _ = run_step(s)
+    assert [(x.seq.request_id, x.num_tokens) for x in out.scheduled] == [("a", 1), ("b", 3)]
+
+
+def test_preemption_by_recompute_when_blocks_run_out():
+    pool, s = make(blocks=4, max_num_batched_tokens=64)
+    a = make_seq("a", 8, start=100, max_tokens=20)
+    b = make_seq("b", 8, start=200, max_tokens=20)
+    s.add(a)
+    s.add(b)
+    run_step(s)  # both prefill: 2 blocks each, pool full
+    assert pool.num_free == 0
+    out, _ = run_step(s)  # both need a 3rd block -> b (newest) preempted
+    assert out.preempted == [b] and b.num_computed_tokens == 0 and b.block_ids == []
+    assert [x.seq.request_id for x in out.scheduled] == ["a"]
+    assert s.waiting[0] is b and b.output_token_ids == [7]
+    pool.check_integrity()
+
+
+def test_finish_reasons_and_abort_free_blocks():
+    pool, s = make(max_num_batched_tokens=64)
+    a = make_seq("a", 5, start=100, max_tokens=2)
+    s.add(a)
+    run_step(s)
+    _, fin = run_step(s)
+    assert fin == [a] and a.finish_reason == "length" and pool.num_free == 64
+    b = make_seq("b", 5, start=100, max_tokens=9)
+    s.add(b)
+    _, fin = run_step(s, token=0)  # eos
+    assert fin == [b] and b.finish_reason == "stop"
+    c = make_seq("c", 30, start=500)
+    s.add(c)
+    run_step(s)
+    s.finish(c, "abort")
+    assert pool.num_free == 64 and not s.has_work()
+    pool.check_integrity()
+
+
+def test_max_num_seqs():
+    pool, s = make(max_num_seqs=2)
+    for i in range(3):
+        s.add(make_seq(f"r{i}", 3, start=10 * i))
+    out, _ = run_step(s)
+    assert [x.seq.request_id for x in out.scheduled] == ["r0", "r1"]
+
+
+def test_prefix_stats():
+    pool, s = make()
+    s.add(make_seq("a", 9))
+    run_step(s)
+    s.add(make_seq("b", 9))
+    run_step(s)
+    assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (18, 8)
+
+
+def test_random_requests_and_aborts_leak_nothing():
+    rng = random.Random(0)
+    pool, s = make(blocks=24, max_num_batched_tokens=16, max_num_seqs=6)
+    live = []
+    for i in range(300):
+        if rng.random() < 0.3:
+            q = make_seq(f"r{i}", rng.randint(1, 30), start=rng.choice([0, 1000, 2000]),
+                         max_tokens=rng.randint(1, 12))
+            s.add(q)
+            live.append(q)
+        if live and rng.random() < 0.1:
+            s.finish(live.pop(rng.randrange(len(live))), "abort")
+        run_step(s, token=rng.randint(1, 50))
+        pool.check_integrity()
+    while s.has_work():
+        run_step(s, token=5)
+    assert pool.num_free == 24
+    pool.check_integrity()
