@@ -89,7 +89,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         try:
             engine.check_prompt(len(prompt), max_tokens)
         except ValueError as e:
-            raise bad(param if parsed.max_tokens is None or room <= 0 else "max_tokens", str(e)) from e
+            field = param if parsed.max_tokens is None or room <= 0 else "max_tokens"
+            raise bad(field, f"{field}: {e}") from e
         if any(t < 0 or t >= engine.loaded.config.vocab_size for t in prompt):
             raise bad(param, f"token ids must be in [0, {engine.loaded.config.vocab_size})")
         params = make_params(parsed, max_tokens)
@@ -152,15 +153,20 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             return StreamingResponse(_stream(job), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         texts, last, ttft = [], None, None
+        next_check = time.monotonic() + cfg.disconnect_poll_s
         try:
             while True:
                 try:
                     item = await asyncio.wait_for(job.handle.queue.get(), cfg.disconnect_poll_s)
                 except asyncio.TimeoutError:
+                    item = None
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + cfg.disconnect_poll_s
                     if await req.is_disconnected():
                         aengine.abort(job.rid)
                         _finish(job, ttft, last, "abort")
                         return Response(status_code=499)
+                if item is None:
                     continue
                 if isinstance(item, Exception):
                     raise _engine_error(item)
@@ -228,6 +234,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     @app.get("/metrics")
     async def prom() -> Response:
+        metrics.refresh()
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app

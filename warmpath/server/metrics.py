@@ -35,11 +35,14 @@ class EngineMetrics:
         self.model = model_name
 
     def on_step(self, outputs: list[RequestOutput]) -> None:
-        """Engine-thread hook: queue times and engine gauges."""
-        m = self.model
+        """Engine-thread hook: queue times."""
         for o in outputs:
             if o.queue_time is not None:
-                self.queue.labels(m).observe(o.queue_time)
+                self.queue.labels(self.model).observe(o.queue_time)
+
+    def refresh(self) -> None:
+        """Set the engine gauges from current state (called at scrape time)."""
+        m = self.model
         s = self.engine.scheduler
         self.running.labels(m).set(len(s.running))
         self.waiting.labels(m).set(len(s.waiting))

@@ -1,0 +1,203 @@
+"""The OpenAI API over real HTTP, served by a real `warmpath serve` process on SmolLM2."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import free_port
+
+MSG = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", "replica",
+         "--host", "127.0.0.1", "--port", str(port), "--threads", "2", "--max-num-batched-tokens", "256"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stdout.read()}")
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            raise RuntimeError("server did not become healthy")
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0)
+
+
+def metric(server, name):
+    for line in httpx.get(server + "/metrics").text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_models_and_health(client, server):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == ["SmolLM2-135M-Instruct"]
+    assert httpx.get(server + "/health").json() == {"status": "ok"}
+
+
+def test_chat_paris_and_usage(client):
+    r = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0)
+    assert "Paris" in r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.prompt_tokens == 37
+    assert r.usage.total_tokens == 37 + r.usage.completion_tokens
+    # Same prompt again: the system prompt + question blocks come from the prefix cache.
+    r2 = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0)
+    assert r2.usage.prompt_tokens_details.cached_tokens == 32
+    assert r2.choices[0].message.content == r.choices[0].message.content
+
+
+def test_chat_stream_equals_non_stream(client):
+    kw = dict(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0, max_tokens=12)
+    full = client.chat.completions.create(**kw).choices[0].message.content
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full
+    assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+    assert chunks[-1].usage.prompt_tokens == 37 and chunks[-1].choices == []
+
+
+def test_sse_ends_with_done(server):
+    body = {"messages": MSG, "max_tokens": 3, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = [ln for ln in r.iter_lines() if ln]
+    assert lines[-1] == "data: [DONE]"
+    assert all(ln.startswith("data: ") for ln in lines)
+
+
+def test_completions_and_stop_string(client):
+    kw = dict(model="SmolLM2-135M-Instruct", prompt="The capital of France is", temperature=0, max_tokens=20)
+    full = client.completions.create(**kw).choices[0].text
+    assert len(full) > 6
+    stop = full[3:6]
+    r = client.completions.create(stop=[stop], **kw)
+    assert r.choices[0].text == full[:full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, stop=[stop], **kw))
+    assert streamed == r.choices[0].text
+
+
+def test_completions_with_token_ids(client):
+    r = client.completions.create(model="SmolLM2-135M-Instruct", prompt=[504, 3575, 282, 4649, 314],
+                                  max_tokens=4, temperature=0)
+    assert r.usage.prompt_tokens == 5 and r.usage.completion_tokens == 4
+    assert r.choices[0].finish_reason == "length"
+
+
+BAD = [
+    ({"messages": []}, "messages"),
+    ({}, "messages"),
+    ({"messages": MSG, "model": "gpt-4"}, "model"),
+    ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
+    ({"messages": MSG, "max_tokens": "ten"}, "max_tokens"),
+    ({"messages": MSG, "temperature": -0.5}, "temperature"),
+    ({"messages": MSG, "top_p": 0}, "top_p"),
+    ({"messages": MSG, "top_p": 1.01}, "top_p"),
+    ({"messages": MSG, "n": 2}, "n"),
+    ({"messages": "hello"}, "messages"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ({"messages": MSG, "stream": "yes"}, "stream"),
+    ({"messages": MSG, "stop": 3}, "stop"),
+    ({"messages": [{"role": "user", "content": "word " * 9000}]}, "messages"),
+    ({"messages": MSG, "max_tokens": 9000}, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("body,param", BAD)
+def test_bad_input_is_400_naming_the_field(server, body, param):
+    r = httpx.post(server + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error"
+    assert param.split("[")[0].split(".")[0] in err["message"] or param == "model" and "gpt-4" in err["message"]
+
+
+def test_malformed_json_and_completions_prompt(server):
+    r = httpx.post(server + "/v1/chat/completions", content=b"{not json", timeout=10)
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
+    r = httpx.post(server + "/v1/completions", json={"prompt": ""}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    r = httpx.post(server + "/v1/completions", json={"prompt": [1, 99999999]}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def test_openai_client_raises_bad_request(client):
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, top_p=2)
+
+
+def test_bad_requests_do_not_disturb_running_stream(server, client):
+    body = {"messages": MSG, "max_tokens": 40, "stream": True, "temperature": 0, "ignore_eos": True}
+    ref = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0,
+                                         max_tokens=40, extra_body={"ignore_eos": True}).choices[0].message.content
+    text = ""
+    with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=60) as r:
+        for i, ln in enumerate(r.iter_lines()):
+            if i == 3:
+                for b, _ in BAD[:6]:
+                    assert httpx.post(server + "/v1/chat/completions", json=b, timeout=30).status_code == 400
+            if ln.startswith("data: {"):
+                d = json.loads(ln[6:])
+                text += d["choices"][0]["delta"].get("content") or "" if d["choices"] else ""
+    assert text == ref
+
+
+def test_client_disconnect_aborts_request(server):
+    aborted = metric(server, 'warmpath_requests_total{finish_reason="abort",model="SmolLM2-135M-Instruct"}') or 0
+    body = {"messages": MSG, "max_tokens": 2000, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=60) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 6:
+                break
+    body["stream"] = False
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server + "/v1/chat/completions", json=body, timeout=1.5)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        now = metric(server, 'warmpath_requests_total{finish_reason="abort",model="SmolLM2-135M-Instruct"}') or 0
+        if now >= aborted + 2 and metric(server, "warmpath_num_requests_running") == 0:
+            break
+        time.sleep(0.2)
+    assert now == aborted + 2
+    assert metric(server, "warmpath_num_requests_running") == 0
+    assert metric(server, "warmpath_kv_cache_usage_ratio") == 0
+
+
+def test_metrics_exposed(server, client):
+    client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, max_tokens=3)
+    text = httpx.get(server + "/metrics").text
+    for name in ("warmpath_time_to_first_token_seconds_count", "warmpath_time_per_output_token_seconds_count",
+                 "warmpath_queue_time_seconds_count", "warmpath_num_requests_running",
+                 "warmpath_num_requests_waiting", "warmpath_kv_cache_usage_ratio", "warmpath_prefix_cache_hit_rate"):
+        assert name in text
+    assert metric(server, "warmpath_time_to_first_token_seconds_count") >= 1
