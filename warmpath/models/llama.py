@@ -46,10 +46,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", freqs.cos(), persistent=False)
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        # x [T, heads, Dh], positions [T]
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)   # [T, 1, Dh/2]
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for the step's positions [T] → each [T, 1, Dh/2] (gathered once per step)."""
+        return (self.cos[positions].unsqueeze(1).to(dtype),
+                self.sin[positions].unsqueeze(1).to(dtype))
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x [T, heads, Dh]
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -77,12 +81,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
         self.scale = self.dh ** -0.5
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = rope(positions, q.view(t, self.h, self.dh))
-        k = rope(positions, k.view(t, self.kvh, self.dh))
+        q = RotaryEmbedding.apply(q.view(t, self.h, self.dh), *rope)
+        k = RotaryEmbedding.apply(k.view(t, self.kvh, self.dh), *rope)
         v = v.view(t, self.kvh, self.dh)
         o = paged_attention(q, k, v, kv_cache, meta, self.scale)  # [T, H, Dh]
         return self.o_proj(o.reshape(t, self.q_size))
@@ -108,8 +112,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, rope, kv_cache, meta):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv_cache, meta)
+    def forward(self, x, rope, kv_cache, meta):
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -130,8 +134,9 @@ class LlamaForCausalLM(nn.Module):
                 kv_caches: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions: [T]; kv_caches: [L, 2, blocks, bs, KVH, Dh] → hidden [T, D]."""
         x = self.embed_tokens(input_ids)
+        rope = self.rope(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, self.rope, kv_caches[i], meta)
+            x = layer(x, rope, kv_caches[i], meta)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
