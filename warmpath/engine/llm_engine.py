@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.kv_tiers import TierConfig, TieredKV
 from warmpath.engine.detokenizer import IncrementalDetokenizer
 from warmpath.engine.model_runner import ModelRunner
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
@@ -37,6 +38,8 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     num_threads: int | None = None
     seed: int = 0
+    tiers: TierConfig | None = None      # L2/L3 and KV events; None = L1 only
+    worker_id: str = "worker"
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -95,7 +98,9 @@ class LLMEngine:
         if sched_cfg.max_model_len != self.max_model_len:
             from dataclasses import replace
             sched_cfg = replace(sched_cfg, max_model_len=self.max_model_len)
-        self.scheduler = Scheduler(sched_cfg, self.block_manager)
+        self.tiers = TieredKV(config.tiers, self.runner.kv_caches, self.pool, config.block_size,
+                              config.worker_id) if config.tiers else None
+        self.scheduler = Scheduler(sched_cfg, self.block_manager, external=self.tiers)
         self.namespace = KVNamespace(
             model_id=self.loaded.model_id, revision=self.loaded.revision,
             dtype=str(self.runner.dtype).removeprefix("torch."), block_size=config.block_size,
@@ -152,6 +157,11 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def close(self) -> None:
+        """Release the lower tiers (event sockets, store client)."""
+        if self.tiers is not None:
+            self.tiers.close()
+
     def get_sequence(self, request_id: str) -> Sequence | None:
         return self._seqs.get(request_id)
 
@@ -161,9 +171,15 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        t0 = time.perf_counter()
+        if self.tiers is not None:
+            self.tiers.apply_loads()
         result = self.runner.execute(out)
         self.num_steps += 1
         finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
+        if self.tiers is not None:
+            self.tiers.cost.observe_prefill(out.num_tokens, time.perf_counter() - t0)
+            self.tiers.after_step()
         outputs = []
         for rid in result.sampled_ids:
             seq = self._seqs.get(rid)

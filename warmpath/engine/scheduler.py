@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.sequence import Sequence, SeqStatus
+from warmpath.kv.tiers import ExternalPrefixSource
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,11 @@ class SchedulerOutput:
 class Scheduler:
     """Owns the waiting queue and running set of one engine."""
 
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
+                 external: ExternalPrefixSource | None = None) -> None:
         self.cfg = config
         self.bm = block_manager
+        self.external = external  # lower KV tiers (L2/L3) that can supply prefix blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -166,11 +169,20 @@ class Scheduler:
             if out.preempted:
                 break  # blocks are short: admitting more would thrash
             seq = self.waiting[0]
-            prefix = self.bm.match_prefix(seq) if not seq.block_ids else []
-            cached = len(prefix) * self.bm.block_size
+            fresh = not seq.block_ids
+            prefix = self.bm.match_prefix(seq) if fresh else []
+            ext = self.external.lookup(seq, len(prefix)) if fresh and self.external else 0
+            bs = self.bm.block_size
+            cached = (len(prefix) + ext) * bs
             n = self._chunk(seq.num_tokens - seq.num_computed_tokens - cached, budget[0], out)
-            if n <= 0 or not self.bm.allocate_slots(seq, n, prefix):
+            if n <= 0 or not self.bm.allocate_slots(seq, ext * bs + n, prefix):
+                if ext:
+                    self.external.cancel(seq)
                 break
+            if ext:
+                # The loaded blocks count as computed; the tiers fill them before the forward.
+                seq.num_computed_tokens += ext * bs
+                self.external.schedule_load(seq, len(prefix), ext)
             if seq.num_cached_tokens < 0:
                 seq.num_cached_tokens = cached
                 self.prefix_query_tokens += seq.num_prompt_tokens

@@ -61,6 +61,7 @@ class BlockPool:
     _free: "OrderedDict[int, None]" = field(init=False)
     _cached: dict[BlockHash, int] = field(init=False, default_factory=dict)
     _evict_hooks: list[EvictHook] = field(init=False, default_factory=list)
+    _seal_hooks: list[EvictHook] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0:
@@ -106,6 +107,10 @@ class BlockPool:
         """Call ``hook(block)`` just before a cached block loses its hash."""
         self._evict_hooks.append(hook)
 
+    def add_seal_hook(self, hook: EvictHook) -> None:
+        """Call ``hook(block)`` when a block is registered under its hash."""
+        self._seal_hooks.append(hook)
+
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cached blocks found by :meth:`lookup`."""
         for blk in blocks:
@@ -145,6 +150,8 @@ class BlockPool:
         blk.block_hash = block_hash
         blk.token_ids = tuple(token_ids)
         self._cached[block_hash] = blk.block_id
+        for hook in self._seal_hooks:
+            hook(blk)
 
     def free(self, blocks: Sequence[KVBlock]) -> None:
         """Drop one reference on each block; blocks reaching 0 join the free queue.

@@ -1,0 +1,89 @@
+"""Seams between the scheduler (no torch) and the lower KV tiers, plus the cost model.
+
+NOTE: no torch here; the simulator implements :class:`ExternalPrefixSource` with
+modelled transfer times and reuses :class:`LoadCostModel` unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from warmpath.engine.sequence import Sequence
+
+
+class ExternalPrefixSource(ABC):
+    """Prefix blocks the scheduler can get from below L1 (host DRAM, the distributed store)."""
+
+    @abstractmethod
+    def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
+        """Blocks right after the ``num_local_blocks`` L1 hits worth loading (0 = recompute)."""
+
+    @abstractmethod
+    def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
+        """``seq.block_ids[first_block:first_block+num_blocks]`` are allocated; fill them
+        before the next forward (or roll ``seq.num_computed_tokens`` back on failure)."""
+
+    @abstractmethod
+    def cancel(self, seq: Sequence) -> None:
+        """Forget a plan from :meth:`lookup` that the scheduler could not allocate for."""
+
+
+@dataclass
+class Ema:
+    """Exponential moving average with a prior (used until the first sample)."""
+
+    value: float
+    alpha: float = 0.3
+    samples: int = 0
+
+    def update(self, x: float) -> None:
+        self.value = x if self.samples == 0 else (1 - self.alpha) * self.value + self.alpha * x
+        self.samples += 1
+
+
+@dataclass
+class LoadCostModel:
+    """Loading ``n`` blocks costs ``overhead + bytes / bandwidth``; recomputing costs
+    ``tokens / prefill speed``. All speeds are moving averages of what this worker measured.
+
+    ``policy``: ``auto`` (cheaper wins), ``always`` (load) or ``never`` (recompute).
+    """
+
+    policy: str = "auto"
+    bandwidth: dict[str, Ema] = field(default_factory=lambda: {
+        "L2": Ema(4e9), "L3": Ema(4e8)})            # bytes/s priors
+    overhead_s: dict[str, Ema] = field(default_factory=lambda: {
+        "L2": Ema(1e-4), "L3": Ema(2e-3)})
+    prefill_tok_s: Ema = field(default_factory=lambda: Ema(500.0))
+    decisions: dict[str, int] = field(default_factory=lambda: {"load": 0, "recompute": 0})
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("auto", "always", "never"):
+            raise ValueError(f"load policy must be auto, always or never, got {self.policy!r}")
+
+    def load_seconds(self, tier: str, nbytes: int) -> float:
+        return self.overhead_s[tier].value + nbytes / self.bandwidth[tier].value
+
+    def recompute_seconds(self, tokens: int) -> float:
+        return tokens / self.prefill_tok_s.value
+
+    def should_load(self, tier: str, num_blocks: int, block_bytes: int, block_size: int) -> bool:
+        """Decide and count the decision."""
+        if num_blocks <= 0:
+            return False
+        if self.policy == "auto":
+            load = self.load_seconds(tier, num_blocks * block_bytes) < \
+                self.recompute_seconds(num_blocks * block_size)
+        else:
+            load = self.policy == "always"
+        self.decisions["load" if load else "recompute"] += 1
+        return load
+
+    def observe_transfer(self, tier: str, nbytes: int, seconds: float) -> None:
+        if nbytes > 0 and seconds > 0:
+            self.bandwidth[tier].update(nbytes / seconds)
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        if tokens >= 64 and seconds > 0:
+            self.prefill_tok_s.update(tokens / seconds)
