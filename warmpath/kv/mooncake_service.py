@@ -87,7 +87,7 @@ class MooncakeService:
     def start(self) -> "MooncakeService":
         self.start_master()
         if self.segment_bytes > 0:
-            env = dict(os.environ, GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
+            env = dict(os.environ, MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "ERROR"))
             self.holder_proc = subprocess.Popen(
                 [sys.executable, "-m", "warmpath.kv.mooncake_service", "--master", self.master,
                  "--metadata", self.metadata, "--host", self.host, "--segment-bytes", str(self.segment_bytes)],

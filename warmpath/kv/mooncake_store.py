@@ -65,8 +65,10 @@ class L3Stats:
 
 def quiet_mooncake_logs(level: int) -> None:
     """Route Mooncake's glog output to our log level (call before the first import)."""
-    glog = 0 if level <= logging.INFO else 1 if level <= logging.WARNING else 2
-    os.environ.setdefault("GLOG_minloglevel", str(glog))
+    name = "INFO" if level <= logging.INFO else "WARNING" if level <= logging.WARNING else "ERROR"
+    os.environ.setdefault("MC_LOG_LEVEL", name)
+    os.environ.setdefault("MC_YLT_LOG_LEVEL", name.lower().replace("warning", "warn"))
+    os.environ.setdefault("GLOG_minloglevel", {"INFO": "0", "WARNING": "1", "ERROR": "2"}[name])
 
 
 @dataclass
