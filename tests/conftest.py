@@ -27,3 +27,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mooncake():
+    """A private Mooncake master + 256 MiB segment holder on free loopback ports."""
+    os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
+    from warmpath.kv.mooncake_service import MooncakeService
+
+    with MooncakeService(segment_bytes=256 << 20) as svc:
+        yield svc

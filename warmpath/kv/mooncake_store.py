@@ -24,6 +24,8 @@ from warmpath.kv.block_codec import HEADER_SIZE, BlockFormatError, check_block, 
 
 log = logging.getLogger(__name__)
 NOT_FOUND = -704
+EXISTS = -706      # another worker stored the block first: fine
+NO_SPACE = -200    # store full until the master evicts: a future miss, not an error
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class L3Stats:
     errors: int = 0          # failed calls (RPC errors, timeouts)
     corrupt: int = 0         # header/checksum failures (treated as misses)
     fallbacks: int = 0       # lookups answered "miss" because L3 was down
+    rejected_full: int = 0   # puts refused because the store was full (not an error)
     read_seconds: float = 0.0
 
 
@@ -223,8 +226,9 @@ class MooncakeL3:
                     self._mark_down()
                     break
                 ok = sum(1 for r in res if r == 0)
-                if ok < len(chunk) and any(r < 0 and r != -706 for r in res):
-                    self.stats.errors += 1  # -706: object already exists (fine)
+                self.stats.rejected_full += sum(1 for r in res if r == NO_SPACE)
+                if any(r < 0 and r not in (EXISTS, NO_SPACE) for r in res):
+                    self.stats.errors += 1
                 stored += ok
                 self.stats.bytes_written += ok * self.slot
         self.stats.blocks_written += stored

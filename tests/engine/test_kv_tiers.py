@@ -1,0 +1,168 @@
+"""L1 → L2 → L3 with the real model and a real Mooncake store."""
+
+import random
+
+import pytest
+
+from warmpath.engine.kv_tiers import TierConfig
+from warmpath.engine.llm_engine import EngineConfig, LLMEngine
+from warmpath.engine.sequence import SamplingParams
+from warmpath.kv.mooncake_service import MooncakeService
+from warmpath.kv.mooncake_store import MooncakeConfig
+
+G = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+
+
+def prompt(tok, text, n):
+    ids = tok.encode(text * 200)[:n]
+    assert len(ids) == n
+    return ids
+
+
+@pytest.fixture(scope="module")
+def prompts(smollm):
+    tok = smollm.tokenizer
+    return {"p": prompt(tok, "Caches keep recent data near the processor. ", 321),
+            "q": prompt(tok, "Bread needs flour, water, salt and time. ", 321),
+            "r": prompt(tok, "Rivers carve valleys over many centuries. ", 200)}
+
+
+@pytest.fixture(scope="module")
+def reference(smollm, prompts):
+    eng = LLMEngine(EngineConfig(num_blocks=128, enable_prefix_caching=False), loaded=smollm)
+    return {k: eng.generate([v], G)[0] for k, v in prompts.items()}
+
+
+def engine(loaded, blocks=32, l2_gib=0.05, l3=None, write="write-back", load="always", salt_events=True):
+    return LLMEngine(EngineConfig(num_blocks=blocks, tiers=TierConfig(
+        l2_gib=l2_gib, l3=l3, write_policy=write, load_policy=load, events=salt_events)), loaded=loaded)
+
+
+def l3cfg(svc):
+    return MooncakeConfig(master=svc.master, metadata=svc.metadata, op_timeout_s=1.0, retry_after_s=0.5)
+
+
+def test_l1_to_l2_demotion_and_promotion_exact(smollm, prompts, reference):
+    # 32 L1 blocks: p needs 21 (321 tokens + 8 out), q too, so q evicts p's blocks to L2.
+    eng = engine(smollm, l3=None)
+    assert eng.generate([prompts["p"]], G)[0] == reference["p"]
+    assert eng.tiers.stats.l1_evictions == 0 and len(eng.tiers.l2.index) == 0
+    assert eng.generate([prompts["q"]], G)[0] == reference["q"]
+    # p held 21 blocks (328 computed tokens: 20 sealed + 1 partial). q's 21 blocks take
+    # p's partial block and the 11 never-used ones first, then 9 of p's sealed blocks,
+    # tail first (blocks 19..11), which are demoted to L2.
+    assert eng.tiers.stats.l1_evictions == 9
+    assert len(eng.tiers.l2.index) == 9
+    assert eng.generate([prompts["p"]], G)[0] == reference["p"]
+    # p may reuse 20 blocks ((321-1)//16): 11 still in L1, the other 9 come back from L2.
+    assert eng.tiers.stats.l2_hits == 9
+    assert eng.tiers.stats.loaded_tokens["L2"] == 144
+    assert eng.scheduler.prefix_hit_tokens == 320
+    eng.pool.check_integrity()
+    eng.tiers.l2.index.check_integrity()
+    eng.close()
+
+
+def test_random_requests_and_aborts_leak_nothing(smollm):
+    rng = random.Random(1)
+    eng = engine(smollm, blocks=24, l2_gib=0.01)
+    base = [rng.randrange(100, 40000) for _ in range(150)]
+    live = []
+    for i in range(40):
+        if rng.random() < 0.5:
+            n = rng.randint(20, 150)
+            ids = base[:n] if rng.random() < 0.6 else [rng.randrange(100, 40000) for _ in range(n)]
+            live.append(eng.add_request(ids, SamplingParams(max_tokens=rng.randint(1, 6), temperature=0)))
+        if live and rng.random() < 0.2:
+            eng.abort(live.pop(rng.randrange(len(live))))
+        eng.step()
+        eng.pool.check_integrity()
+    while eng.has_work():
+        eng.step()
+    assert eng.pool.num_free == 24
+    assert eng.tiers.stats.l1_evictions > 0 and len(eng.tiers.l2.index) > 0  # L2 took part
+    eng.pool.check_integrity()
+    eng.tiers.l2.index.check_integrity()
+    eng.close()
+
+
+def test_l3_reuse_across_engines_and_tenants(smollm, prompts, reference, mooncake):
+    a = engine(smollm, l3=l3cfg(mooncake), write="write-through")
+    assert a.generate([prompts["r"]], G)[0] == reference["r"]
+    assert a.tiers.l3.stats.blocks_written == 12  # 200 prompt + 7 generated tokens: 12 full blocks
+    b = engine(smollm, l3=l3cfg(mooncake))
+    assert b.generate([prompts["r"]], G)[0] == reference["r"]
+    assert b.tiers.stats.loaded_tokens["L3"] == 192
+    assert b.scheduler.prefix_hit_tokens == 192
+    # Another tenant (cache salt) never sees those blocks, in any tier.
+    c = engine(smollm, l3=l3cfg(mooncake))
+    c.add_request(prompts["r"], G, request_id="t2", cache_salt="tenant-2")
+    while c.has_work():
+        c.step()
+    assert c.scheduler.prefix_hit_tokens == 0 and c.tiers.l3.stats.hits == 0
+    for e in (a, b, c):
+        e.close()
+
+
+def test_corrupt_l3_block_is_detected_and_recomputed(smollm, prompts, reference, mooncake):
+    a = engine(smollm, l3=l3cfg(mooncake), write="write-through")
+    a.generate([prompts["q"]], G)
+    seq_hashes = __import__("warmpath.engine.sequence", fromlist=["Sequence"]).Sequence(
+        "x", prompts["q"], G, a.namespace).full_block_hashes()
+    st = a.tiers.l3._store
+    key = a.tiers.l3.key(seq_hashes[5])
+    good = st.get(key)
+    assert len(good) == a.tiers.l3.slot
+    bad = bytearray(good)
+    bad[-10] ^= 0xFF
+    assert st.batch_remove([key], True) == [0] and st.put(key, bytes(bad)) == 0
+    trunc_key = a.tiers.l3.key(seq_hashes[9])
+    assert st.batch_remove([trunc_key], True) == [0] and st.put(trunc_key, good[:1000]) == 0
+    b = engine(smollm, l3=l3cfg(mooncake))
+    assert b.generate([prompts["q"]], G)[0] == reference["q"]
+    assert b.tiers.l3.stats.corrupt == 1
+    assert b.tiers.stats.loaded_tokens["L3"] == 5 * 16   # blocks before the corrupt one
+    assert b.tiers.stats.load_failures == 15
+    for e in (a, b):
+        e.close()
+
+
+def test_full_l2_and_full_l3_only_miss(smollm, reference, prompts):
+    with MooncakeService(segment_bytes=16 << 20) as svc:  # ~22 blocks fit
+        eng = engine(smollm, blocks=24, l2_gib=0.002, l3=l3cfg(svc), write="write-through")
+        assert eng.tiers.l2.index.capacity == 2
+        for k in ("p", "q", "r", "p"):
+            assert eng.generate([prompts[k]], G)[0] == reference[k]
+        st = eng.tiers.l3.stats
+        assert st.errors == 0
+        assert st.rejected_full > 0      # the store was full at times
+        assert st.blocks_written > 22    # more than fits at once: Mooncake evicted some
+        eng.pool.check_integrity()
+        eng.close()
+
+
+def test_master_killed_then_back(smollm, prompts, reference):
+    svc = MooncakeService(segment_bytes=64 << 20).start()
+    try:
+        a = engine(smollm, l3=l3cfg(svc), write="write-through")
+        assert a.generate([prompts["r"]], G)[0] == reference["r"]
+        svc.kill_master()
+        b = engine(smollm, l3=l3cfg(svc))
+        # every request is still answered, by recompute
+        assert b.generate([prompts["r"]], G)[0] == reference["r"]
+        assert b.generate([prompts["p"]], G)[0] == reference["p"]
+        assert b.tiers.l3.stats.fallbacks >= 1
+        assert b.tiers.stats.loaded_tokens["L3"] == 0
+        svc.start_master()  # same ports; the store restarts empty
+        import time
+        time.sleep(1.0)
+        assert b.tiers.l3.probe()
+        c = engine(smollm, l3=l3cfg(svc), write="write-through")
+        assert c.generate([prompts["q"]], G)[0] == reference["q"]
+        assert c.tiers.l3.stats.blocks_written > 0
+        assert b.generate([prompts["q"]], G)[0] == reference["q"]
+        assert b.tiers.stats.loaded_tokens["L3"] > 0  # L3 use resumed
+        for e in (a, b, c):
+            e.close()
+    finally:
+        svc.stop()
