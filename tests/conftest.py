@@ -1,7 +1,12 @@
-"""Shared fixtures: the real SmolLM2 model (loaded once) and free ports."""
+"""Shared fixtures: the real SmolLM2 model, free ports, real server processes, Mooncake."""
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -37,3 +42,54 @@ def mooncake():
 
     with MooncakeService(segment_bytes=256 << 20) as svc:
         yield svc
+
+
+@contextlib.contextmanager
+def serve_process(*args: str, timeout: float = 120):
+    """Run ``warmpath serve`` as a real process on a free port; yields its base URL."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--host", "127.0.0.1",
+         "--port", str(port), "--threads", "2", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stdout.read()}")
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("server did not become healthy")
+            time.sleep(0.3)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def metric(base: str, name: str, **labels) -> float | None:
+    """One sample from a server's /metrics (labels must match exactly those given)."""
+    import httpx
+
+    for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] != name:
+            continue
+        got = dict(kv.split("=", 1) for kv in head[len(name):].strip("{}").split(",") if kv)
+        got = {k: v.strip('"') for k, v in got.items()}
+        if all(got.get(k) == str(v) for k, v in labels.items()):
+            return float(value)
+    return None

@@ -1,48 +1,21 @@
 """The OpenAI API over real HTTP, served by a real `warmpath serve` process on SmolLM2."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import httpx
 import openai
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import serve_process
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", "replica",
-         "--host", "127.0.0.1", "--port", str(port), "--threads", "2", "--max-num-batched-tokens", "256"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stdout.read()}")
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
-            raise RuntimeError("server did not become healthy")
+    with serve_process("--topology", "replica", "--max-num-batched-tokens", "256") as base:
         yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture

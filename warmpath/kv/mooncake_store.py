@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -108,8 +109,23 @@ class MooncakeL3:
             raise ConnectionError(f"mooncake register_buffer failed ({rc})")
         return st
 
+    def _master_reachable(self) -> bool:
+        # NOTE: Mooncake's setup() retries for ~90 s holding the GIL when the master is
+        # gone, stalling the whole worker; a plain TCP connect tells us first.
+        host, _, port = self.cfg.master.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
     def connect(self) -> bool:
         """(Re)connect; returns whether L3 is usable now."""
+        if not self._master_reachable():
+            log.warning("L3 (Mooncake) master %s unreachable; recomputing until it is back",
+                        self.cfg.master)
+            self._mark_down()
+            return False
         try:
             self._store = self._call(self._setup, timeout=max(10.0, self.cfg.op_timeout_s))
             self._down_until = 0.0
@@ -241,6 +257,9 @@ class MooncakeL3:
         if self.available:
             return True
         if time.monotonic() < self._down_until:
+            return False
+        if not self._master_reachable():
+            self._mark_down()
             return False
         try:
             r = self._call(self._store.is_exist, "wp/probe")

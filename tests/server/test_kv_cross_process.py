@@ -1,0 +1,30 @@
+"""Cross-process KV reuse through Mooncake: two real worker processes, real HTTP."""
+
+import httpx
+
+from tests.conftest import metric, serve_process
+
+M = "SmolLM2-135M-Instruct"
+
+
+def test_fresh_worker_loads_prompt_from_l3(mooncake, smollm):
+    tok = smollm.tokenizer
+    prompt = tok.encode("The warm path keeps context cached across the cluster. " * 200)[:1500]
+    assert len(prompt) == 1500
+    body = {"model": M, "prompt": prompt, "max_tokens": 16, "temperature": 0}
+    store = f"{mooncake.master},{mooncake.metadata}"
+    with serve_process("--kv-store", store, "--kv-write-policy", "write-through",
+                       "--max-num-batched-tokens", "512") as a:
+        ra = httpx.post(a + "/v1/completions", json=body, timeout=300).json()
+        assert ra["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert metric(a, "warmpath_kv_tier_written_bytes_total", tier="L3") > 0
+        with serve_process("--kv-store", store, "--max-num-batched-tokens", "512") as b:
+            rb = httpx.post(b + "/v1/completions", json=body, timeout=300).json()
+            loaded = metric(b, "warmpath_kv_tier_loaded_tokens_total", tier="L3")
+            assert loaded >= 0.9 * 1500
+            assert loaded == 1488  # (1500 - 1) // 16 full blocks; the last token is computed
+            assert rb["usage"]["prompt_tokens_details"]["cached_tokens"] == 1488
+            assert metric(b, "warmpath_kv_load_decisions_total", choice="load") == 1
+            assert metric(b, "warmpath_kv_tier_hit_blocks_total", tier="L3") == 93
+    assert rb["choices"][0]["text"] == ra["choices"][0]["text"]
+    assert len(ra["choices"][0]["text"]) > 0
