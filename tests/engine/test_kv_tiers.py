@@ -166,3 +166,26 @@ def test_master_killed_then_back(smollm, prompts, reference):
             e.close()
     finally:
         svc.stop()
+
+
+def test_engine_publishes_kv_events(smollm, prompts):
+    import time
+
+    from warmpath.kv.events import BlockRemoved, BlockStored, KVEventSubscriber
+
+    eng = engine(smollm, l3=None)
+    sub = KVEventSubscriber(eng.tiers.events.endpoint, eng.tiers.events.replay_endpoint)
+    try:
+        time.sleep(0.3)
+        eng.generate([prompts["p"]], G)
+        eng.generate([prompts["q"]], G)
+        events = [e for _, batch, _ in sub.poll(2000) for e in batch]
+        stored_l1 = [e for e in events if isinstance(e, BlockStored) and e.medium == "L1"]
+        assert len(stored_l1) == 40          # 20 sealed blocks per request
+        assert stored_l1[0].token_ids == prompts["p"][:16]
+        removed = [e for e in events if isinstance(e, BlockRemoved)]
+        assert len(removed) == 9 and {e.medium for e in removed} == {"L1"}
+        assert sum(1 for e in events if isinstance(e, BlockStored) and e.medium == "L2") == 9
+    finally:
+        sub.close()
+        eng.close()

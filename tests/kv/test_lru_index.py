@@ -12,6 +12,7 @@ def test_insert_get_evict_exact_slots():
     assert idx.insert(h(1)) == (0, None)
     assert idx.insert(h(2)) == (1, None)
     assert idx.get(h(1)) == 0          # h(1) becomes most recent
+    assert idx.oldest() == (h(2), 1)
     assert idx.insert(h(3)) == (1, h(2))
     assert h(2) not in idx and idx.evictions == 1
     assert idx.insert(h(3)) is None    # present: no new slot
@@ -24,6 +25,7 @@ def test_remove_and_clear():
     for i in range(3):
         idx.insert(h(i))
     assert idx.remove(h(1)) and not idx.remove(h(1))
+    assert idx.oldest() is None        # a free slot: nothing would be evicted
     assert idx.insert(h(9)) == (1, None)
     assert sorted(idx.clear()) == sorted([h(0), h(2), h(9)])
     assert len(idx) == 0

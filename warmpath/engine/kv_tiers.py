@@ -142,7 +142,8 @@ class TieredKV(ExternalPrefixSource):
             if ok < planned:
                 self.stats.load_failures += planned - ok
                 seq.num_computed_tokens -= (planned - ok) * self.bs
-                seq.num_cached_tokens -= (planned - ok) * self.bs
+                if seq.num_preemptions == 0:  # the hit was counted at this first schedule
+                    seq.num_cached_tokens -= (planned - ok) * self.bs
 
     def after_step(self) -> None:
         """Write-through of blocks sealed this step; publish this step's events."""

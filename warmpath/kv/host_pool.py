@@ -41,9 +41,8 @@ class HostKVPool:
     def put(self, h: BlockHash, src: torch.Tensor) -> BlockHash | None:
         """Copy ``src`` in under ``h``; returns the hash evicted to make room (if any).
 
-        ``on_evict`` logic (write-back to L3) belongs to the caller: it must read the
-        evicted slot *before* calling ``put`` overwrites it, so this returns the
-        victim's hash and the caller can use :meth:`peek_victim` first.
+        A caller that must save the victim (write-back) reads it with
+        :meth:`peek_victim` before calling this, which overwrites its slot.
         """
         got = self.index.insert(h)
         if got is None:
@@ -55,11 +54,8 @@ class HostKVPool:
 
     def peek_victim(self) -> tuple[BlockHash, torch.Tensor] | None:
         """The entry the next insert would evict (when full), with its data."""
-        idx = self.index
-        if len(idx) < idx.capacity or idx.capacity == 0:
-            return None
-        h = next(iter(idx._map))
-        return h, self.data[idx._map[h]]
+        old = self.index.oldest()
+        return None if old is None else (old[0], self.data[old[1]])
 
     def get(self, h: BlockHash) -> torch.Tensor | None:
         """The stored block (marked recently used), or ``None``."""

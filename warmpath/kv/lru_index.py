@@ -63,6 +63,13 @@ class LRUSlotIndex:
         self._map[h] = slot
         return slot, evicted
 
+    def oldest(self) -> tuple[BlockHash, int] | None:
+        """``(hash, slot)`` the next insert would evict when full, else ``None``."""
+        if self._free or not self._map:
+            return None
+        h = next(iter(self._map))
+        return h, self._map[h]
+
     def remove(self, h: BlockHash) -> bool:
         slot = self._map.pop(h, None)
         if slot is None:
