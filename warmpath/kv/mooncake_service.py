@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM this child when the process that started it dies (Linux).
+
+    NOTE: Mooncake's client installs its own SIGTERM handler that exits without running
+    Python cleanup, so a worker killed by a signal could not stop its children itself.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def master_binary() -> str:
@@ -71,7 +86,8 @@ class MooncakeService:
                f"--http_metadata_server_host={self.host}", f"--http_metadata_server_port={self.http_port}",
                f"--metrics_port={free_port(self.host)}", "--enable_metric_reporting=false"]
         self.master_proc = subprocess.Popen(cmd, stdout=self._log("mooncake_master"),
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.master_proc.poll() is not None:
@@ -91,7 +107,8 @@ class MooncakeService:
             self.holder_proc = subprocess.Popen(
                 [sys.executable, "-m", "warmpath.kv.mooncake_service", "--master", self.master,
                  "--metadata", self.metadata, "--host", self.host, "--segment-bytes", str(self.segment_bytes)],
-                stdout=subprocess.PIPE, stderr=self._log("mooncake_holder"), env=env, start_new_session=True)
+                stdout=subprocess.PIPE, stderr=self._log("mooncake_holder"), env=env, start_new_session=True,
+                preexec_fn=_die_with_parent)
             line = self.holder_proc.stdout.readline().decode().strip()
             if line != "ready":
                 self.stop()
