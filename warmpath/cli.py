@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)
+    from warmpath.bench.cli import add_parser as add_bench
+
+    add_bench(sub)
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError

@@ -97,6 +97,19 @@ def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple
     return model.to(device=device, dtype=dtype).eval(), cfg, tok
 
 
+def load_tokenizer(spec: str = DEFAULT_MODEL) -> TextTokenizer:
+    """Only the tokenizer of a model spec (converts a GGUF file once if needed)."""
+    if spec in (DEFAULT_MODEL, SMOLLM2_NAME):
+        hf_dir, _ = cached_conversion(smollm2_gguf_path(), cache_root())
+    elif Path(spec).suffix == ".gguf":
+        hf_dir, _ = cached_conversion(Path(spec), cache_root())
+    else:
+        hf_dir = Path(spec)
+    if not (hf_dir / "tokenizer.json").is_file():
+        raise ModelFileError(f"{hf_dir / 'tokenizer.json'}: tokenizer not found")
+    return TextTokenizer.from_dir(hf_dir)
+
+
 def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, seed: int = 0) -> LoadedModel:
     """Load a model by spec (see module docstring).
