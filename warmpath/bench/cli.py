@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     b.add_argument("--max-output", type=int, default=None, help="cap output tokens of trace requests")
     b.add_argument("--no-retokenize", action="store_true",
                    help="append same-length filler instead of the re-tokenized answer to histories")
+    b.add_argument("--text-prompts", action="store_true",
+                   help="send prompts as text (decoded with the SmolLM2 tokenizer) instead of token ids")
     b.add_argument("--out", type=Path, default=Path("bench_out"))
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(fn=main)
@@ -60,13 +62,14 @@ def _factory(a: argparse.Namespace):
 async def _bench(a: argparse.Namespace) -> dict:
     slo = parse_slo(a.slo)
     make, fixed = _factory(a)
-    encode = None
-    if not a.no_retokenize:
+    encode = decode = None
+    if not a.no_retokenize or a.text_prompts:
         from warmpath.models.loader import load_tokenizer
 
         tok = load_tokenizer()
-        encode = functools.partial(tok.encode, add_special=False)
-    target = OpenAITarget(a.url, a.model, a.timeout)
+        encode = None if a.no_retokenize else functools.partial(tok.encode, add_special=False)
+        decode = functools.partial(tok.decode, skip_special=False) if a.text_prompts else None
+    target = OpenAITarget(a.url, a.model, a.timeout, decode)
     try:
         rates = ([float(x) for x in a.rates.split(",")] if a.rates else
                  [a.rate] if a.rate else [None] if (a.concurrency or fixed is not None) else None)

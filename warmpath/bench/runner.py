@@ -50,10 +50,13 @@ class BenchTarget(ABC):
 class OpenAITarget(BenchTarget):
     """Any OpenAI-compatible server: streaming ``/v1/completions`` with token-id prompts."""
 
-    def __init__(self, url: str, model: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, model: str | None = None, timeout_s: float = 30.0,
+                 decode: Callable[[list[int]], str] | None = None) -> None:
+        """``decode`` given: prompts are sent as text (for servers without token-id prompts)."""
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.timeout_s = timeout_s
+        self.decode = decode
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
                                       limits=httpx.Limits(max_connections=2000, max_keepalive_connections=200))
 
@@ -65,7 +68,8 @@ class OpenAITarget(BenchTarget):
         return self.model
 
     async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
-        body = {"model": await self.resolve_model(), "prompt": prompt, "max_tokens": max_tokens,
+        body = {"model": await self.resolve_model(),
+                "prompt": self.decode(prompt) if self.decode else prompt, "max_tokens": max_tokens,
                 "temperature": 0, "stream": True, "ignore_eos": True, "user": session_id,
                 "stream_options": {"include_usage": True}}
         t0 = time.perf_counter()
