@@ -147,9 +147,11 @@ async def run_session(target: BenchTarget, s: Session, t0: float, records: list[
 
 async def run(target: BenchTarget, sessions: list[Session], concurrency: int | None = None,
               encode: Encoder | None = None, seed: int = 0,
-              progress: Callable[[int, int], None] | None = None) -> tuple[list[Record], float]:
+              progress: Callable[[int, int], None] | None = None,
+              stop_after_s: float | None = None) -> tuple[list[Record], float]:
     """Run all sessions; returns records and the wall time. ``concurrency`` switches from
-    timed arrivals to a closed loop of that many sessions in flight."""
+    timed arrivals to a closed loop of that many sessions in flight, starting no new
+    session after ``stop_after_s``."""
     records: list[Record] = []
     total = sum(len(s.turns) for s in sessions)
     done = [0]
@@ -164,7 +166,7 @@ async def run(target: BenchTarget, sessions: list[Session], concurrency: int | N
         queue = list(sessions)
 
         async def worker() -> None:
-            while queue:
+            while queue and (stop_after_s is None or time.perf_counter() - t0 < stop_after_s):
                 s = queue.pop(0)
                 s.start = 0.0
                 await run_session(target, s, t0, records, encode, seed, tick)

@@ -49,7 +49,8 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     if fixed is not None:
         sessions = [s for s in fixed if s.start < ramp_s + duration_s]
     elif concurrency:
-        sessions = make(max(1, int(concurrency * duration_s)), seed)
+        # a pool the closed loop should not exhaust within duration_s (it stops early if it does)
+        sessions = make(max(100, int(concurrency * duration_s * 10)), seed)
     else:
         times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
         sessions = make(len(times), seed)
@@ -58,7 +59,9 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     before = await target.server_metrics()
     label = f"rate {rate}" if rate else f"concurrency {concurrency}"
     records, wall = await run(target, sessions, concurrency, encode, seed,
-                              None if quiet else _progress(label))
+                              None if quiet else _progress(label), duration_s if concurrency else None)
+    if concurrency and not quiet:
+        sys.stderr.write("\n")
     after = await target.server_metrics()
     classes = summarize(records, wall, slo)
     return {"classes": classes, "duration_s": wall, "sessions": len(sessions),
