@@ -1,0 +1,85 @@
+import pytest
+
+from warmpath.router.estimate import estimate
+from warmpath.router.policy import CPDConfig, CPDPolicy, PDPolicy, ReplicaPolicy
+from warmpath.router.state import PrefixHit, RequestView, Snapshot, WorkerView
+
+REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16)
+
+
+def w(wid, role, q=0, running=0, **kw):
+    return WorkerView(wid, role, queued_prefill_tokens=q, running=running, prefill_tok_s=500.0, **kw)
+
+
+def snap(workers, hits=None, session=None):
+    return Snapshot(workers, hits or {}, session, kv_bytes_per_token=1000, network_bytes_s=1e9)
+
+
+def test_estimate_components_by_hand():
+    s = snap([w("p", "prefill", q=500)], {"p": PrefixHit(50, 30)})
+    e = estimate(s.workers[0], REQ, s)
+    assert e.queue_s == 1.0                        # 500 queued tokens at 500 tok/s
+    assert e.cached_tokens == 1280                 # 800 local + 480 from L3 (load beats recompute)
+    assert e.compute_s == pytest.approx(320 / 500)
+    assert e.load_s == pytest.approx(800 * 1000 / 4e9 + 480 * 1000 / 4e8)
+    assert e.handoff_s == pytest.approx(1600 * 1000 / 1e9)
+    assert e.ttft_s == pytest.approx(e.queue_s + e.load_s + e.compute_s + e.handoff_s)
+
+
+def test_l3_recompute_when_cheaper():
+    slow = snap([w("p", "prefill", l3_bytes_s=1e3)], {"p": PrefixHit(0, 10)})
+    assert estimate(slow.workers[0], REQ, slow).cached_tokens == 0
+
+
+def test_cpd_cold_goes_to_pre_prefill_warm_to_prefill():
+    ws = [w("c1", "pre-prefill"), w("c2", "pre-prefill", q=100), w("p1", "prefill", q=800),
+          w("p2", "prefill"), w("d1", "decode", running=3), w("d2", "decode", running=1)]
+    cold = CPDPolicy().route(REQ, snap(ws))
+    assert (cold.prefill, cold.decode, cold.tier) == ("c1", "d2", "cold")
+    warm = CPDPolicy().route(REQ, snap(ws, {"p1": PrefixHit(90, 0), "p2": PrefixHit(10, 0)}))
+    # p1 has the prefix but 800 queued tokens; p2 must compute 1440 tokens: p1 wins
+    assert (warm.prefill, warm.tier, warm.cached_tokens) == ("p1", "warm", 1440)
+
+
+def test_cpd_threshold_and_min_cached():
+    ws = [w("c", "pre-prefill"), w("p", "prefill"), w("d", "decode")]
+    hits = {"p": PrefixHit(40, 0)}                  # 640 / 1600 = 0.4 reuse
+    assert CPDPolicy(CPDConfig(cold_threshold=0.5)).route(REQ, snap(ws, hits)).tier == "cold"
+    assert CPDPolicy(CPDConfig(cold_threshold=0.3)).route(REQ, snap(ws, hits)).tier == "warm"
+    assert CPDPolicy(CPDConfig(cold_threshold=0.3, min_cached_tokens=1000)).route(
+        REQ, snap(ws, hits)).tier == "cold"
+
+
+def test_cpd_spills_to_idle_warm_worker_when_cold_tier_saturated():
+    ws = [w("c", "pre-prefill", q=10000), w("p", "prefill"), w("d", "decode")]
+    d = CPDPolicy().route(REQ, snap(ws))
+    assert (d.prefill, d.tier) == ("p", "cold") and d.reason.startswith("spill")
+    busy_warm = [w("c", "pre-prefill", q=10000), w("p", "prefill", q=5), w("d", "decode")]
+    assert CPDPolicy().route(REQ, snap(busy_warm)).prefill == "c"
+
+
+def test_session_keeps_its_decode_worker_and_unhealthy_workers_are_skipped():
+    ws = [w("c", "pre-prefill"), w("d1", "decode", running=9), w("d2", "decode"),
+          WorkerView("c-dead", "pre-prefill", healthy=False)]
+    assert CPDPolicy().route(REQ, snap(ws, session="d1")).decode == "d1"
+    with pytest.raises(LookupError):
+        CPDPolicy().route(REQ, snap([w("d", "decode")]))
+
+
+def test_pd_is_cache_blind_and_replica_is_prefix_aware():
+    ws = [w("p1", "prefill", q=10), w("p2", "prefill", q=0), w("d", "decode")]
+    assert PDPolicy().route(REQ, snap(ws, {"p1": PrefixHit(99, 0)})).prefill == "p2"
+    rs = [w("r1", "replica", q=100), w("r2", "replica")]
+    d = ReplicaPolicy().route(REQ, snap(rs, {"r1": PrefixHit(99, 0)}))
+    assert (d.prefill, d.decode, d.tier) == ("r1", "r1", "replica")
+    assert ReplicaPolicy().route(REQ, snap(rs)).prefill == "r2"
+
+
+def test_policies_import_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, warmpath.router.policy, warmpath.router.ppd, warmpath.router.index,"
+            " warmpath.router.admission, warmpath.router.sessions; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

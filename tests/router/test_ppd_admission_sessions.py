@@ -1,0 +1,66 @@
+import pytest
+
+from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.ppd import Cell, PPDConfig, PPDTable, bucket_of, decide
+from warmpath.router.sessions import SessionTable, session_id
+from warmpath.router.state import RequestView, WorkerView
+
+D = WorkerView("d", "decode", running=2, prefill_tok_s=500.0)
+
+
+def req(turn=2, n=1000, new=64, out=128):
+    return RequestView(num_tokens=n, block_hashes=(), block_size=16, turn=turn, new_tokens=new, max_tokens=out)
+
+
+def test_buckets():
+    assert bucket_of(100, 10, 100, 1) == (0, 0, 0)
+    assert bucket_of(1000, 100, 100, 5) == (1, 1, 1)
+    assert bucket_of(5000, 1000, 100, 20) == (2, 3, 2)
+
+
+def test_static_modes_and_turn_one():
+    t = PPDTable()
+    assert not decide(PPDConfig("x1"), t, req(turn=1), D, 0).local
+    assert decide(PPDConfig("x1"), t, req(), D, 0).local
+    assert not decide(PPDConfig("x0"), t, req(), D, 0).local
+
+
+def test_dynamic_score_from_table_and_live_queues():
+    key = bucket_of(1000, 64, 128, 2)
+    t = PPDTable({key: Cell(ttft_local=0.1, ttft_remote=0.3, tpot_local=0.105, tpot_remote=0.1)})
+    d = decide(PPDConfig("dynamic"), t, req(), D, remote_queue_s=0.0)
+    assert d.local and d.score == pytest.approx((0.3 - 0.1) / 0.3 - 0.05)
+    heavy_tpot = PPDConfig("dynamic", w_ttft=1.0, w_tpot=20.0)
+    assert not decide(heavy_tpot, t, req(), D, 0.0).local      # 20 × 5% slowdown > 67% saving
+    busy = WorkerView("d", "decode", running=2, queued_prefill_tokens=1000, prefill_tok_s=500.0)
+    assert not decide(PPDConfig("dynamic"), t, req(), busy, 0.0).local   # 2 s local queue
+    assert PPDTable.from_json(t.to_json()).cells == t.cells
+
+
+def test_admission_limits_and_warm_first():
+    a = Admission(AdmissionConfig(max_in_flight=2, queue_limits={"cold": 1, "warm": 2}))
+    assert [a.offer(i, "cold") for i in range(4)] == ["run", "run", "queued", "rejected"]
+    assert a.offer("w1", "warm") == "queued" and a.offer("w2", "warm") == "queued"
+    assert a.offer("w3", "warm") == "rejected" and a.rejected == 2
+    assert a.release() == "w1" and a.release() == "w2" and a.release() == 2
+    assert a.cancel("nope") is False
+    assert a.release() is None and a.in_flight == 2 - 1
+    with pytest.raises(ValueError):
+        AdmissionConfig(max_in_flight=0)
+
+
+def test_sessions():
+    assert session_id(None, "abc", None) == "abc"
+    assert session_id("u1", None, None) == "user:u1"
+    m = [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]
+    assert session_id(None, None, m) == session_id(None, None, m + [{"role": "user", "content": "more"}])
+    assert session_id(None, None, []) is None
+    st = SessionTable(idle_s=10)
+    s = st.touch("a", now=0)
+    s.decode_worker = "d1"
+    assert st.touch("a", now=5).decode_worker == "d1"
+    assert st.touch("a", now=20).decode_worker is None      # idle expiry
+    st.touch("b", now=20).decode_worker = "d2"
+    st.forget_worker("d2")
+    assert st.sessions["b"].decode_worker is None
+    assert st.expire(now=100) == 2
