@@ -189,3 +189,21 @@ def test_engine_publishes_kv_events(smollm, prompts):
     finally:
         sub.close()
         eng.close()
+
+
+def test_prefill_to_decode_handoff_through_the_store(smollm, prompts, reference, mooncake):
+    """The P→D handoff the cluster will use: P computes the prompt and writes its blocks
+    through to L3; D gets (prompt + first token), loads the blocks and only computes the
+    tail. D's continuation equals a single engine's greedy output."""
+    p = engine(smollm, l3=l3cfg(mooncake), write="write-through")
+    first = p.generate([prompts["p"]], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))[0]
+    assert first == reference["p"][:1]
+    d = engine(smollm, l3=l3cfg(mooncake))
+    rest = d.generate([prompts["p"] + first],
+                      SamplingParams(max_tokens=len(reference["p"]) - 1, temperature=0, ignore_eos=True))[0]
+    assert first + rest == reference["p"]
+    # 322 tokens at D: 20 full blocks loaded from L3, only 2 tokens computed
+    assert d.tiers.stats.loaded_tokens["L3"] == 320
+    assert d.tiers.l3.stats.bytes_read == 20 * d.tiers.l3.slot
+    for e in (p, d):
+        e.close()
