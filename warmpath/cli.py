@@ -119,6 +119,38 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(a: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from warmpath.engine.profile import profile_engine
+    from warmpath.models.loader import load_model
+    from warmpath.router.ppd import table_from_model
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    lm = load_model(a.model)
+    if a.quick:
+        prof = profile_engine(lm, contexts=(64, 256), tokens=(16, 64), batches=(1, 4), decode_steps=3)
+    else:
+        prof = profile_engine(lm)
+    model = prof.fit()
+    kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
+    table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
+    out = {"model": lm.model_id, "kv_bytes_per_token": kvb, "step_model": model.to_json(),
+           "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed},
+           "ppd_table": table.to_json()}
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    a0, a1, a2 = model.prefill_coef
+    d0, d1, d2 = model.decode_coef
+    print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
+    print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
+    print(f"wrote {a.out} ({len(table.cells)} PPD cells)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
     p.add_argument("--log-level", default="INFO")
@@ -133,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)
+    c = sub.add_parser("calibrate", help="measure step times; write the step model and PPD table")
+    c.add_argument("--model", default="smollm2")
+    c.add_argument("--out", default="calibration.json")
+    c.add_argument("--threads", type=int, default=None)
+    c.add_argument("--quick", action="store_true", help="fewer points (a smoke run)")
+    c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
+    c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
+    c.set_defaults(fn=_calibrate)
     from warmpath.bench.cli import add_parser as add_bench
 
     add_bench(sub)

@@ -162,6 +162,10 @@ class LLMEngine:
         if self.tiers is not None:
             self.tiers.close()
 
+    def request_ids(self) -> list[str]:
+        """Ids of the requests not finished yet."""
+        return list(self._seqs)
+
     def get_sequence(self, request_id: str) -> Sequence | None:
         return self._seqs.get(request_id)
 

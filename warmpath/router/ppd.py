@@ -90,3 +90,31 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
     d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
     return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, bucket {key})")
+
+
+# Representative values of each bucket used to fill a table from a step model.
+CTX_REP = {0: 256, 1: 2048, 2: 6144}
+RATIO_REP = {0: 0.125, 1: 0.5, 2: 2.0, 3: 8.0}
+LOAD_REP = {0: 2, 1: 8, 2: 32}
+
+
+def table_from_model(model, kv_bytes_per_token: int, l3_bytes_s: float, network_bytes_s: float,
+                     out_tokens: int = 128) -> PPDTable:
+    """Fill every bucket from a fitted :class:`~warmpath.engine.step_model.StepModel`.
+
+    Local: the append-prefill of ``n`` new tokens runs in one step with the decode batch.
+    Remote: a prefill worker loads the ``c``-token history from L3, computes ``n`` tokens and
+    hands ``c + n`` tokens of KV to the decode worker. TPOT local: that one slower step spread
+    over the answer's ``out_tokens``; remote: the plain decode step.
+    """
+    cells = {}
+    for ci, c in CTX_REP.items():
+        for ri, r in RATIO_REP.items():
+            n = max(1, int(r * out_tokens))
+            for li, b in LOAD_REP.items():
+                local = model.mixed_s(b, c, n)
+                remote = (model.prefill_s(n, c) + c * kv_bytes_per_token / l3_bytes_s
+                          + (c + n) * kv_bytes_per_token / network_bytes_s)
+                tpot = model.decode_s(b, c)
+                cells[(ci, ri, li)] = Cell(local, remote, tpot + (local - tpot) / out_tokens, tpot)
+    return PPDTable(cells)

@@ -1,0 +1,53 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from warmpath.engine.profile import profile_engine
+from warmpath.engine.step_model import StepModel, fit_linear
+from warmpath.router.ppd import CTX_REP, PPDConfig, bucket_of, decide, table_from_model
+from warmpath.router.state import RequestView, WorkerView
+
+
+def test_fit_recovers_exact_coefficients():
+    rows = [(a, c, 0.01 + 0.002 * a + 1e-6 * a * c) for a in (1, 4, 16) for c in (100, 1000)]
+    k = fit_linear(rows)
+    assert k == pytest.approx((0.01, 0.002, 1e-6), rel=1e-6, abs=1e-9)
+    with pytest.raises(ValueError):
+        fit_linear(rows[:2])
+
+
+def test_table_cell_by_hand():
+    m = StepModel((0.01, 0.001, 0.0), (0.02, 0.001, 0.0))
+    t = table_from_model(m, kv_bytes_per_token=1000, l3_bytes_s=1e6, network_bytes_s=1e7, out_tokens=128)
+    assert len(t.cells) == 3 * 4 * 3
+    cell = t.cells[(0, 1, 0)]                  # ctx 256, n = 64 new tokens, batch 2
+    assert cell.ttft_local == pytest.approx(0.022 + 0.064)
+    assert cell.ttft_remote == pytest.approx(0.074 + 256 * 1000 / 1e6 + 320 * 1000 / 1e7)
+    assert cell.tpot_remote == pytest.approx(0.022)
+    assert cell.tpot_local == pytest.approx(0.022 + 0.064 / 128)
+    assert StepModel.from_json(m.to_json()) == m
+
+
+def test_profile_real_engine_tiny_and_decide(tiny):
+    prof = profile_engine(tiny, contexts=(32, 96), tokens=(8, 32), batches=(1, 3), decode_steps=2)
+    assert len(prof.prefill) == 4 and len(prof.decode) == 4 and len(prof.mixed) == 8
+    assert all(s > 0 for *_, s in prof.prefill + prof.decode)
+    m = prof.fit()
+    t = table_from_model(m, 1024, 4e8, 1e9)
+    req = RequestView(num_tokens=CTX_REP[0], block_hashes=(), block_size=16, turn=2, new_tokens=16, max_tokens=128)
+    d = WorkerView("d", "decode", running=2)
+    assert bucket_of(req.num_tokens, 16, 128, 2) in t.cells
+    assert isinstance(decide(PPDConfig("dynamic"), t, req, d, 0.0).local, bool)
+
+
+def test_calibrate_cli_quick(tmp_path):
+    out = tmp_path / "cal.json"
+    r = subprocess.run([sys.executable, "-m", "warmpath.cli", "calibrate", "--quick", "--threads", "2",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    assert d["model"] == "SmolLM2-135M-Instruct" and len(d["ppd_table"]) == 36
+    assert d["kv_bytes_per_token"] == 46080
+    assert d["step_model"]["decode_coef"][1] > 0   # each sequence costs something
