@@ -45,14 +45,15 @@ def mooncake():
 
 
 @contextlib.contextmanager
-def serve_process(*args: str, timeout: float = 120):
-    """Run ``warmpath serve`` as a real process on a free port; yields its base URL."""
+def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None):
+    """Run ``warmpath serve`` (or ``router``) as a real process on a free port; yields its URL."""
     import httpx
 
-    port = free_port()
+    port = port or free_port()
+    extra = ["--threads", "2"] if command == "serve" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--host", "127.0.0.1",
-         "--port", str(port), "--threads", "2", *args],
+        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
+         "--port", str(port), *extra, *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:

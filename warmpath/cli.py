@@ -84,7 +84,14 @@ def _serve(a: argparse.Namespace) -> int:
     from warmpath.kv.mooncake_store import quiet_mooncake_logs
 
     quiet_mooncake_logs(logging.getLogger().level)
-    scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens)
+    registration = None
+    if a.router:
+        from warmpath.worker.registration import RegistrationConfig
+
+        registration = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role,
+                                          f"http://{a.host}:{a.port}")
+    scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens,
+                        registration=registration)
     service = None
     if not a.no_l3 and a.kv_store is None:
         service = MooncakeService(host="127.0.0.1", segment_bytes=int(a.l3_gib * (1 << 30))).start()
@@ -108,6 +115,24 @@ def _run_http(a, engine, scfg, build_app, uvicorn) -> int:
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower())
+    return 0
+
+
+def _router(a: argparse.Namespace) -> int:
+    import uvicorn
+
+    from warmpath.models.loader import SMOLLM2_NAME, load_tokenizer
+    from warmpath.router.admission import AdmissionConfig
+    from warmpath.router.policy import POLICIES
+    from warmpath.router.registry import DiscoveryConfig
+    from warmpath.router.server import RouterConfig, RouterState, build_router
+
+    cfg = RouterConfig(a.host, a.port, AdmissionConfig(a.max_in_flight, {"cold": a.cold_queue, "warm": a.warm_queue}),
+                       DiscoveryConfig(a.heartbeat_s, a.drop_after_s))
+    model_id = SMOLLM2_NAME if a.model == "smollm2" else a.model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+    state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), model_id, cfg)
+    print(f"warmpath router ({a.policy}) on http://{a.host}:{a.port}/v1", flush=True)
+    uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
     return 0
 
 
@@ -160,8 +185,22 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--default-max-tokens", type=int, default=1024)
+    s.add_argument("--router", default=None, help="register with this router (http://host:port)")
+    s.add_argument("--role", default="replica", choices=("replica",),
+                   help="worker role when behind a router")
     _engine_args(s)
     s.set_defaults(fn=_serve)
+    rt = sub.add_parser("router", help="cache-aware router in front of registered workers")
+    rt.add_argument("--host", default="127.0.0.1")
+    rt.add_argument("--port", type=int, default=8000)
+    rt.add_argument("--model", default="smollm2", help="tokenizer/model the workers serve")
+    rt.add_argument("--policy", default="replica", choices=("replica",))
+    rt.add_argument("--max-in-flight", type=int, default=24)
+    rt.add_argument("--cold-queue", type=int, default=32)
+    rt.add_argument("--warm-queue", type=int, default=64)
+    rt.add_argument("--heartbeat-s", type=float, default=10.0)
+    rt.add_argument("--drop-after-s", type=float, default=30.0)
+    rt.set_defaults(fn=_router)
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)

@@ -28,6 +28,7 @@ class ServerConfig:
     port: int = 8000
     default_max_tokens: int = 1024
     disconnect_poll_s: float = 0.25
+    registration: object | None = None   # worker.registration.RegistrationConfig when behind a router
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -59,7 +60,14 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         aengine.start()
+        task = None
+        if cfg.registration is not None:
+            from warmpath.worker.registration import register_and_heartbeat
+
+            task = asyncio.create_task(register_and_heartbeat(cfg.registration, engine))
         yield
+        if task is not None:
+            task.cancel()
         aengine.shutdown()
 
     app = FastAPI(title="warmpath", lifespan=lifespan)

@@ -1,0 +1,75 @@
+"""The router process in front of two real replica workers (real HTTP, real KV events)."""
+
+import concurrent.futures as cf
+import time
+
+import httpx
+import openai
+
+from tests.conftest import free_port, serve_process
+
+M = "SmolLM2-135M-Instruct"
+
+
+def wait_for(pred, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def cluster(router):
+    return httpx.get(router + "/v1/cluster", timeout=5).json()
+
+
+def test_prefix_aware_routing_across_replicas(smollm):
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    with serve_process(command="router", port=rport) as router, \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1"), \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2"):
+        wait_for(lambda: len(cluster(router)["workers"]) == 2)
+        prompt = smollm.tokenizer.encode("Routers should send warm prompts home. " * 60)[:300]
+        body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        r1 = httpx.post(router + "/v1/completions", json=body, timeout=120)
+        assert r1.status_code == 200 and r1.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        home = r1.headers["x-warmpath-worker"]
+        # the worker's KV events reach the router's index: 18 sealed prompt blocks at least
+        wait_for(lambda: next(w for w in cluster(router)["workers"] if w["worker_id"] == home)
+                 ["indexed_blocks"] >= 18)
+        for _ in range(2):
+            r = httpx.post(router + "/v1/completions", json=body, timeout=120)
+            assert r.headers["x-warmpath-worker"] == home
+            assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 288
+            assert r.json()["choices"][0]["text"] == r1.json()["choices"][0]["text"]
+        c = openai.OpenAI(base_url=router + "/v1", api_key="none", max_retries=0)
+        chunks = c.chat.completions.create(model=M, temperature=0, stream=True, messages=[
+            {"role": "user", "content": "What is the capital of France?"}])
+        assert "Paris" in "".join(x.choices[0].delta.content or "" for x in chunks if x.choices)
+        bad = httpx.post(router + "/v1/chat/completions", json={"messages": []}, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
+def test_admission_rejects_beyond_limit_with_retry_after():
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    with serve_process("--max-in-flight", "1", "--cold-queue", "1", "--warm-queue", "0",
+                       command="router", port=rport) as router, \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "solo"):
+        wait_for(lambda: len(cluster(router)["workers"]) == 1)
+        def send(k):  # distinct prompts: all cold
+            body = {"model": M, "prompt": [1000 * (k + 1) + i for i in range(40)], "max_tokens": 40,
+                    "temperature": 0, "ignore_eos": True}
+            return httpx.post(router + "/v1/completions", json=body, timeout=120)
+
+        with cf.ThreadPoolExecutor(4) as ex:
+            rs = list(ex.map(send, range(4)))
+        codes = sorted(r.status_code for r in rs)
+        assert codes.count(200) == 2 and codes.count(429) == 2   # 1 running + 1 queued, 2 rejected
+        rejected = next(r for r in rs if r.status_code == 429)
+        assert rejected.headers["retry-after"] == "1"
+        assert rejected.json()["error"]["type"] == "rate_limit_error"
+        assert cluster(router)["admission"] == {"in_flight": 0, "waiting": 0, "rejected": 2}

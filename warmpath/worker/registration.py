@@ -1,0 +1,65 @@
+"""A worker's side of discovery: register with the router, then heartbeat its load."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+import httpx
+
+from warmpath.engine.llm_engine import LLMEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistrationConfig:
+    router_url: str
+    worker_id: str
+    role: str
+    advertise_url: str              # how the router reaches this worker
+    heartbeat_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.router_url.startswith("http"):
+            raise ValueError(f"--router must be an http URL, got {self.router_url!r}")
+
+
+def load_report(engine: LLMEngine) -> dict:
+    """The heartbeat's load fields (read from the engine thread's state; approximate)."""
+    s = engine.scheduler
+    queued = sum(q.num_tokens - q.num_computed_tokens for q in list(s.waiting))
+    queued += sum(q.num_tokens - q.num_computed_tokens for q in list(s.running) if q.in_prefill)
+    rep = {"queued_prefill_tokens": queued, "running": len(s.running), "kv_usage": engine.pool.usage}
+    if engine.tiers is not None:
+        c = engine.tiers.cost
+        rep.update(prefill_tok_s=c.prefill_tok_s.value, l2_bytes_s=c.bandwidth["L2"].value,
+                   l3_bytes_s=c.bandwidth["L3"].value)
+    return rep
+
+
+async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine) -> None:
+    """Runs until cancelled: (re)registers whenever the router does not know us."""
+    ns = dataclasses.asdict(engine.namespace)
+    ev = engine.tiers.events if engine.tiers is not None else None
+    body = {"worker_id": cfg.worker_id, "role": cfg.role, "url": cfg.advertise_url, "namespace": ns,
+            "events_endpoint": ev.endpoint if ev else None,
+            "replay_endpoint": ev.replay_endpoint if ev else None}
+    registered = False
+    async with httpx.AsyncClient(timeout=5) as http:
+        while True:
+            try:
+                if not registered:
+                    r = await http.post(cfg.router_url + "/internal/register", json=body)
+                    registered = r.status_code == 200
+                    if not registered:
+                        log.warning("router refused registration: %s", r.text[:200])
+                if registered:
+                    r = await http.post(cfg.router_url + "/internal/heartbeat",
+                                        json={"worker_id": cfg.worker_id, **load_report(engine)})
+                    registered = r.status_code == 200
+            except httpx.HTTPError as e:
+                log.info("router not reachable yet (%s)", e)
+                registered = False
+            await asyncio.sleep(cfg.heartbeat_s if registered else 0.5)
