@@ -170,7 +170,13 @@ def build_router(state: RouterState) -> FastAPI:
             raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
         if verdict == "queued":
             ev = state.waiters[key] = asyncio.Event()
-            await ev.wait()
+            try:
+                await ev.wait()
+            except asyncio.CancelledError:  # the client left while waiting
+                state.waiters.pop(key, None)
+                if not state.admission.cancel(key):
+                    finish()  # we had already been given the slot: hand it on
+                raise
         with state.lock:
             state.index.note_routed(decision.prefill, hashes, now)
         if sess is not None:
