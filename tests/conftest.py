@@ -45,8 +45,10 @@ def mooncake():
 
 
 @contextlib.contextmanager
-def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None):
-    """Run ``warmpath serve`` (or ``router``) as a real process on a free port; yields its URL."""
+def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None,
+                  procs: list | None = None):
+    """Run ``warmpath serve`` (or ``router``) as a real process on a free port; yields its URL
+    (and appends the ``Popen`` to ``procs`` when given, for tests that kill it)."""
     import httpx
 
     port = port or free_port()
@@ -55,6 +57,8 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
         [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
          "--port", str(port), *extra, *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    if procs is not None:
+        procs.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout
@@ -71,12 +75,13 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
             time.sleep(0.3)
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def metric(base: str, name: str, **labels) -> float | None:

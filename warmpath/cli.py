@@ -89,7 +89,7 @@ def _serve(a: argparse.Namespace) -> int:
         from warmpath.worker.registration import RegistrationConfig
 
         registration = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role,
-                                          f"http://{a.host}:{a.port}")
+                                          f"http://{a.host}:{a.port}", a.heartbeat_s)
     scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens,
                         registration=registration)
     service = None
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--router", default=None, help="register with this router (http://host:port)")
     s.add_argument("--role", default="replica", choices=("replica",),
                    help="worker role when behind a router")
+    s.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
     _engine_args(s)
     s.set_defaults(fn=_serve)
     rt = sub.add_parser("router", help="cache-aware router in front of registered workers")

@@ -73,3 +73,46 @@ def test_admission_rejects_beyond_limit_with_retry_after():
         assert rejected.headers["retry-after"] == "1"
         assert rejected.json()["error"]["type"] == "rate_limit_error"
         assert cluster(router)["admission"] == {"in_flight": 0, "waiting": 0, "rejected": 2}
+
+
+def test_dead_worker_before_first_token_is_retried_elsewhere(smollm):
+    import os
+    import signal
+
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    procs = []
+    with serve_process(command="router", port=rport) as router, \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3",
+                          procs=procs), \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3",
+                          procs=procs):
+        wait_for(lambda: len(cluster(router)["workers"]) == 2)
+        prompt = smollm.tokenizer.encode("Failover keeps answers flowing. " * 60)[:200]
+        body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        r1 = httpx.post(router + "/v1/completions", json=body, timeout=120)
+        home = r1.headers["x-warmpath-worker"]
+        def home_view():
+            return next(w for w in cluster(router)["workers"] if w["worker_id"] == home)
+
+        # the router knows home holds the prompt and is idle again: it will pick home next
+        wait_for(lambda: home_view()["indexed_blocks"] >= 12 and home_view()["queued_prefill_tokens"] == 0
+                 and home_view()["running"] == 0)
+        victim = procs[0] if home == "w1" else procs[1]
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        for stream in (False, True):
+            b = dict(body, stream=stream)
+            with httpx.stream("POST", router + "/v1/completions", json=b, timeout=120) as r:
+                text = r.read().decode()
+                assert r.status_code == 200
+                assert r.headers["x-warmpath-worker"] != home
+            if not stream:
+                assert httpx.Response(200, content=text).json()["choices"][0]["text"] == \
+                    r1.json()["choices"][0]["text"]
+            else:
+                assert text.rstrip().endswith("data: [DONE]")
+        c = cluster(router)
+        assert c["retries"] == 1 and [w["worker_id"] for w in c["workers"]] == [
+            "w2" if home == "w1" else "w1"]
+        assert c["admission"]["in_flight"] == 0

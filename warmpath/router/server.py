@@ -31,6 +31,10 @@ from warmpath.router.state import RequestView, Snapshot
 from warmpath.server.protocol import APIError, bad, parse_common, parse_messages, parse_prompt
 
 
+class WorkerUnreachable(Exception):
+    """The chosen worker refused the connection (nothing was sent to the client yet)."""
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     host: str = "127.0.0.1"
@@ -54,6 +58,7 @@ class RouterState:
         self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
         self.routed: dict[str, int] = {}
         self.waiters: dict[int, asyncio.Event] = {}
+        self.retries = 0
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
         stop = threading.Event()
@@ -154,15 +159,8 @@ def build_router(state: RouterState) -> FastAPI:
         now = time.monotonic()
         sid = session_id(parsed.user, req.headers.get("x-session-id"), msgs)
         sess = state.sessions.touch(sid, now) if sid else None
-        with state.lock:
-            views = state.registry.views()
-            hits = {w.worker_id: state.index.lookup(w.worker_id, hashes, now) for w in views}
-        snap = Snapshot(views, hits, sess.decode_worker if sess else None)
         rv = RequestView(len(ids), hashes, ns.block_size, sid, max_tokens=parsed.max_tokens or 128)
-        try:
-            decision = state.policy.route(rv, snap)
-        except LookupError as e:
-            raise APIError(503, str(e), err_type="server_error") from e
+        decision = decide(rv, sess)
         key = id(req)
         verdict = state.admission.offer(key, decision.tier if decision.tier in ("cold", "warm") else
                                         ("warm" if decision.cached_tokens else "cold"))
@@ -177,14 +175,40 @@ def build_router(state: RouterState) -> FastAPI:
                 if not state.admission.cancel(key):
                     finish()  # we had already been given the slot: hand it on
                 raise
-        with state.lock:
-            state.index.note_routed(decision.prefill, hashes, now)
         if sess is not None:
-            sess.decode_worker = decision.decode
             sess.turns += 1
-        state.routed[decision.prefill] = state.routed.get(decision.prefill, 0) + 1
-        url = state.registry.workers[decision.prefill].url + "/v1/" + path
-        return await forward(url, body, parsed.stream, decision.prefill)
+        for attempt in range(2):
+            with state.lock:
+                state.index.note_routed(decision.prefill, hashes, time.monotonic())
+            if sess is not None:
+                sess.decode_worker = decision.decode
+            state.routed[decision.prefill] = state.routed.get(decision.prefill, 0) + 1
+            url = state.registry.workers[decision.prefill].url + "/v1/" + path
+            try:
+                return await forward(url, body, parsed.stream, decision.prefill)
+            except WorkerUnreachable:
+                # Nothing reached the client yet: forget the worker and route again once.
+                state.registry.workers.pop(decision.prefill, None)
+                state.drop(decision.prefill)
+                state.retries += 1
+                try:
+                    if attempt == 1:
+                        raise LookupError(f"worker {decision.prefill} unreachable")
+                    decision = decide(rv, sess)
+                except (LookupError, APIError) as e:
+                    finish()
+                    raise APIError(503, f"no worker could take the request: {e}", err_type="server_error") from e
+        raise AssertionError("unreachable")
+
+    def decide(rv: RequestView, sess):
+        now = time.monotonic()
+        with state.lock:
+            views = state.registry.views()
+            hits = {w.worker_id: state.index.lookup(w.worker_id, rv.block_hashes, now) for w in views}
+        try:
+            return state.policy.route(rv, Snapshot(views, hits, sess.decode_worker if sess else None))
+        except LookupError as e:
+            raise APIError(503, str(e), err_type="server_error") from e
 
     def finish() -> None:
         nxt = state.admission.release()
@@ -196,14 +220,18 @@ def build_router(state: RouterState) -> FastAPI:
         if not stream:
             try:
                 r = await http.post(url, json=body)
+            except httpx.ConnectError as e:
+                raise WorkerUnreachable(worker) from e
             except httpx.HTTPError as e:
-                raise APIError(502, f"worker {worker} failed: {e}", err_type="server_error") from e
-            finally:
                 finish()
+                raise APIError(502, f"worker {worker} failed: {e}", err_type="server_error") from e
+            finish()
             return Response(r.content, status_code=r.status_code, media_type="application/json",
                             headers=headers)
         try:
             upstream = await http.send(http.build_request("POST", url, json=body), stream=True)
+        except httpx.ConnectError as e:
+            raise WorkerUnreachable(worker) from e
         except httpx.HTTPError as e:
             finish()
             raise APIError(502, f"worker {worker} failed: {e}", err_type="server_error") from e
@@ -241,7 +269,7 @@ def build_router(state: RouterState) -> FastAPI:
                 "workers": [{**vars(r.view), "url": r.url, "routed": state.routed.get(w, 0),
                              "indexed_blocks": len(state.index.local.get(w, {}))}
                             for w, r in state.registry.workers.items()],
-                "sessions": len(state.sessions.sessions),
+                "sessions": len(state.sessions.sessions), "retries": state.retries,
                 "admission": {"in_flight": state.admission.in_flight, "waiting": state.admission.waiting(),
                               "rejected": state.admission.rejected}}
 
