@@ -116,3 +116,32 @@ def test_dead_worker_before_first_token_is_retried_elsewhere(smollm):
         assert c["retries"] == 1 and [w["worker_id"] for w in c["workers"]] == [
             "w2" if home == "w1" else "w1"]
         assert c["admission"]["in_flight"] == 0
+
+
+def test_worker_dying_mid_stream_gives_a_clean_error_and_router_stays_up():
+    import json
+    import os
+    import signal
+
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    procs = []
+    with serve_process(command="router", port=rport) as router, \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", procs=procs):
+        wait_for(lambda: len(cluster(router)["workers"]) == 1)
+        body = {"model": M, "prompt": [500 + i for i in range(30)], "max_tokens": 2000, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        lines = []
+        with httpx.stream("POST", router + "/v1/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            for ln in r.iter_lines():
+                if ln:
+                    lines.append(ln)
+                if len(lines) == 5:
+                    os.killpg(procs[0].pid, signal.SIGKILL)
+        assert lines[-1] == "data: [DONE]"
+        err = json.loads(lines[-2][6:])
+        assert err["error"]["type"] == "server_error" and "mid-stream" in err["error"]["message"]
+        assert httpx.get(router + "/health", timeout=5).status_code == 200
+        c = cluster(router)
+        assert c["mid_stream_failures"] == 1 and c["admission"]["in_flight"] == 0

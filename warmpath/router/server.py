@@ -59,6 +59,7 @@ class RouterState:
         self.routed: dict[str, int] = {}
         self.waiters: dict[int, asyncio.Event] = {}
         self.retries = 0
+        self.mid_stream_failures = 0
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
         stop = threading.Event()
@@ -240,6 +241,13 @@ def build_router(state: RouterState) -> FastAPI:
             try:
                 async for chunk in upstream.aiter_raw():
                     yield chunk
+            except httpx.HTTPError as e:
+                # The worker died mid-stream: tokens already went out, so no retry; end the
+                # stream with an OpenAI-shaped error event the client can read.
+                state.mid_stream_failures += 1
+                err = APIError(502, f"worker {worker} failed mid-stream: {type(e).__name__}",
+                               err_type="server_error")
+                yield f"data: {json.dumps(err.body())}\n\ndata: [DONE]\n\n".encode()
             finally:
                 await upstream.aclose()
                 finish()
@@ -270,6 +278,7 @@ def build_router(state: RouterState) -> FastAPI:
                              "indexed_blocks": len(state.index.local.get(w, {}))}
                             for w, r in state.registry.workers.items()],
                 "sessions": len(state.sessions.sessions), "retries": state.retries,
+                "mid_stream_failures": state.mid_stream_failures,
                 "admission": {"in_flight": state.admission.in_flight, "waiting": state.admission.waiting(),
                               "rejected": state.admission.rejected}}
 
