@@ -29,17 +29,21 @@ def test_prefix_aware_routing_across_replicas(smollm):
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
     with serve_process(command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1"), \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2"):
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3"), \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3"):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
         prompt = smollm.tokenizer.encode("Routers should send warm prompts home. " * 60)[:300]
         body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}
         r1 = httpx.post(router + "/v1/completions", json=body, timeout=120)
         assert r1.status_code == 200 and r1.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         home = r1.headers["x-warmpath-worker"]
-        # the worker's KV events reach the router's index: 18 sealed prompt blocks at least
-        wait_for(lambda: next(w for w in cluster(router)["workers"] if w["worker_id"] == home)
-                 ["indexed_blocks"] >= 18)
+        def home_view():
+            return next(w for w in cluster(router)["workers"] if w["worker_id"] == home)
+
+        # the worker's KV events reach the router's index (18 sealed prompt blocks at least) and
+        # its heartbeat says it is idle again (heartbeat load is what the estimate sees)
+        wait_for(lambda: home_view()["indexed_blocks"] >= 18 and home_view()["queued_prefill_tokens"] == 0
+                 and home_view()["running"] == 0)
         for _ in range(2):
             r = httpx.post(router + "/v1/completions", json=body, timeout=120)
             assert r.headers["x-warmpath-worker"] == home
