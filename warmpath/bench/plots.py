@@ -20,6 +20,24 @@ def _numeric_rates(summary: dict) -> list[tuple[float, str]]:
     return sorted(out)
 
 
+def _figure(summaries: dict[str, dict], panels: list, path: Path) -> Path:
+    """One panel per (title, value-of(summary, rate key)), one line per configuration."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
+    for ax, (title, value) in zip(axes, panels):
+        for label, s in summaries.items():
+            pts = [(r, value(s, k)) for r, k in _numeric_rates(s)]
+            pts = [(r, y) for r, y in pts if y is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xlabel("target rate (req/s)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plot_summaries(summaries: dict[str, dict], out: Path, gpus: int = 1) -> list[Path]:
     """One line per configuration (label → summary). Writes ``cpd_fig4.png`` (TTFT p50,
     TTFT p90, prefill throughput per GPU, achieved QPS per GPU vs target rate) and
@@ -27,37 +45,13 @@ def plot_summaries(summaries: dict[str, dict], out: Path, gpus: int = 1) -> list
     if not any(_numeric_rates(s) for s in summaries.values()):
         return []
     out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-    panels = [("TTFT p50 (s)", lambda s, k: s["rates"][k]["all"]["ttft_p50_s"]),
-              ("TTFT p90 (s)", lambda s, k: s["rates"][k]["all"]["ttft_p90_s"]),
-              ("prefill tok/s per GPU", lambda s, k: s["rates"][k]["all"]["prompt_tokens"]
-               / s["runs"][k]["duration_s"] / gpus),
-              ("achieved QPS per GPU", lambda s, k: s["runs"][k]["achieved_rps"] / gpus)]
-    for ax, (title, f) in zip(axes, panels):
-        for label, s in summaries.items():
-            pts = [(r, f(s, k)) for r, k in _numeric_rates(s)]
-            pts = [(r, y) for r, y in pts if y is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax.set_xlabel("target rate (req/s)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    p1 = out / "cpd_fig4.png"
-    fig.tight_layout()
-    fig.savefig(p1, dpi=90)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in ((axes[0], "ttft_p50_s", "turn 2+ TTFT p50 (s)"), (axes[1], "tpot_s", "turn 2+ TPOT (s)")):
-        for label, s in summaries.items():
-            pts = [(r, s["rates"][k]["turn2+"][key]) for r, k in _numeric_rates(s)]
-            pts = [(r, y) for r, y in pts if y is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax.set_xlabel("rate (req/s)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    p2 = out / "ppd_turn2.png"
-    fig.tight_layout()
-    fig.savefig(p2, dpi=90)
-    plt.close(fig)
+    cpd = [("TTFT p50 (s)", lambda s, k: s["rates"][k]["all"]["ttft_p50_s"]),
+           ("TTFT p90 (s)", lambda s, k: s["rates"][k]["all"]["ttft_p90_s"]),
+           ("prefill tok/s per GPU", lambda s, k: s["rates"][k]["all"]["prompt_tokens"]
+            / s["runs"][k]["duration_s"] / gpus),
+           ("achieved QPS per GPU", lambda s, k: s["runs"][k]["achieved_rps"] / gpus)]
+    ppd = [("turn 2+ TTFT p50 (s)", lambda s, k: s["rates"][k]["turn2+"]["ttft_p50_s"]),
+           ("turn 2+ TPOT (s)", lambda s, k: s["rates"][k]["turn2+"]["tpot_s"])]
+    p1 = _figure(summaries, cpd, out / "cpd_fig4.png")
+    p2 = _figure(summaries, ppd, out / "ppd_turn2.png")
     return [p1, p2]
