@@ -19,7 +19,7 @@ import torch
 
 from warmpath.engine.sequence import Sequence
 from warmpath.kv.block_pool import BlockPool, KVBlock
-from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventPublisher
+from warmpath.kv.events import BlockRemoved, BlockStored, KVEventPublisher
 from warmpath.kv.host_pool import HostKVPool
 from warmpath.kv.mooncake_store import MooncakeConfig, MooncakeL3
 from warmpath.kv.tiers import ExternalPrefixSource, LoadCostModel
@@ -159,11 +159,6 @@ class TieredKV(ExternalPrefixSource):
         if self.events is not None and self._pending_events:
             self.events.publish(self._pending_events)
         self._pending_events = []
-
-    def clear(self) -> None:
-        """Drop L2 contents (L1 is cleared by the pool) and announce it."""
-        self.l2.clear()
-        self._pending_events.append(AllBlocksCleared())
 
     def close(self) -> None:
         if self.events is not None:

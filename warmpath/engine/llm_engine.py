@@ -166,9 +166,6 @@ class LLMEngine:
         """Ids of the requests not finished yet."""
         return list(self._seqs)
 
-    def get_sequence(self, request_id: str) -> Sequence | None:
-        return self._seqs.get(request_id)
-
     # -- stepping ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one scheduling step; returns outputs of requests that advanced."""

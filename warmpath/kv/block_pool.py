@@ -98,10 +98,6 @@ class BlockPool:
         self.stats.hits += 1
         return blk
 
-    def contains(self, block_hash: BlockHash) -> bool:
-        """Whether a block with this hash is cached (no token check, no stats)."""
-        return block_hash in self._cached
-
     # -- mutations -------------------------------------------------------
     def add_evict_hook(self, hook: EvictHook) -> None:
         """Call ``hook(block)`` just before a cached block loses its hash."""

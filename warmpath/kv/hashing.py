@@ -69,10 +69,6 @@ class KVNamespace:
             object.__setattr__(self, "_digest", cached)
         return cached
 
-    def key_prefix(self) -> str:
-        """Printable prefix for store keys (hex of the digest)."""
-        return self.digest.hex()
-
 
 def _pack_tokens(tokens: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(tokens)}I", *tokens)

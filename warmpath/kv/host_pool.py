@@ -72,6 +72,3 @@ class HostKVPool:
                 break
             n += 1
         return n
-
-    def clear(self) -> list[BlockHash]:
-        return self.index.clear()

@@ -61,10 +61,6 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self.tk.get_vocab_size()
 
-    @property
-    def has_chat_template(self) -> bool:
-        return self._template is not None
-
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         """Token ids of ``text`` (special tokens in the text are recognised)."""
         ids = self.tk.encode(text, add_special_tokens=False).ids
