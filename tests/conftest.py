@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -82,6 +83,51 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@contextlib.contextmanager
+def cluster_process(topology: str, *args: str, timeout: float = 240):
+    """Run ``warmpath serve --topology T`` (router + workers + Mooncake as processes) on a free
+    port; yields the router URL once every worker of the topology is registered."""
+    import httpx
+
+    from warmpath.cluster.topology import resolve
+
+    size = resolve(topology).size
+    port = free_port()
+    log = tempfile.TemporaryFile("w+")   # a file, not a pipe: a full pipe would stall the workers
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", topology,
+         "--host", "127.0.0.1", "--port", str(port), "--heartbeat-s", "1", "--drop-after-s", "10",
+         "--l3-gib", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0.25", *args],
+        stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"cluster exited: {log.read()[-4000:]}")
+            try:
+                if len(httpx.get(base + "/v1/cluster", timeout=2).json()["workers"]) == size:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("cluster did not come up")
+            time.sleep(0.3)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # anything left in the group
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
 
 
 def metric(base: str, name: str, **labels) -> float | None:

@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 
-TOPOLOGIES = ("replica",)
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -32,8 +31,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--l3-gib", type=float, default=2.0, help="memory of the private Mooncake store")
     t.add_argument("--no-l3", action="store_true", help="no distributed store")
     t.add_argument("--kv-protocol", default="tcp", choices=("tcp", "rdma"))
-    t.add_argument("--kv-write-policy", default="write-back",
-                   choices=("write-through", "write-back", "none"))
+    t.add_argument("--kv-write-policy", default=None, choices=("write-through", "write-back", "none"),
+                   help="default: write-through for prefill/decode roles (the P→D handoff goes "
+                        "through the store), write-back for replicas")
     t.add_argument("--load-policy", default="auto", choices=("auto", "always", "never"))
     t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
     t.add_argument("--worker-id", default="worker")
@@ -57,7 +57,8 @@ def tier_config(a: argparse.Namespace, service=None):
         master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
         l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
                             local_hostname=master.rpartition(":")[0])
-    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=a.kv_write_policy,
+    write = a.kv_write_policy or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
+    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=write,
                       load_policy=a.load_policy, events_port=a.kv_events_port)
 
 
@@ -75,6 +76,8 @@ def engine_config(a: argparse.Namespace, tiers=None):
 
 
 def _serve(a: argparse.Namespace) -> int:
+    if a.cmd == "serve" and a.topology != "single":
+        return _serve_cluster(a)
     import uvicorn
 
     from warmpath.engine.llm_engine import LLMEngine
@@ -110,7 +113,7 @@ def _serve(a: argparse.Namespace) -> int:
 def _run_http(a, engine, scfg, build_app, uvicorn) -> int:
     app = build_app(engine, scfg)
     name = engine.loaded.model_id
-    print(f"warmpath: serving {name} ({a.topology}) on http://{a.host}:{a.port}/v1\n"
+    print(f"warmpath: serving {name} ({getattr(a, 'topology', a.role)}) on http://{a.host}:{a.port}/v1\n"
           f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
@@ -118,20 +121,66 @@ def _run_http(a, engine, scfg, build_app, uvicorn) -> int:
     return 0
 
 
+def _model_id(model: str) -> str:
+    from warmpath.models.loader import SMOLLM2_NAME
+
+    return SMOLLM2_NAME if model == "smollm2" else model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+
+
+def _serve_cluster(a: argparse.Namespace) -> int:
+    from warmpath.cluster import launcher
+    from warmpath.cluster.topology import resolve
+
+    topo = resolve(a.topology, a.ppd)
+    router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
+                   str(a.cold_queue), "--warm-queue", str(a.warm_queue),
+                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s)]
+    if a.calibration:
+        router_argv += ["--calibration", a.calibration]
+    cluster = launcher.start(topo, a.host, a.port, worker_argv(a), router_argv,
+                             a.kv_store, 0 if a.no_l3 else a.l3_gib, a.threads,
+                             log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING")
+    return launcher.run_forever(cluster, _model_id(a.model))
+
+
+def worker_argv(a: argparse.Namespace) -> list[str]:
+    """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--block-size", str(a.block_size),
+            "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
+            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
+            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
+            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens)]
+    argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
+    argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
+    argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
+    argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    return argv
+
+
 def _router(a: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
     import uvicorn
 
-    from warmpath.models.loader import SMOLLM2_NAME, load_tokenizer
+    from warmpath.models.loader import load_tokenizer
     from warmpath.router.admission import AdmissionConfig
     from warmpath.router.policy import POLICIES
+    from warmpath.router.ppd import PPDConfig, PPDTable
     from warmpath.router.registry import DiscoveryConfig
     from warmpath.router.server import RouterConfig, RouterState, build_router
 
+    table = None
+    if a.calibration:
+        try:
+            table = PPDTable.from_json(json.loads(Path(a.calibration).read_text())["ppd_table"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     cfg = RouterConfig(a.host, a.port, AdmissionConfig(a.max_in_flight, {"cold": a.cold_queue, "warm": a.warm_queue}),
-                       DiscoveryConfig(a.heartbeat_s, a.drop_after_s))
-    model_id = SMOLLM2_NAME if a.model == "smollm2" else a.model.rstrip("/").split("/")[-1].removesuffix(".gguf")
-    state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), model_id, cfg)
-    print(f"warmpath router ({a.policy}) on http://{a.host}:{a.port}/v1", flush=True)
+                       DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
+                       ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s)
+    state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
+    print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
     return 0
 
@@ -176,31 +225,55 @@ def _calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
+    from warmpath.router.state import ROLES
+
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--default-max-tokens", type=int, default=1024)
+    p.add_argument("--router", default=None, required=role_required,
+                   help="register with this router (http://host:port)")
+    p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
+    p.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
+    _engine_args(p)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES
+    from warmpath.router.policy import POLICIES
+
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
     p.add_argument("--log-level", default="INFO")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="serve the OpenAI API")
-    s.add_argument("--topology", default="replica", choices=TOPOLOGIES)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--default-max-tokens", type=int, default=1024)
-    s.add_argument("--router", default=None, help="register with this router (http://host:port)")
-    s.add_argument("--role", default="replica", choices=("replica",),
-                   help="worker role when behind a router")
-    s.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
-    _engine_args(s)
+    s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
+    s.add_argument("--topology", default="single",
+                   help="single (one worker, no router) | " + " | ".join(TOPOLOGIES) + " | FILE.json "
+                        "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
+    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
+    s.add_argument("--max-in-flight", type=int, default=24, help="router admission limit")
+    s.add_argument("--cold-queue", type=int, default=32, help="router wait queue for cold requests")
+    s.add_argument("--warm-queue", type=int, default=64, help="router wait queue for warm requests")
+    s.add_argument("--drop-after-s", type=float, default=30.0)
+    _worker_args(s, role_required=False)
     s.set_defaults(fn=_serve)
+    w = sub.add_parser("worker", help="one worker that registers with a router")
+    _worker_args(w, role_required=True)
+    w.set_defaults(fn=_serve)
     rt = sub.add_parser("router", help="cache-aware router in front of registered workers")
     rt.add_argument("--host", default="127.0.0.1")
     rt.add_argument("--port", type=int, default=8000)
     rt.add_argument("--model", default="smollm2", help="tokenizer/model the workers serve")
-    rt.add_argument("--policy", default="replica", choices=("replica",))
+    rt.add_argument("--policy", default="replica", choices=tuple(POLICIES))
+    rt.add_argument("--ppd", default="off", choices=PPD_MODES,
+                    help="turn 2+ append-prefill on the session's decode worker: off | x0 | x1 | dynamic")
+    rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table)")
     rt.add_argument("--max-in-flight", type=int, default=24)
     rt.add_argument("--cold-queue", type=int, default=32)
     rt.add_argument("--warm-queue", type=int, default=64)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
+    rt.add_argument("--session-idle-s", type=float, default=3600.0)
     rt.set_defaults(fn=_router)
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")

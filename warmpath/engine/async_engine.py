@@ -55,12 +55,14 @@ class AsyncEngine:
         return self._thread.is_alive() and self.error is None
 
     def add_request(self, request_id: str, prompt: list[int], params: SamplingParams,
-                    cache_salt: str | None = None) -> RequestHandle:
-        """Queue a request (validate it with ``engine.check_prompt`` first)."""
+                    cache_salt: str | None = None, output_prefix: list[int] | None = None
+                    ) -> RequestHandle:
+        """Queue a request (validate it with ``engine.check_prompt`` first);
+        ``output_prefix``: tokens generated elsewhere (see ``LLMEngine.add_request``)."""
         loop = asyncio.get_running_loop()
         handle = RequestHandle(request_id, asyncio.Queue())
         self._handles[request_id] = (loop, handle)
-        self._cmds.put(("add", request_id, prompt, params, cache_salt))
+        self._cmds.put(("add", request_id, prompt, params, cache_salt, output_prefix))
         return handle
 
     def abort(self, request_id: str) -> None:
@@ -77,13 +79,18 @@ class AsyncEngine:
 
     def _apply(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, salt = cmd
+            _, rid, prompt, params, salt, prefix = cmd
             if rid not in self._handles:
                 return  # aborted before it reached the engine
             try:
-                self.engine.add_request(prompt, params, request_id=rid, cache_salt=salt)
+                self.engine.add_request(prompt, params, request_id=rid, cache_salt=salt,
+                                        output_prefix=prefix)
             except ValueError as e:
                 self._deliver(rid, e, last=True)
+                return
+            first = self.engine.take_initial_output(rid)
+            if first is not None:
+                self._deliver(rid, first, last=first.finished)
         elif cmd[0] == "abort":
             self.engine.abort(cmd[1])
 

@@ -109,6 +109,7 @@ class LLMEngine:
         self._seqs: dict[str, Sequence] = {}
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
+        self._initial: dict[str, RequestOutput] = {}
         self.num_steps = 0
 
     # -- requests ----------------------------------------------------------
@@ -128,10 +129,17 @@ class LLMEngine:
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, cache_salt: str | None = None,
-                    arrival_time: float | None = None) -> str:
-        """Queue a request; returns its id. Raises ``ValueError`` on bad input."""
+                    arrival_time: float | None = None,
+                    output_prefix: list[int] | None = None) -> str:
+        """Queue a request; returns its id. Raises ``ValueError`` on bad input.
+
+        ``output_prefix``: tokens already generated elsewhere (the first token a prefill
+        worker sampled, handed off to this decode worker). They count as output; the
+        request continues after them, and :meth:`take_initial_output` reports them.
+        """
         vocab = self.loaded.config.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
+        prefix = list(output_prefix or [])
+        if any(not 0 <= t < vocab for t in prompt_token_ids + prefix):
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
         self.check_prompt(len(prompt_token_ids), params.max_tokens)
         rid = request_id or f"req-{next(self._ids)}"
@@ -141,8 +149,31 @@ class LLMEngine:
                        arrival_time=arrival_time or time.monotonic())
         self._seqs[rid] = seq
         self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
+        if prefix:
+            seq.output_token_ids.extend(prefix)
+            seq.first_token_time = seq.first_scheduled_time = seq.arrival_time
+            self._initial[rid] = self._prefix_output(seq)
+            if self._initial[rid].finished:
+                return rid
         self.scheduler.add(seq)
         return rid
+
+    def _prefix_output(self, seq: Sequence) -> RequestOutput:
+        det = self._detok[seq.request_id]
+        reason = self.scheduler.stop_reason(seq, seq.output_token_ids[-1], self.eos_ids)
+        text = det.update(seq.output_token_ids, final=reason is not None)
+        if det.stopped and reason is None:
+            reason = "stop"
+        if reason is not None:
+            seq.finish_reason = reason
+            self._seqs.pop(seq.request_id, None)
+            self._detok.pop(seq.request_id, None)
+        return RequestOutput(seq.request_id, list(seq.output_token_ids), text, reason is not None,
+                             reason, seq.num_prompt_tokens, 0, len(seq.output_token_ids), 0.0)
+
+    def take_initial_output(self, request_id: str) -> RequestOutput | None:
+        """The output for an ``output_prefix`` given to :meth:`add_request` (once)."""
+        return self._initial.pop(request_id, None)
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free its blocks; ``False`` if unknown or already done."""

@@ -216,13 +216,14 @@ class Scheduler:
             seq.output_token_ids.append(tok)
             if seq.first_token_time is None:
                 seq.first_token_time = now
-            reason = self._stop_reason(seq, tok, eos_ids)
+            reason = self.stop_reason(seq, tok, eos_ids)
             if reason:
                 self.finish(seq, reason)
                 finished.append(seq)
         return finished
 
-    def _stop_reason(self, seq: Sequence, tok: int, eos_ids: tuple[int, ...]) -> str | None:
+    def stop_reason(self, seq: Sequence, tok: int, eos_ids: tuple[int, ...]) -> str | None:
+        """Why ``seq`` stops after sampling ``tok`` (``None``: it goes on)."""
         p = seq.params
         if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
             return "stop"

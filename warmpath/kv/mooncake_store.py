@@ -65,6 +65,7 @@ class L3Stats:
     fallbacks: int = 0       # lookups answered "miss" because L3 was down
     rejected_full: int = 0   # puts refused because the store was full (not an error)
     read_seconds: float = 0.0
+    write_seconds: float = 0.0
 
 
 def quiet_mooncake_logs(level: int) -> None:
@@ -224,6 +225,7 @@ class MooncakeL3:
         """Write blocks; ``source(i, payload)`` fills block i's payload. Returns blocks stored."""
         stored = 0
         step = self.cfg.staging_blocks
+        t0 = time.perf_counter()
         with self._lock:
             for start in range(0, len(hashes), step):
                 if not self.available:
@@ -248,6 +250,7 @@ class MooncakeL3:
                 stored += ok
                 self.stats.bytes_written += ok * self.slot
         self.stats.blocks_written += stored
+        self.stats.write_seconds += time.perf_counter() - t0
         return stored
 
     def probe(self) -> bool:

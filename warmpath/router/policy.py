@@ -22,7 +22,8 @@ class RoutingPolicy(ABC):
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
         """Raise ``LookupError`` when no healthy worker can take the request."""
 
-    def _decode(self, snap: Snapshot) -> WorkerView:
+    def decode_for(self, snap: Snapshot) -> WorkerView:
+        """The session's decode worker when alive, else the least loaded one."""
         live = {w.worker_id: w for w in snap.by_role("decode")}
         if snap.session_decode_worker in live:
             return live[snap.session_decode_worker]
@@ -62,7 +63,7 @@ class CPDPolicy(RoutingPolicy):
         cached = max((estimate(w, req, snap).cached_tokens for w in cold_tier + warm_tier), default=0)
         ratio = cached / req.num_tokens
         cold = ratio < self.cfg.cold_threshold or cached < self.cfg.min_cached_tokens
-        dec = self._decode(snap)
+        dec = self.decode_for(snap)
         if cold and cold_tier:
             w, e = best(cold_tier, req, snap)
             spill = best([x for x in warm_tier if x.queued_prefill_tokens == 0], req, snap)
@@ -86,7 +87,7 @@ class PDPolicy(RoutingPolicy):
             raise LookupError("no healthy prefill worker")
         w = min(pool, key=lambda x: (x.queued_prefill_tokens, x.worker_id))
         e = estimate(w, req, snap)
-        return Decision(w.worker_id, self._decode(snap).worker_id, "pd", e.ttft_s, e.cached_tokens,
+        return Decision(w.worker_id, self.decode_for(snap).worker_id, "pd", e.ttft_s, e.cached_tokens,
                         "least queued prefill")
 
 

@@ -2,8 +2,8 @@
 
 It tokenizes each request the way the workers do, hashes its blocks with the shared module,
 looks the prefix up in the global index (fed by every worker's KV events), asks the routing
-policy for a worker, applies admission control (429 + Retry-After), and proxies the request.
-This front serves topologies whose workers each run prefill and decode (``replica``).
+policy (and, for turn 2+, the PPD switch) where to run it, applies admission control
+(429 + Retry-After), and runs it through the workers (``dispatch.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from fastapi import FastAPI, Request
@@ -23,16 +23,15 @@ from warmpath.kv.events import KVEventSubscriber
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
 from warmpath.models.tokenizer import ChatTemplateError, TextTokenizer
 from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.dispatch import Dispatcher, Planner, Trip, UpstreamError, WorkerUnreachable
 from warmpath.router.index import GlobalKVIndex
+from warmpath.router.metrics import RouterMetrics
 from warmpath.router.policy import RoutingPolicy
+from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
 from warmpath.router.sessions import SessionTable, session_id
-from warmpath.router.state import RequestView, Snapshot
+from warmpath.router.state import RequestView
 from warmpath.server.protocol import APIError, bad, parse_common, parse_messages, parse_prompt
-
-
-class WorkerUnreachable(Exception):
-    """The chosen worker refused the connection (nothing was sent to the client yet)."""
 
 
 @dataclass(frozen=True)
@@ -42,23 +41,28 @@ class RouterConfig:
     admission: AdmissionConfig = AdmissionConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     request_timeout_s: float = 600.0
+    ppd: PPDConfig | None = None          # None: turn 2+ always goes through a prefill worker
+    session_idle_s: float = 3600.0
 
 
 class RouterState:
     """Everything the router knows; the HTTP handlers and the event threads share it."""
 
-    def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig):
+    def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig,
+                 ppd_table: PPDTable | None = None):
         self.policy, self.tok, self.model_id, self.cfg = policy, tokenizer, model_id, cfg
+        self.ppd_table = ppd_table or PPDTable()
         self.registry = Registry(cfg.discovery)
         self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
-        self.sessions = SessionTable()
+        self.sessions = SessionTable(cfg.session_idle_s)
         self.admission = Admission(cfg.admission)
+        self.metrics = RouterMetrics()
         self.namespace: KVNamespace | None = None
+        self.kv_bytes_per_token = 46080
         self.lock = threading.Lock()
         self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
         self.routed: dict[str, int] = {}
         self.waiters: dict[int, asyncio.Event] = {}
-        self.retries = 0
         self.mid_stream_failures = 0
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
@@ -85,13 +89,18 @@ class RouterState:
 
 
 def build_router(state: RouterState) -> FastAPI:
-    http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5))
+    http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5),
+                             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+    planner = Planner(state)
+    disp = Dispatcher(state, planner, http)
 
     async def expire_loop() -> None:
         while True:
             await asyncio.sleep(1.0)
-            for w in state.registry.expire(time.monotonic()):
+            now = time.monotonic()
+            for w in state.registry.expire(now):
                 state.drop(w)
+            state.sessions.expire(now)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -115,6 +124,7 @@ def build_router(state: RouterState) -> FastAPI:
         ns = KVNamespace(**b["namespace"])
         if state.namespace is None:
             state.namespace = ns
+            state.kv_bytes_per_token = int(b.get("kv_bytes_per_token") or state.kv_bytes_per_token)
         elif ns != state.namespace:
             raise bad("namespace", f"worker {b['worker_id']} serves a different model/KV layout")
         try:
@@ -134,7 +144,26 @@ def build_router(state: RouterState) -> FastAPI:
             return JSONResponse({"error": "unknown worker"}, status_code=404)
         return JSONResponse({"ok": True})
 
+    def tokenize(body: dict, path: str) -> tuple[list[int], list | None]:
+        if path == "chat/completions":
+            msgs = parse_messages(body)
+            try:
+                return state.tok.encode(state.tok.apply_chat_template(msgs), add_special=False), msgs
+            except ChatTemplateError as e:
+                raise bad("messages", str(e)) from e
+        if body.get("echo") or body.get("suffix"):
+            raise bad("echo" if body.get("echo") else "suffix", "echo and suffix are not supported")
+        p = parse_prompt(body)
+        return (state.tok.encode(p) if isinstance(p, str) else p), None
+
+    def plan(rv: RequestView, sess, allow_local: bool = True):
+        try:
+            return planner.plan(rv, sess, allow_local)
+        except LookupError as e:
+            raise APIError(503, str(e), err_type="server_error") from e
+
     async def handle(req: Request, path: str) -> Response:
+        arrival = time.monotonic()
         try:
             body = json.loads(await req.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -143,29 +172,23 @@ def build_router(state: RouterState) -> FastAPI:
         if parsed.model is not None and parsed.model != state.model_id:
             raise APIError(400, f"model {parsed.model!r} does not exist; available: {state.model_id!r}",
                            param="model", code="model_not_found")
-        msgs = None
-        if path == "chat/completions":
-            msgs = parse_messages(body)
-            try:
-                ids = state.tok.encode(state.tok.apply_chat_template(msgs), add_special=False)
-            except ChatTemplateError as e:
-                raise bad("messages", str(e)) from e
-        else:
-            p = parse_prompt(body)
-            ids = state.tok.encode(p) if isinstance(p, str) else p
+        ids, msgs = tokenize(body, path)
         if state.namespace is None or not state.registry.workers:
             raise APIError(503, "no worker registered yet", err_type="server_error")
         ns = state.namespace.with_salt(parsed.cache_salt)
-        hashes = tuple(hash_prefix_blocks(ns, ids))
-        now = time.monotonic()
         sid = session_id(parsed.user, req.headers.get("x-session-id"), msgs)
-        sess = state.sessions.touch(sid, now) if sid else None
-        rv = RequestView(len(ids), hashes, ns.block_size, sid, max_tokens=parsed.max_tokens or 128)
-        decision = decide(rv, sess)
+        sess = state.sessions.touch(sid, arrival) if sid else None
+        held = sess.context_tokens if sess else 0
+        rv = RequestView(len(ids), tuple(hash_prefix_blocks(ns, ids)), ns.block_size, sid,
+                         turn=(sess.turns + 1) if sess else 1,
+                         new_tokens=len(ids) - held if 0 < held < len(ids) else len(ids),
+                         max_tokens=parsed.max_tokens or 128)
+        d = plan(rv, sess)
+        cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
         key = id(req)
-        verdict = state.admission.offer(key, decision.tier if decision.tier in ("cold", "warm") else
-                                        ("warm" if decision.cached_tokens else "cold"))
+        verdict = state.admission.offer(key, d.tier if d.tier in ("cold", "warm") else cls)
         if verdict == "rejected":
+            state.metrics.rejected.inc()
             raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
         if verdict == "queued":
             ev = state.waiters[key] = asyncio.Event()
@@ -174,86 +197,112 @@ def build_router(state: RouterState) -> FastAPI:
             except asyncio.CancelledError:  # the client left while waiting
                 state.waiters.pop(key, None)
                 if not state.admission.cancel(key):
-                    finish()  # we had already been given the slot: hand it on
+                    release()  # we had already been given the slot: hand it on
                 raise
+            d = plan(rv, sess)  # the cluster moved on while we waited
+        t = Trip(rv, ids, body, "chat" if msgs is not None else "text", cls, arrival,
+                 admitted=time.monotonic(), decision=d)
         if sess is not None:
             sess.turns += 1
+        m = state.metrics
+        m.requests.labels(d.tier, cls).inc()
+        m.prefix.labels("cached").inc(d.cached_tokens)
+        m.prefix.labels("computed").inc(rv.num_tokens - d.cached_tokens)
+        try:
+            return await run(t, sess)
+        except BaseException:
+            release()
+            raise
+
+    async def run(t: Trip, sess) -> Response:
+        """Prefill (when disaggregated) then decode; one retry elsewhere before any token."""
         for attempt in range(2):
-            with state.lock:
-                state.index.note_routed(decision.prefill, hashes, time.monotonic())
-            if sess is not None:
-                sess.decode_worker = decision.decode
-            state.routed[decision.prefill] = state.routed.get(decision.prefill, 0) + 1
-            url = state.registry.workers[decision.prefill].url + "/v1/" + path
+            d = t.decision
+            state.routed[d.decode] = state.routed.get(d.decode, 0) + 1
             try:
-                return await forward(url, body, parsed.stream, decision.prefill)
-            except WorkerUnreachable:
-                # Nothing reached the client yet: forget the worker and route again once.
-                state.registry.workers.pop(decision.prefill, None)
-                state.drop(decision.prefill)
-                state.retries += 1
-                try:
-                    if attempt == 1:
-                        raise LookupError(f"worker {decision.prefill} unreachable")
-                    decision = decide(rv, sess)
-                except (LookupError, APIError) as e:
-                    finish()
-                    raise APIError(503, f"no worker could take the request: {e}", err_type="server_error") from e
+                if t.first_token is None and d.prefill not in (None, d.decode):
+                    state.routed[d.prefill] = state.routed.get(d.prefill, 0) + 1
+                    with state.lock:
+                        state.index.note_routed(d.prefill, t.rv.block_hashes, time.monotonic())
+                    await disp.prefill(t, d.prefill)
+                return await decode(t, sess)
+            except WorkerUnreachable as e:
+                disp.lost(e.args[0])
+                if attempt == 1:
+                    state.metrics.failed.labels("route").inc()
+                    raise APIError(503, f"no worker could take the request: {e.args[0]} failed",
+                                   err_type="server_error") from e
+                if t.first_token is None:
+                    t.decision = plan(t.rv, sess, allow_local=False)
+                else:  # the first token exists and its KV is in L3: any decode worker can go on
+                    try:
+                        dec = state.policy.decode_for(planner.snapshot(t.rv, None)).worker_id
+                    except LookupError as le:
+                        raise APIError(503, str(le), err_type="server_error") from le
+                    t.decision = replace(d, decode=dec)
+            except UpstreamError as e:
+                state.metrics.failed.labels("upstream").inc()
+                release()
+                return Response(e.content, status_code=e.status, media_type="application/json")
         raise AssertionError("unreachable")
 
-    def decide(rv: RequestView, sess):
-        now = time.monotonic()
-        with state.lock:
-            views = state.registry.views()
-            hits = {w.worker_id: state.index.lookup(w.worker_id, rv.block_hashes, now) for w in views}
-        try:
-            return state.policy.route(rv, Snapshot(views, hits, sess.decode_worker if sess else None))
-        except LookupError as e:
-            raise APIError(503, str(e), err_type="server_error") from e
+    def ended(t: Trip, sess) -> None:
+        planner.add(t.decision.decode, running=-1)
+        disp.finished(t)
+        if sess is not None:
+            sess.decode_worker = t.decision.decode
+            sess.context_tokens = t.rv.num_tokens + t.completion_tokens
+        release()
 
-    def finish() -> None:
-        nxt = state.admission.release()
-        if nxt is not None and nxt in state.waiters:
-            state.waiters.pop(nxt).set()
-
-    async def forward(url: str, body: dict, stream: bool, worker: str) -> Response:
-        headers = {"X-Warmpath-Worker": worker}
-        if not stream:
-            try:
-                r = await http.post(url, json=body)
-            except httpx.ConnectError as e:
-                raise WorkerUnreachable(worker) from e
-            except httpx.HTTPError as e:
-                finish()
-                raise APIError(502, f"worker {worker} failed: {e}", err_type="server_error") from e
-            finish()
-            return Response(r.content, status_code=r.status_code, media_type="application/json",
-                            headers=headers)
+    async def decode(t: Trip, sess) -> Response:
+        d = t.decision
+        headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
+                   "X-Warmpath-Worker": d.prefill or d.decode}
+        planner.add(d.decode, running=1)
         try:
-            upstream = await http.send(http.build_request("POST", url, json=body), stream=True)
-        except httpx.ConnectError as e:
-            raise WorkerUnreachable(worker) from e
-        except httpx.HTTPError as e:
-            finish()
-            raise APIError(502, f"worker {worker} failed: {e}", err_type="server_error") from e
+            res = await disp.generate(t, d.decode)
+        except BaseException:
+            planner.add(d.decode, running=-1)
+            raise
+        if not t.body.get("stream"):
+            ended(t, sess)
+            return Response(res, media_type="application/json", headers=headers)
+        head, lines, up = res
+        want_usage = bool((t.body.get("stream_options") or {}).get("include_usage"))
+
+        def out(line: str) -> bytes | None:
+            if line.startswith("data: {") and '"choices": []' in line:  # the usage chunk
+                t.completion_tokens = json.loads(line[6:]).get("usage", {}).get("completion_tokens", 0)
+                if not want_usage:
+                    return None
+            return (line + "\n\n").encode()
 
         async def relay():
             try:
-                async for chunk in upstream.aiter_raw():
-                    yield chunk
+                for line in head:
+                    if (b := out(line)) is not None:
+                        yield b
+                async for line in lines:
+                    if line and (b := out(line)) is not None:
+                        yield b
             except httpx.HTTPError as e:
                 # The worker died mid-stream: tokens already went out, so no retry; end the
                 # stream with an OpenAI-shaped error event the client can read.
                 state.mid_stream_failures += 1
-                err = APIError(502, f"worker {worker} failed mid-stream: {type(e).__name__}",
+                state.metrics.failed.labels("stream").inc()
+                err = APIError(502, f"worker {d.decode} failed mid-stream: {type(e).__name__}",
                                err_type="server_error")
                 yield f"data: {json.dumps(err.body())}\n\ndata: [DONE]\n\n".encode()
             finally:
-                await upstream.aclose()
-                finish()
+                await up.aclose()
+                ended(t, sess)
 
-        return StreamingResponse(relay(), status_code=upstream.status_code,
-                                 media_type="text/event-stream", headers=headers)
+        return StreamingResponse(relay(), media_type="text/event-stream", headers=headers)
+
+    def release() -> None:
+        nxt = state.admission.release()
+        if nxt is not None and nxt in state.waiters:
+            state.waiters.pop(nxt).set()
 
     @app.post("/v1/chat/completions")
     async def chat(req: Request) -> Response:
@@ -271,14 +320,25 @@ def build_router(state: RouterState) -> FastAPI:
     async def health() -> dict:
         return {"status": "ok", "workers": len(state.registry.workers)}
 
+    @app.get("/metrics")
+    async def prom() -> Response:
+        return Response(state.metrics.render(state.admission.in_flight, state.admission.waiting()),
+                        media_type="text/plain; version=0.0.4")
+
     @app.get("/v1/cluster")
     async def cluster() -> dict:
-        return {"policy": state.policy.name,
-                "workers": [{**vars(r.view), "url": r.url, "routed": state.routed.get(w, 0),
-                             "indexed_blocks": len(state.index.local.get(w, {}))}
-                            for w, r in state.registry.workers.items()],
-                "sessions": len(state.sessions.sessions), "retries": state.retries,
+        def worker(w: str, r) -> dict:
+            load = planner.load.get(w, [0, 0])
+            return {**vars(r.view), "url": r.url, "routed": state.routed.get(w, 0),
+                    "router_queued_prefill_tokens": load[0], "router_running": load[1],
+                    "indexed_blocks": len(state.index.local.get(w, {}))}
+        m = state.metrics
+        return {"policy": state.policy.name, "ppd": state.cfg.ppd.mode if state.cfg.ppd else None,
+                "workers": [worker(w, r) for w, r in state.registry.workers.items()],
+                "sessions": len(state.sessions.sessions), "retries": int(m.retries._value.get()),
                 "mid_stream_failures": state.mid_stream_failures,
+                "ppd_decisions": {p: int(m.ppd.labels(p)._value.get()) for p in ("local", "remote")},
+                "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
                 "admission": {"in_flight": state.admission.in_flight, "waiting": state.admission.waiting(),
                               "rejected": state.admission.rejected}}
 

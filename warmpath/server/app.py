@@ -45,6 +45,7 @@ class _Job:
     parsed: ParsedRequest
     prompt_tokens: int
     start: float
+    cached_tokens: int | None = None  # reported by the prefill worker of a handoff
 
 
 def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
@@ -86,7 +87,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise bad("body", f"malformed JSON body: {e}") from e
 
-    def _admit(parsed: ParsedRequest, prompt: list[int], kind: str, param: str) -> _Job:
+    def _admit(parsed: ParsedRequest, prompt: list[int], kind: str, param: str,
+               output_prefix: list[int] | None = None, run_tokens: int | None = None) -> _Job:
         if parsed.model is not None and parsed.model not in aliases:
             raise APIError(400, f"model {parsed.model!r} does not exist; available: {model_name!r}",
                            param="model", code="model_not_found")
@@ -101,9 +103,11 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise bad(field, f"{field}: {e}") from e
         if any(t < 0 or t >= engine.loaded.config.vocab_size for t in prompt):
             raise bad(param, f"token ids must be in [0, {engine.loaded.config.vocab_size})")
-        params = make_params(parsed, max_tokens)
+        params = make_params(parsed, run_tokens or max_tokens)
+        if output_prefix and any(not 0 <= t < engine.loaded.config.vocab_size for t in output_prefix):
+            raise bad("first_token", "token ids must be in the vocabulary")
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
-        handle = aengine.add_request(rid, prompt, params, parsed.cache_salt)
+        handle = aengine.add_request(rid, prompt, params, parsed.cache_salt, output_prefix)
         return _Job(rid, kind, handle, parsed, len(prompt), time.monotonic())
 
     @app.post("/v1/chat/completions")
@@ -138,7 +142,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         done = o.completion_tokens if o else 0
         return {"prompt_tokens": job.prompt_tokens, "completion_tokens": done,
                 "total_tokens": job.prompt_tokens + done,
-                "prompt_tokens_details": {"cached_tokens": o.cached_tokens if o else 0}}
+                "prompt_tokens_details": {"cached_tokens": job.cached_tokens if job.cached_tokens
+                                          is not None else (o.cached_tokens if o else 0)}}
 
     def _chunk(job: _Job, text: str | None, reason: str | None, first: bool = False) -> dict:
         if job.kind == "chat":
@@ -160,7 +165,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if job.parsed.stream:
             return StreamingResponse(_stream(job), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        texts, last, ttft = [], None, None
+        texts, last, ttft, first_queue = [], None, None, 0.0
         next_check = time.monotonic() + cfg.disconnect_poll_s
         try:
             while True:
@@ -178,7 +183,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                     continue
                 if isinstance(item, Exception):
                     raise _engine_error(item)
-                ttft = ttft if ttft is not None else time.monotonic() - job.start
+                if ttft is None:
+                    ttft, first_queue = time.monotonic() - job.start, item.queue_time or 0.0
                 texts.append(item.text)
                 last = item
                 if item.finished:
@@ -188,6 +194,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise
         _finish(job, ttft, last, last.finish_reason or "stop")
         text = "".join(texts)
+        timing = {"X-Warmpath-Ttft-S": f"{ttft:.6f}", "X-Warmpath-Queue-S": f"{first_queue:.6f}"}
         if job.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": last.finish_reason}
@@ -196,7 +203,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason}
             obj = "text_completion"
         return JSONResponse({"id": job.rid, "object": obj, "created": int(time.time()),
-                             "model": model_name, "choices": [choice], "usage": _usage(job, last)})
+                             "model": model_name, "choices": [choice], "usage": _usage(job, last)},
+                            headers=timing)
 
     async def _stream(job: _Job) -> AsyncIterator[str]:
         last, ttft, done = None, None, False
@@ -239,6 +247,10 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         if not aengine.alive:
             return JSONResponse({"status": "error", "detail": "engine thread stopped"}, 503)
         return JSONResponse({"status": "ok"})
+
+    from warmpath.worker.internal import add_internal_routes
+
+    add_internal_routes(app, engine, aengine, _admit, _respond)
 
     @app.get("/metrics")
     async def prom() -> Response:

@@ -1,0 +1,90 @@
+"""Every topology, started by the real launcher (Mooncake, router, workers as processes),
+gives the text of one engine for the same greedy requests; PPD x=1 keeps turns 2+ local."""
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import cluster_process
+from warmpath.engine.llm_engine import EngineConfig, LLMEngine
+from warmpath.engine.sequence import SamplingParams
+
+M = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+TEXT = "The three tiers of a KV cache hierarchy are"
+TURNS = ["Tell me about the history of Rome in two sentences.", "And then?", "Why?"]
+
+
+@pytest.fixture(scope="module")
+def reference(smollm):
+    """Greedy answers of a single engine: the question, the text prompt, a 3-turn chat."""
+    e = LLMEngine(EngineConfig(), loaded=smollm)
+    tok = e.tokenizer
+
+    def run(ids, n):
+        return tok.decode(e.generate([ids], SamplingParams(max_tokens=n, temperature=0))[0],
+                          skip_special=True)
+
+    ref = {"chat": run(tok.encode(tok.apply_chat_template(QUESTION), add_special=False), 16),
+           "text": run(tok.encode(TEXT), 12), "turns": []}
+    msgs = []
+    for q in TURNS:
+        msgs.append({"role": "user", "content": q})
+        a = run(tok.encode(tok.apply_chat_template(msgs), add_special=False), 20)
+        ref["turns"].append(a)
+        msgs.append({"role": "assistant", "content": a})
+    return ref
+
+
+def cluster(base):
+    return httpx.get(base + "/v1/cluster", timeout=5).json()
+
+
+def routed(base, role):
+    return sum(w["routed"] for w in cluster(base)["workers"] if w["role"] == role)
+
+
+@pytest.mark.parametrize("topology, ppd", [
+    ("replica", None), ("pd-2p1d", None), ("pd-2p2d", None), ("cpd-1d", None), ("cpd-2d", None),
+    ("ppd-1p3d", None), ("ppd-2p2d", "x0"), ("ppd-3p1d", "x1")])
+def test_same_text_in_every_topology(topology, ppd, reference):
+    args = ("--ppd", ppd) if ppd else ()
+    with cluster_process(topology, *args) as base:
+        c = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+        r = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16)
+        assert r.choices[0].message.content == reference["chat"]
+        s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
+        assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
+        t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
+        assert t.choices[0].text == reference["text"]
+        msgs, routes, prefill_after_turn1, kv_after_turn1, ppd_after_turn1 = [], [], None, None, None
+        for i, q in enumerate(TURNS):
+            msgs.append({"role": "user", "content": q})
+            resp = httpx.post(base + "/v1/chat/completions", timeout=120, headers={"X-Session-Id": "conv"},
+                              json={"model": M, "messages": msgs, "temperature": 0, "max_tokens": 20})
+            assert resp.status_code == 200, resp.text
+            a = resp.json()["choices"][0]["message"]["content"]
+            assert a == reference["turns"][i], f"turn {i + 1}"
+            routes.append(resp.headers["x-warmpath-route"])
+            msgs.append({"role": "assistant", "content": a})
+            if i == 0:
+                prefill_after_turn1 = routed(base, "prefill") + routed(base, "pre-prefill")
+                kv_after_turn1 = cluster(base)["kv_handoff_bytes"]
+                ppd_after_turn1 = cluster(base)["ppd_decisions"]
+        info = cluster(base)
+        assert info["sessions"] >= 1
+        if ppd == "x1":
+            # turns 2 and 3 ran their append-prefill on the session's decode worker: no
+            # prefill worker touched, no KV moved
+            assert routes == ["pd", "local", "local"]
+            assert routed(base, "prefill") == prefill_after_turn1
+            assert info["kv_handoff_bytes"] == kv_after_turn1
+            assert info["ppd_decisions"]["local"] - ppd_after_turn1["local"] == 2
+            assert info["ppd_decisions"]["remote"] == ppd_after_turn1["remote"]
+        elif ppd == "x0":
+            assert routes == ["pd", "pd", "pd"]
+            assert info["ppd_decisions"]["remote"] - ppd_after_turn1["remote"] == 2
+            assert info["ppd_decisions"]["local"] == 0
+            assert info["kv_handoff_bytes"] > kv_after_turn1
+        if topology == "replica":
+            assert set(routes) == {"replica"} and info["kv_handoff_bytes"] == 0

@@ -1,0 +1,49 @@
+"""Named topologies and topology files (pure)."""
+
+import json
+
+import pytest
+
+from warmpath.cluster.topology import TOPOLOGIES, Topology, resolve
+
+
+def test_named_topologies():
+    assert sorted(TOPOLOGIES) == ["cpd-1d", "cpd-2d", "pd-2p1d", "pd-2p2d", "ppd-1p3d", "ppd-2p2d",
+                                  "ppd-3p1d", "replica"]
+    cpd = resolve("cpd-1d")
+    assert (cpd.policy, cpd.ppd, cpd.size) == ("cpd", "off", 3)
+    assert cpd.roles() == [("pre-prefill-0", "pre-prefill"), ("prefill-0", "prefill"), ("decode-0", "decode")]
+    assert resolve("pd-2p1d").roles() == [("prefill-0", "prefill"), ("prefill-1", "prefill"), ("decode-0", "decode")]
+    ppd = resolve("ppd-1p3d")
+    assert (ppd.policy, ppd.ppd, ppd.workers) == ("pd", "dynamic", {"prefill": 1, "decode": 3})
+    assert resolve("ppd-1p3d", "x1").ppd == "x1"
+
+
+def test_topology_file(tmp_path):
+    f = tmp_path / "mine.json"
+    f.write_text(json.dumps({"policy": "cpd", "ppd": "x1", "workers": {"pre-prefill": 2, "prefill": 1, "decode": 1}}))
+    t = resolve(str(f))
+    assert (t.name, t.policy, t.ppd, t.size) == ("mine", "cpd", "x1", 4)
+    f.write_text("{\"workers\": 3}")
+    with pytest.raises(ValueError, match="expected"):
+        resolve(str(f))
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"policy": "nope", "workers": {"replica": 1}}, "policy must be one of"),
+    ({"policy": "cpd", "workers": {"decoder": 1}}, "unknown roles"),
+    ({"policy": "cpd", "workers": {"prefill": 1}}, "needs prefill-type and decode"),
+    ({"policy": "replica", "workers": {"replica": 1, "decode": 1}}, "only replica"),
+    ({"policy": "pd", "workers": {"prefill": 1, "decode": 1}, "ppd": "x2"}, "ppd must be"),
+    ({"policy": "pd", "workers": {"prefill": 0, "decode": 0}}, "at least one"),
+])
+def test_bad_topologies(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        Topology("t", **kwargs)
+
+
+def test_unknown_name_and_missing_file():
+    with pytest.raises(ValueError, match="neither"):
+        resolve("cpd-9d")
+    with pytest.raises(ValueError, match="no such file"):
+        resolve("/nonexistent/t.json")

@@ -1,0 +1,147 @@
+"""``warmpath serve --topology NAME``: Mooncake, the router and the workers as processes.
+
+Starts a private Mooncake master + store (unless ``--kv-store`` names one), the router on
+the requested port, then every worker on a free loopback port; waits until all workers
+have registered, prints the endpoint, and stops everything on Ctrl-C / SIGTERM (children
+also die with the launcher through ``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from warmpath.cluster.topology import Topology
+from warmpath.kv.mooncake_service import _die_with_parent, free_port
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Cluster:
+    """The processes of one running topology."""
+
+    topology: Topology
+    url: str
+    procs: dict = field(default_factory=dict)     # name -> Popen
+    service: object | None = None
+
+    def stop(self) -> None:
+        for name in sorted(self.procs, key=lambda n: n == "router"):   # workers first
+            p = self.procs[name]
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if self.service is not None:
+            self.service.stop()
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+
+# Mooncake's client logs expected lookup misses as errors when it starts; not worth a user's eye.
+_NOISE = ("Logging before InitGoogleLogging", "metadata not found")
+
+
+def _copy_stderr(pipe) -> None:
+    for line in iter(pipe.readline, b""):
+        if not any(n.encode() in line for n in _NOISE):
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+
+
+def _spawn(args: list[str], quiet: bool) -> subprocess.Popen:
+    env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR")}
+    p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
+                         stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
+                         preexec_fn=_die_with_parent)
+    threading.Thread(target=_copy_stderr, args=(p.stderr,), daemon=True).start()
+    return p
+
+
+def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_argv: list[str],
+          kv_store: str | None, l3_gib: float, threads: int | None, log_level: str = "WARNING",
+          timeout_s: float = 300.0) -> Cluster:
+    """Start everything and wait until every worker is registered; raises ``RuntimeError``
+    (after stopping what started) when a process dies or the wait times out."""
+    service = None
+    if kv_store is None and l3_gib > 0:
+        from warmpath.kv.mooncake_service import MooncakeService
+
+        service = MooncakeService(host="127.0.0.1", segment_bytes=int(l3_gib * (1 << 30))).start()
+        kv_store = f"{service.master},{service.metadata}"
+    url = f"http://{host}:{port}"
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    c = Cluster(topo, url, service=service)
+    quiet = log_level.upper() not in ("DEBUG", "INFO")
+    try:
+        ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
+        c.procs["router"] = _spawn(["--log-level", log_level, "router", "--host", host, "--port", str(port),
+                                    "--policy", topo.policy, *ppd, *router_argv], quiet)
+        per = threads or max(1, (os.cpu_count() or 2) // topo.size)
+        store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
+        for wid, role in topo.roles():
+            c.procs[wid] = _spawn(["--log-level", log_level, "worker", "--role", role, "--router", url,
+                                   "--worker-id", wid, "--host", "127.0.0.1", "--port", str(free_port()),
+                                   "--threads", str(per), *store, *worker_argv], quiet)
+        wait_ready(c, timeout_s)
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
+def wait_ready(c: Cluster, timeout_s: float) -> None:
+    want = {w for w, _ in c.topology.roles()}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if c.dead():
+            raise RuntimeError(f"process(es) {c.dead()} exited during startup (see their output above)")
+        try:
+            got = {w["worker_id"] for w in httpx.get(c.url + "/v1/cluster", timeout=2).json()["workers"]}
+            if want <= got:
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"workers not registered after {timeout_s:.0f} s")
+
+
+def run_forever(c: Cluster, model_id: str) -> int:
+    """Print the endpoint, then wait for Ctrl-C / SIGTERM or a process dying."""
+    roles = ", ".join(f"{n} {r}" for r, n in c.topology.workers.items() if n)
+    print(f"warmpath: serving {model_id} ({c.topology.name}: {roles}; policy {c.topology.policy}, "
+          f"PPD {c.topology.ppd}) on {c.url}/v1\n"
+          f"  cluster: curl {c.url}/v1/cluster   metrics: curl {c.url}/metrics\n"
+          f"  try: curl {c.url}/v1/chat/completions -H 'Content-Type: application/json' "
+          f"-d '{{\"model\": \"{model_id}\", \"messages\": [{{\"role\": \"user\", "
+          f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
+    stop = {"sig": None}
+
+    def on_signal(sig, _frame) -> None:
+        stop["sig"] = sig
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        while stop["sig"] is None:
+            if "router" in c.dead():
+                log.error("the router exited; stopping the cluster")
+                return 1
+            time.sleep(0.5)
+        return 0
+    finally:
+        print("warmpath: stopping the cluster", flush=True)
+        c.stop()

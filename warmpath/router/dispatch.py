@@ -1,0 +1,222 @@
+"""One request's trip through the cluster: plan, prefill (+ handoff), decode, relay.
+
+* Disaggregated (``cpd``, ``pd``): the prefill worker runs the prompt to its first token and
+  writes the prompt's blocks through to L3; the decode worker gets (prompt, first token),
+  reports the token at once, loads the blocks and generates the rest.
+* PPD local (turn 2+): the session's decode worker runs the append-prefill itself.
+* ``replica``: one worker does both.
+
+Failures before the client saw a token are retried once elsewhere; after that the stream
+ends with an OpenAI-shaped error event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+
+import httpx
+
+from warmpath.router import ppd
+from warmpath.router.state import Decision, RequestView, Snapshot
+
+RETRYABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
+
+
+class WorkerUnreachable(Exception):
+    """The worker failed before anything reached the client (safe to retry elsewhere)."""
+
+
+class UpstreamError(Exception):
+    """A worker answered with an error status; relay it as is."""
+
+    def __init__(self, status: int, content: bytes) -> None:
+        super().__init__(status)
+        self.status, self.content = status, content
+
+
+@dataclass
+class Trip:
+    """What the router learns about one request on its way."""
+
+    rv: RequestView
+    ids: list[int]
+    body: dict
+    kind: str                     # "chat" | "text"
+    cls: str                      # "cold" | "warm"
+    arrival: float
+    admitted: float = 0.0
+    decision: Decision | None = None
+    first_token: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    queue_s: float = 0.0
+    completion_tokens: int = 0
+    first_token_at: float | None = None
+
+
+class Planner:
+    """Builds snapshots (router-tracked load over heartbeat speeds) and asks the policies."""
+
+    def __init__(self, state) -> None:
+        self.s = state
+        self.load: dict[str, list[int]] = {}       # worker -> [queued prefill tokens, running]
+
+    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0) -> None:
+        x = self.load.setdefault(worker, [0, 0])
+        x[0] = max(0, x[0] + prefill_tokens)
+        x[1] = max(0, x[1] + running)
+
+    def snapshot(self, rv: RequestView, session) -> Snapshot:
+        s, now = self.s, time.monotonic()
+        with s.lock:
+            views = [replace(v, queued_prefill_tokens=self.load.get(v.worker_id, [0, 0])[0],
+                             running=self.load.get(v.worker_id, [0, 0])[1]) for v in s.registry.views()]
+            hits = {w.worker_id: s.index.lookup(w.worker_id, rv.block_hashes, now) for w in views}
+        return Snapshot(views, hits, session.decode_worker if session else None,
+                        kv_bytes_per_token=s.kv_bytes_per_token)
+
+    def plan(self, rv: RequestView, session, allow_local: bool = True) -> Decision:
+        """Routing decision; PPD may turn a turn-2+ request into a local append-prefill."""
+        snap = self.snapshot(rv, session)
+        d = self.s.policy.route(rv, snap)          # LookupError when nobody can take it
+        cfg = self.s.cfg.ppd
+        if (d.prefill == d.decode or rv.turn < 2 or cfg is None or session is None
+                or d.decode != session.decode_worker):
+            return d
+        views = {w.worker_id: w for w in snap.workers}
+        dw, pw = views[d.decode], views[d.prefill]
+        choice = ppd.decide(cfg, self.s.ppd_table, rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
+        if not (choice.local and allow_local):
+            self.s.metrics.ppd.labels("remote").inc()
+            return d
+        self.s.metrics.ppd.labels("local").inc()
+        hit = snap.hits.get(dw.worker_id)
+        cached = min(rv.num_tokens - 1, hit.local_blocks * rv.block_size) if hit else 0
+        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason)
+
+
+class Dispatcher:
+    """Runs a planned request against the workers (HTTP), with retries and accounting."""
+
+    def __init__(self, state, planner: Planner, http: httpx.AsyncClient) -> None:
+        self.s, self.p, self.http = state, planner, http
+
+    def _url(self, worker: str, path: str) -> str:
+        rec = self.s.registry.workers.get(worker)
+        if rec is None:
+            raise WorkerUnreachable(worker)
+        return rec.url + path
+
+    def lost(self, worker: str) -> None:
+        """A worker failed: stop routing to it until it registers again."""
+        self.s.registry.workers.pop(worker, None)
+        self.s.drop(worker)
+        self.s.metrics.retries.inc()
+
+    async def prefill(self, t: Trip, worker: str) -> dict:
+        """Prompt → first token on a prefill worker; its blocks land in L3 (the handoff)."""
+        d = t.decision
+        self.p.add(worker, t.rv.num_tokens - d.cached_tokens)
+        try:
+            r = await self.http.post(self._url(worker, "/internal/prefill"),
+                                     json={"prompt_token_ids": t.ids, "request": t.body})
+        except RETRYABLE as e:
+            raise WorkerUnreachable(worker) from e
+        finally:
+            self.p.add(worker, -(t.rv.num_tokens - d.cached_tokens))
+        if r.status_code != 200:
+            raise UpstreamError(r.status_code, r.content)
+        out = r.json()
+        m = self.s.metrics
+        m.kv_bytes.inc(out["kv_bytes"])
+        m.kv_put_s.inc(max(0.0, out["l3_put_s"]))
+        t.first_token, t.cached_tokens = out["token"], out["cached_tokens"]
+        t.first_token_at = time.monotonic()
+        t.ttft_s = t.first_token_at - t.arrival
+        t.queue_s = (t.admitted - t.arrival) + out["queue_s"]
+        m.first_token(t.cls, t.ttft_s, t.queue_s)
+        return out
+
+    def _payload(self, t: Trip) -> dict:
+        body = dict(t.body)
+        if body.get("stream"):   # the usage chunk tells the router how many tokens went out
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return {"kind": t.kind, "prompt_token_ids": t.ids, "request": body,
+                "first_token": t.first_token, "cached_tokens": t.cached_tokens}
+
+    def _got_first(self, t: Trip) -> None:
+        if t.ttft_s is None:
+            t.first_token_at = time.monotonic()
+            t.ttft_s = t.first_token_at - t.arrival
+            t.queue_s = t.admitted - t.arrival
+            self.s.metrics.first_token(t.cls, t.ttft_s, t.queue_s)
+
+    def finished(self, t: Trip) -> None:
+        """Record TPOT once the last token went out."""
+        n = t.completion_tokens
+        if n > 1 and t.first_token_at is not None:
+            self.s.metrics.tpot.labels(t.cls).observe((time.monotonic() - t.first_token_at) / (n - 1))
+
+    async def generate(self, t: Trip, worker: str):
+        """Non-streaming: the response body. Streaming: ``(first lines, line iterator,
+        upstream)``; the first lines already hold a token, so a failure before them is
+        retryable (raised as :class:`WorkerUnreachable`)."""
+        local = t.first_token is None
+        computed = t.rv.num_tokens - (t.decision.cached_tokens if local else t.rv.num_tokens)
+        self.p.add(worker, computed, 0)
+        sent = time.monotonic()
+        try:
+            if not t.body.get("stream"):
+                try:
+                    r = await self.http.post(self._url(worker, "/internal/generate"), json=self._payload(t))
+                except RETRYABLE as e:
+                    raise WorkerUnreachable(worker) from e
+                if r.status_code != 200:
+                    raise UpstreamError(r.status_code, r.content)
+                if local and t.ttft_s is None:
+                    t.admitted = t.admitted or sent
+                    ttft = (sent - t.arrival) + float(r.headers.get("x-warmpath-ttft-s", 0.0))
+                    t.first_token_at, t.ttft_s = t.arrival + ttft, ttft
+                    t.queue_s = (t.admitted - t.arrival) + float(r.headers.get("x-warmpath-queue-s", 0.0))
+                    self.s.metrics.first_token(t.cls, t.ttft_s, t.queue_s)
+                t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
+                return r.content
+            try:
+                up = await self.http.send(self.http.build_request(
+                    "POST", self._url(worker, "/internal/generate"), json=self._payload(t)), stream=True)
+            except RETRYABLE as e:
+                raise WorkerUnreachable(worker) from e
+            if up.status_code != 200:
+                content = await up.aread()
+                await up.aclose()
+                raise UpstreamError(up.status_code, content)
+            lines = up.aiter_lines()
+            head: list[str] = []
+            try:
+                async for line in lines:
+                    if not line:
+                        continue
+                    head.append(line)
+                    if line == "data: [DONE]" or _has_token(line):
+                        break
+            except RETRYABLE as e:
+                await up.aclose()
+                raise WorkerUnreachable(worker) from e
+            self._got_first(t)
+            return head, lines, up
+        finally:
+            self.p.add(worker, -computed, 0)
+
+
+def _has_token(line: str) -> bool:
+    """Whether an SSE data line carries generated text (not the chat role chunk)."""
+    if not line.startswith("data: {"):
+        return False
+    try:
+        ch = json.loads(line[6:]).get("choices") or []
+    except json.JSONDecodeError:
+        return False
+    return any((c.get("delta") or {}).get("content") or c.get("text") or c.get("finish_reason")
+               for c in ch) or "error" in line[6:40]
