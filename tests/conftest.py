@@ -53,7 +53,7 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
     import httpx
 
     port = port or free_port()
-    extra = ["--threads", "2"] if command == "serve" else []
+    extra = ["--threads", "2"] if command in ("serve", "worker") else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
          "--port", str(port), *extra, *args],

@@ -192,18 +192,37 @@ def test_engine_publishes_kv_events(smollm, prompts):
 
 
 def test_prefill_to_decode_handoff_through_the_store(smollm, prompts, reference, mooncake):
-    """The P→D handoff the cluster will use: P computes the prompt and writes its blocks
-    through to L3; D gets (prompt + first token), loads the blocks and only computes the
-    tail. D's continuation equals a single engine's greedy output."""
+    """The P→D handoff of the cluster: P computes the prompt and writes its blocks through
+    to L3; D gets the prompt with P's first token as ``output_prefix``, reports that token at
+    once, loads the blocks and only computes the tail. The text equals one engine's."""
     p = engine(smollm, l3=l3cfg(mooncake), write="write-through")
     first = p.generate([prompts["p"]], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))[0]
     assert first == reference["p"][:1]
     d = engine(smollm, l3=l3cfg(mooncake))
-    rest = d.generate([prompts["p"] + first],
-                      SamplingParams(max_tokens=len(reference["p"]) - 1, temperature=0, ignore_eos=True))[0]
-    assert first + rest == reference["p"]
-    # 322 tokens at D: 20 full blocks loaded from L3, only 2 tokens computed
+    n = len(reference["p"])
+    rid = d.add_request(prompts["p"], SamplingParams(max_tokens=n, temperature=0, ignore_eos=True),
+                        output_prefix=first)
+    init = d.take_initial_output(rid)
+    assert (init.new_token_ids, init.finished, init.completion_tokens) == (first, False, 1)
+    assert init.text == d.tokenizer.decode(first)
+    assert d.take_initial_output(rid) is None
+    got, text = list(first), init.text
+    while d.has_work():
+        for o in d.step():
+            got += o.new_token_ids
+            text += o.text
+            last = o
+    assert got == reference["p"] and last.completion_tokens == n and last.finish_reason == "length"
+    assert text == d.tokenizer.decode(reference["p"])
+    # 322 tokens known at D: 20 full blocks loaded from L3, only 2 tokens computed
     assert d.tiers.stats.loaded_tokens["L3"] == 320
     assert d.tiers.l3.stats.bytes_read == 20 * d.tiers.l3.slot
+    # a handed-off token that already ends the request never reaches the scheduler
+    rid = d.add_request(prompts["p"], SamplingParams(max_tokens=1, temperature=0), output_prefix=first)
+    done = d.take_initial_output(rid)
+    assert (done.finished, done.finish_reason) == (True, "length") and not d.has_work()
+    eos = d.eos_ids[0]
+    rid = d.add_request(prompts["p"], SamplingParams(max_tokens=5, temperature=0), output_prefix=[eos])
+    assert d.take_initial_output(rid).finish_reason == "stop" and not d.has_work()
     for e in (p, d):
         e.close()

@@ -29,8 +29,8 @@ def test_prefix_aware_routing_across_replicas(smollm):
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
     with serve_process(command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3"), \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3"):
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3", command="worker"), \
+            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3", command="worker"):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
         prompt = smollm.tokenizer.encode("Routers should send warm prompts home. " * 60)[:300]
         body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}

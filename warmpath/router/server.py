@@ -64,6 +64,7 @@ class RouterState:
         self.routed: dict[str, int] = {}
         self.waiters: dict[int, asyncio.Event] = {}
         self.mid_stream_failures = 0
+        self.pids: dict[str, int | None] = {}
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
         stop = threading.Event()
@@ -134,6 +135,7 @@ def build_router(state: RouterState) -> FastAPI:
             raise bad("worker_id", str(e)) from e
         if b.get("events_endpoint"):
             state.subscribe(b["worker_id"], b["events_endpoint"], b["replay_endpoint"])
+        state.pids[b["worker_id"]] = b.get("pid")
         return {"ok": True}
 
     @app.post("/internal/heartbeat")
@@ -329,7 +331,7 @@ def build_router(state: RouterState) -> FastAPI:
     async def cluster() -> dict:
         def worker(w: str, r) -> dict:
             load = planner.load.get(w, [0, 0])
-            return {**vars(r.view), "url": r.url, "routed": state.routed.get(w, 0),
+            return {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                     "router_queued_prefill_tokens": load[0], "router_running": load[1],
                     "indexed_blocks": len(state.index.local.get(w, {}))}
         m = state.metrics

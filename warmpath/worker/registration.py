@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 
 import httpx
 
@@ -44,6 +45,7 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine) -> 
     ns = dataclasses.asdict(engine.namespace)
     ev = engine.tiers.events if engine.tiers is not None else None
     body = {"worker_id": cfg.worker_id, "role": cfg.role, "url": cfg.advertise_url, "namespace": ns,
+            "pid": os.getpid(),
             "kv_bytes_per_token": engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
             "events_endpoint": ev.endpoint if ev else None,
             "replay_endpoint": ev.replay_endpoint if ev else None}

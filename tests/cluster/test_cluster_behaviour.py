@@ -1,0 +1,142 @@
+"""CPD isolation, admission, and failures, with real processes (router, workers, Mooncake)."""
+
+import concurrent.futures as cf
+import os
+import random
+import signal
+import time
+
+import httpx
+
+from tests.conftest import cluster_process, free_port, metric, serve_process
+
+M = "SmolLM2-135M-Instruct"
+
+
+def cluster(base):
+    return httpx.get(base + "/v1/cluster", timeout=5).json()
+
+
+def worker(base, wid):
+    return next((w for w in cluster(base)["workers"] if w["worker_id"] == wid), None)
+
+
+def wait_for(pred, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := pred():
+            return got
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def tokens(n, seed):
+    rng = random.Random(seed)
+    return [rng.randrange(1000, 40000) for _ in range(n)]
+
+
+def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request():
+    context, cold = tokens(1500, 1), tokens(3000, 2)
+    with cluster_process("cpd-1d") as base:
+        prime = httpx.post(base + "/v1/completions", timeout=120,
+                           json={"prompt": context + [5, 6], "max_tokens": 1, "temperature": 0})
+        assert prime.headers["x-warmpath-route"] == "cold"
+        assert prime.headers["x-warmpath-worker"] == "pre-prefill-0"
+        time.sleep(1.0)  # the pre-prefill worker's L3 events reach the router's index
+        done = {}
+
+        def send(name, prompt):
+            r = httpx.post(base + "/v1/completions", timeout=300,
+                           json={"prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True})
+            done[name] = time.monotonic()
+            return r
+
+        with cf.ThreadPoolExecutor(2) as pool:
+            fc = pool.submit(send, "cold", cold)
+            wait_for(lambda: worker(base, "pre-prefill-0")["router_queued_prefill_tokens"] > 0)
+            fw = pool.submit(send, "warm", context + tokens(40, 3))
+            rw, rc = fw.result(), fc.result()
+        assert rc.status_code == rw.status_code == 200
+        assert rc.headers["x-warmpath-route"] == "cold" and rc.headers["x-warmpath-worker"] == "pre-prefill-0"
+        assert rw.headers["x-warmpath-route"] == "warm" and rw.headers["x-warmpath-worker"] == "prefill-0"
+        assert rw.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1488  # 93 full shared blocks, from L3
+        assert done["warm"] < done["cold"]
+        # the warm request never queued behind the cold one: its queue time (admission wait +
+        # the prefill engine's queue) fell in the lowest buckets, and only one warm was counted
+        assert metric(base, "warmpath_router_queue_seconds_count", cls="warm") == 1
+        assert metric(base, "warmpath_router_queue_seconds_bucket", cls="warm", le="0.1") == 1
+        assert metric(base, "warmpath_router_requests_total", route="warm", cls="warm") == 1
+        assert metric(base, "warmpath_router_kv_handoff_bytes_total") > 0
+
+
+def test_admission_and_failures_in_a_disaggregated_cluster():
+    with cluster_process("pd-2p1d", "--max-in-flight", "2", "--cold-queue", "1", "--warm-queue", "1") as base:
+        body = {"model": M, "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0,
+                "ignore_eos": True}
+        with cf.ThreadPoolExecutor(8) as pool:
+            rs = list(pool.map(lambda _: httpx.post(base + "/v1/completions", json=body, timeout=120), range(8)))
+        codes = sorted(r.status_code for r in rs)
+        assert 429 in codes and all(c in (200, 429) for c in codes), codes
+        texts = {r.json()["choices"][0]["text"] for r in rs if r.status_code == 200}
+        assert len(texts) == 1 and all(r.headers.get("retry-after") == "1" for r in rs if r.status_code == 429)
+        (text,) = texts
+
+        # a prefill worker killed before the first token: the request is retried on the other
+        os.kill(worker(base, "prefill-0")["pid"], signal.SIGKILL)
+        r = httpx.post(base + "/v1/completions", json=body, timeout=120)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == text
+        assert r.headers["x-warmpath-worker"] == "prefill-1"
+        info = cluster(base)
+        assert info["retries"] == 1 and worker(base, "prefill-0") is None
+
+        # a worker whose heartbeats stop disappears from routing, and comes back
+        p1 = worker(base, "prefill-1")["pid"]
+        os.kill(p1, signal.SIGSTOP)
+        try:
+            wait_for(lambda: worker(base, "prefill-1") is None, timeout=30)
+            r = httpx.post(base + "/v1/completions", json=body, timeout=30)
+            assert r.status_code == 503 and "no healthy prefill worker" in r.json()["error"]["message"]
+        finally:
+            os.kill(p1, signal.SIGCONT)
+        wait_for(lambda: worker(base, "prefill-1") is not None, timeout=30)
+
+        # the decode worker killed after the first token: a clean error event, router stays up
+        long = {**body, "max_tokens": 400, "stream": True}
+        with httpx.stream("POST", base + "/v1/completions", json=long, timeout=120) as s:
+            lines = s.iter_lines()
+            got = [next(x for x in lines if x.startswith("data: {")) for _ in range(3)]
+            assert all('"text"' in g for g in got)
+            os.kill(worker(base, "decode-0")["pid"], signal.SIGKILL)
+            rest = [x for x in lines if x]
+        assert '"error"' in rest[-2] and "mid-stream" in rest[-2] and rest[-1] == "data: [DONE]"
+        assert httpx.get(base + "/health", timeout=5).status_code == 200
+        p = worker(base, "prefill-1")["url"]
+        assert metric(p, "warmpath_num_requests_running", model=M) == 0   # nothing left behind
+        assert metric(p, "warmpath_kv_cache_usage_ratio", model=M) == 0
+        assert cluster(base)["admission"]["in_flight"] == 0
+        r = httpx.post(base + "/v1/completions", json={**body, "stream": False}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+
+
+def test_stale_index_entry_is_recomputed_with_the_same_answer(smollm):
+    """The router's index says a worker holds a prefix it lost (it restarted): the worker
+    recomputes and the answer does not change."""
+    rport, wport = free_port(), free_port()
+    router = f"http://127.0.0.1:{rport}"
+    prompt = smollm.tokenizer.encode("Stale routing hints must never change answers. " * 40)[:300]
+    body = {"model": M, "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    wargs = ("--no-l3", "--router", router, "--worker-id", "w1", "--heartbeat-s", "0.3")
+    with serve_process(command="router", port=rport):
+        procs = []
+        with serve_process(*wargs, command="worker", port=wport, procs=procs):
+            wait_for(lambda: worker(router, "w1"))
+            first = httpx.post(router + "/v1/completions", json=body, timeout=120).json()
+            wait_for(lambda: worker(router, "w1")["indexed_blocks"] >= 18)
+            os.killpg(procs[0].pid, signal.SIGKILL)
+            procs[0].wait()
+        with serve_process(*wargs, command="worker", port=wport):
+            wait_for(lambda: worker(router, "w1") and worker(router, "w1")["indexed_blocks"] >= 18)
+            again = httpx.post(router + "/v1/completions", json=body, timeout=120)
+            assert again.headers["x-warmpath-worker"] == "w1"
+            assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert again.json()["choices"][0]["text"] == first["choices"][0]["text"]
