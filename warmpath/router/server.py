@@ -13,17 +13,18 @@ import json
 import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from warmpath.kv.events import KVEventSubscriber
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
 from warmpath.models.tokenizer import ChatTemplateError, TextTokenizer
 from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.dispatch import Dispatcher, Planner, Trip, UpstreamError, WorkerUnreachable
+from warmpath.router.dispatch import Dispatcher, Planner, Trip
+from warmpath.router.flow import RequestFlow
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.metrics import RouterMetrics
 from warmpath.router.policy import RoutingPolicy
@@ -93,7 +94,7 @@ def build_router(state: RouterState) -> FastAPI:
     http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5),
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
     planner = Planner(state)
-    disp = Dispatcher(state, planner, http)
+    flow = RequestFlow(state, planner, Dispatcher(state, planner, http))
 
     async def expire_loop() -> None:
         while True:
@@ -158,12 +159,6 @@ def build_router(state: RouterState) -> FastAPI:
         p = parse_prompt(body)
         return (state.tok.encode(p) if isinstance(p, str) else p), None
 
-    def plan(rv: RequestView, sess, allow_local: bool = True):
-        try:
-            return planner.plan(rv, sess, allow_local)
-        except LookupError as e:
-            raise APIError(503, str(e), err_type="server_error") from e
-
     async def handle(req: Request, path: str) -> Response:
         arrival = time.monotonic()
         try:
@@ -185,7 +180,7 @@ def build_router(state: RouterState) -> FastAPI:
                          turn=(sess.turns + 1) if sess else 1,
                          new_tokens=len(ids) - held if 0 < held < len(ids) else len(ids),
                          max_tokens=parsed.max_tokens or 128)
-        d = plan(rv, sess)
+        d = flow.plan(rv, sess)
         cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
         key = id(req)
         verdict = state.admission.offer(key, d.tier if d.tier in ("cold", "warm") else cls)
@@ -199,9 +194,9 @@ def build_router(state: RouterState) -> FastAPI:
             except asyncio.CancelledError:  # the client left while waiting
                 state.waiters.pop(key, None)
                 if not state.admission.cancel(key):
-                    release()  # we had already been given the slot: hand it on
+                    flow.release()  # we had already been given the slot: hand it on
                 raise
-            d = plan(rv, sess)  # the cluster moved on while we waited
+            d = flow.plan(rv, sess)  # the cluster moved on while we waited
         t = Trip(rv, ids, body, "chat" if msgs is not None else "text", cls, arrival,
                  admitted=time.monotonic(), decision=d)
         if sess is not None:
@@ -211,100 +206,10 @@ def build_router(state: RouterState) -> FastAPI:
         m.prefix.labels("cached").inc(d.cached_tokens)
         m.prefix.labels("computed").inc(rv.num_tokens - d.cached_tokens)
         try:
-            return await run(t, sess)
+            return await flow.run(t, sess)
         except BaseException:
-            release()
+            flow.release()
             raise
-
-    async def run(t: Trip, sess) -> Response:
-        """Prefill (when disaggregated) then decode; one retry elsewhere before any token."""
-        for attempt in range(2):
-            d = t.decision
-            state.routed[d.decode] = state.routed.get(d.decode, 0) + 1
-            try:
-                if t.first_token is None and d.prefill not in (None, d.decode):
-                    state.routed[d.prefill] = state.routed.get(d.prefill, 0) + 1
-                    with state.lock:
-                        state.index.note_routed(d.prefill, t.rv.block_hashes, time.monotonic())
-                    await disp.prefill(t, d.prefill)
-                return await decode(t, sess)
-            except WorkerUnreachable as e:
-                disp.lost(e.args[0])
-                if attempt == 1:
-                    state.metrics.failed.labels("route").inc()
-                    raise APIError(503, f"no worker could take the request: {e.args[0]} failed",
-                                   err_type="server_error") from e
-                if t.first_token is None:
-                    t.decision = plan(t.rv, sess, allow_local=False)
-                else:  # the first token exists and its KV is in L3: any decode worker can go on
-                    try:
-                        dec = state.policy.decode_for(planner.snapshot(t.rv, None)).worker_id
-                    except LookupError as le:
-                        raise APIError(503, str(le), err_type="server_error") from le
-                    t.decision = replace(d, decode=dec)
-            except UpstreamError as e:
-                state.metrics.failed.labels("upstream").inc()
-                release()
-                return Response(e.content, status_code=e.status, media_type="application/json")
-        raise AssertionError("unreachable")
-
-    def ended(t: Trip, sess) -> None:
-        planner.add(t.decision.decode, running=-1)
-        disp.finished(t)
-        if sess is not None:
-            sess.decode_worker = t.decision.decode
-            sess.context_tokens = t.rv.num_tokens + t.completion_tokens
-        release()
-
-    async def decode(t: Trip, sess) -> Response:
-        d = t.decision
-        headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
-                   "X-Warmpath-Worker": d.prefill or d.decode}
-        planner.add(d.decode, running=1)
-        try:
-            res = await disp.generate(t, d.decode)
-        except BaseException:
-            planner.add(d.decode, running=-1)
-            raise
-        if not t.body.get("stream"):
-            ended(t, sess)
-            return Response(res, media_type="application/json", headers=headers)
-        head, lines, up = res
-        want_usage = bool((t.body.get("stream_options") or {}).get("include_usage"))
-
-        def out(line: str) -> bytes | None:
-            if line.startswith("data: {") and '"choices": []' in line:  # the usage chunk
-                t.completion_tokens = json.loads(line[6:]).get("usage", {}).get("completion_tokens", 0)
-                if not want_usage:
-                    return None
-            return (line + "\n\n").encode()
-
-        async def relay():
-            try:
-                for line in head:
-                    if (b := out(line)) is not None:
-                        yield b
-                async for line in lines:
-                    if line and (b := out(line)) is not None:
-                        yield b
-            except httpx.HTTPError as e:
-                # The worker died mid-stream: tokens already went out, so no retry; end the
-                # stream with an OpenAI-shaped error event the client can read.
-                state.mid_stream_failures += 1
-                state.metrics.failed.labels("stream").inc()
-                err = APIError(502, f"worker {d.decode} failed mid-stream: {type(e).__name__}",
-                               err_type="server_error")
-                yield f"data: {json.dumps(err.body())}\n\ndata: [DONE]\n\n".encode()
-            finally:
-                await up.aclose()
-                ended(t, sess)
-
-        return StreamingResponse(relay(), media_type="text/event-stream", headers=headers)
-
-    def release() -> None:
-        nxt = state.admission.release()
-        if nxt is not None and nxt in state.waiters:
-            state.waiters.pop(nxt).set()
 
     @app.post("/v1/chat/completions")
     async def chat(req: Request) -> Response:
