@@ -1,12 +1,12 @@
 # Two commands do everything on a fresh machine:
-#   make serve   - set up .venv, prepare the model, serve the OpenAI API on 127.0.0.1:8000
+#   make serve   - set up .venv, prepare the model, start the cpd-1d cluster behind 127.0.0.1:8000
 #   make test    - set up .venv with test dependencies, run the whole test suite
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
-TOPOLOGY ?= replica
+TOPOLOGY ?= cpd-1d
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-test serve test bench clean

@@ -287,8 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
     c.set_defaults(fn=_calibrate)
     from warmpath.bench.cli import add_parser as add_bench
+    from warmpath.sim.cli import add_parser as add_sim
 
     add_bench(sub)
+    add_sim(sub)
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError

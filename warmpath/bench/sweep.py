@@ -53,7 +53,8 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
         sessions = make(max(100, int(concurrency * duration_s * 10)), seed)
     else:
         times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
-        sessions = make(len(times), seed)
+        # new prompts at every rate point: a server that ran the previous point still holds its KV
+        sessions = make(len(times), seed + int(rate * 1000))
         for s, t in zip(sessions, times):
             s.start = t
     before = await target.server_metrics()

@@ -58,19 +58,21 @@ def _s(x: float, scale: float) -> int:
 
 def coding_agent(n: int, seed: int = 0, scale: float = 1.0, repos: int = 4, context: int = 2048,
                  warm_ratio: float = 0.7, doc_tokens: int = 2048, turns: int = 3, question: int = 64,
-                 answer: int = 64) -> list[Session]:
+                 answer: int = 64, primed: bool = False, repo_seed: int | None = None) -> list[Session]:
     """Shared repository contexts with multi-turn sessions, plus a stream of cold documents.
 
     A fraction ``warm_ratio`` of sessions work on one of ``repos`` repositories (Zipf-like
-    popularity): the first use of a repository is cold, later ones warm. The rest are new
+    popularity): the first use of a repository is cold, later ones warm (all warm when
+    ``primed``: the caller sent :func:`repo_contexts` beforehand; ``repo_seed`` picks the
+    repositories, default ``seed``). The rest are new
     documents of ``doc_tokens`` tokens (always cold, one turn). ``scale`` shrinks all lengths.
     """
     context, doc_tokens = _s(context, scale), _s(doc_tokens, scale)
     question, answer = _s(question, scale), _s(answer, scale)
     rng = random.Random(seed)
-    ctx = [tokens(random.Random(f"repo-{seed}-{r}"), context) for r in range(repos)]
+    ctx = repo_contexts(seed if repo_seed is None else repo_seed, repos, context)
     weights = [1 / (r + 1) for r in range(repos)]
-    seen: set[int] = set()
+    seen: set[int] = set(range(repos)) if primed else set()
     out = []
     for i in range(n):
         if rng.random() < warm_ratio:
@@ -83,6 +85,11 @@ def coding_agent(n: int, seed: int = 0, scale: float = 1.0, repos: int = 4, cont
         else:
             out.append(Session(f"doc-{i}", [Turn(tokens(rng, doc_tokens), answer, "cold")]))
     return out
+
+
+def repo_contexts(seed: int, repos: int, context: int) -> list[list[int]]:
+    """The shared repository contexts of :func:`coding_agent` (same seed, same tokens)."""
+    return [tokens(random.Random(f"repo-{seed}-{r}"), context) for r in range(repos)]
 
 
 def multi_turn_chat(n: int, seed: int = 0, scale: float = 1.0, mean_turns: float = 3.0,
@@ -101,6 +108,17 @@ def multi_turn_chat(n: int, seed: int = 0, scale: float = 1.0, mean_turns: float
                  _lognormal(rng, answer_mean, 0.8, 1, max_len), "cold" if t == 0 else "warm")
             for t in range(k)]))
     return out
+
+
+def long_conversations(n: int, seed: int = 0, scale: float = 1.0, turns: int = 5, first: int = 1024,
+                       follow: int = 48, answer: int = 32) -> list[Session]:
+    """Agent-style conversations: a long first turn, then ``turns - 1`` short follow-ups
+    (the PPD case: each follow-up's history is already on the decode worker)."""
+    first, follow, answer = _s(first, scale), _s(follow, scale), _s(answer, scale)
+    rng = random.Random(seed)
+    return [Session(f"conv-{i}", [Turn(tokens(rng, first if t == 0 else follow), answer,
+                                       "cold" if t == 0 else "warm") for t in range(turns)])
+            for i in range(n)]
 
 
 PPD_FIRST = [(512, 64), (1024, 64)]
@@ -168,4 +186,5 @@ def csv_trace(path: Path, seed: int = 0, token_scale: float = 1.0, time_scale: f
     return out
 
 
-WORKLOADS = {"coding-agent": coding_agent, "multi-turn-chat": multi_turn_chat, "ppd-grid": ppd_grid}
+WORKLOADS = {"coding-agent": coding_agent, "multi-turn-chat": multi_turn_chat, "ppd-grid": ppd_grid,
+             "long-conversations": long_conversations}

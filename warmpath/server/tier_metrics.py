@@ -38,6 +38,7 @@ class TierCollector(Collector):
                                    labels=["model"])
         corrupt = CounterMetricFamily("warmpath_kv_l3_corrupt_blocks", "L3 blocks rejected by header/checksum",
                                       labels=["model"])
+        secs = CounterMetricFamily("warmpath_kv_l3_seconds", "Wall time in L3 transfers", labels=["model", "op"])
         up = GaugeMetricFamily("warmpath_kv_l3_up", "1 when L3 is reachable", labels=["model"])
         t = e.tiers
         if t is not None:
@@ -58,5 +59,7 @@ class TierCollector(Collector):
                 l3err.add_metric([m], s.errors)
                 l3fb.add_metric([m], s.fallbacks)
                 corrupt.add_metric([m], s.corrupt)
+                secs.add_metric([m, "read"], s.read_seconds)
+                secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
-        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, up)
+        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, secs, up)

@@ -1,0 +1,150 @@
+"""The simulator: exact hand-worked timelines, determinism, conservation, integrity, and
+that it runs the production classes (not forks of them)."""
+
+import dataclasses
+import inspect
+import pkgutil
+
+import pytest
+
+import warmpath.sim
+from warmpath.bench.workload import Session, Turn, coding_agent, long_conversations
+from warmpath.cluster.topology import Topology, resolve
+from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.scheduler import Scheduler, SchedulerConfig
+from warmpath.kv.block_pool import BlockPool
+from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.policy import CPDPolicy, RoutingPolicy
+from warmpath.router.sessions import SessionTable
+from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
+from warmpath.sim.run import SimSetup, build, simulate_rate
+from warmpath.sim.step_time import Roofline, StepTime
+
+FAST = HardwareProfile("test", 1e15, 1e13, 1e12, 1e15, 1e15, 80, net_latency_s=0.0)
+
+
+class Constant(StepTime):
+    """Every step takes ``dt`` seconds, whatever it computes."""
+
+    def __init__(self, dt: float) -> None:
+        self.dt = dt
+
+    def step_s(self, items):
+        return self.dt
+
+    def prefill_tok_s(self):
+        return 1e4
+
+
+def setup(topology, dt=0.1, **kw):
+    return SimSetup(topology, MODELS["llama-3.1-8b"], FAST, step_time=Constant(dt), kv_blocks=4096,
+                    scheduler=SchedulerConfig(max_num_batched_tokens=512, max_model_len=1 << 16), **kw)
+
+
+def one_turn(sid, start, n=32, out=4, seed=0):
+    return Session(sid, [Turn(list(range(1000 + seed, 1000 + seed + n)), out)], start=start)
+
+
+def run(s: SimSetup, sessions):
+    sim = build(s)
+    return sim, sorted(sim.run(sessions), key=lambda r: r.sid)
+
+
+def test_hand_worked_replica_timeline():
+    """One worker, 0.1 s per step, 32-token prompts, 4 tokens out. a and b arrive at 0 and
+    share the first step; c arrives at 0.05, joins the second step (decode-first: a and b
+    decode, c prefills), so it sees its first token at 0.2 and its last at 0.5."""
+    topo = Topology("one", "replica", {"replica": 1})
+    sim, recs = run(setup(topo), [one_turn("a", 0.0), one_turn("b", 0.0, seed=100), one_turn("c", 0.05, seed=200)])
+    got = {r.sid: (round(r.ttft, 9), round(r.e2e, 9), r.output_tokens) for r in recs}
+    assert got == {"a": (0.1, 0.4, 4), "b": (0.1, 0.4, 4), "c": (0.15, 0.45, 4)}
+    assert [round(r.tpot, 9) for r in recs] == [0.1, 0.1, 0.1]
+    assert sim.workers["replica-0"].steps == 5
+
+
+def test_hand_worked_disaggregated_timeline():
+    """Prefill worker: one 0.1 s step to the first token; handoff through the store (no
+    latency on this hardware); the decode worker then takes one step per token."""
+    topo = Topology("pd", "pd", {"prefill": 1, "decode": 1})
+    sim, recs = run(setup(topo), [one_turn("a", 0.0, n=64)])
+    (r,) = recs
+    assert (round(r.ttft, 6), round(r.e2e, 6), r.output_tokens) == (0.1, 0.4, 4)
+    d = sim.workers["decode-0"]
+    # the decode worker found all 4 prompt blocks in L3 and computed only the handed-off token
+    assert d.sched.prefix_hit_tokens == 64 and d.cost.decisions["load"] == 1
+    assert sim.stats.handoff_bytes == 64 * MODELS["llama-3.1-8b"].kv_bytes_per_token
+
+
+def test_ppd_x1_keeps_follow_ups_on_the_decode_worker():
+    topo = resolve("ppd-1p3d", "x1")
+    sess = long_conversations(3, seed=1, turns=3, first=256, follow=16, answer=8)
+    for i, s in enumerate(sess):
+        s.start = i * 0.01
+    sim, recs = run(setup(topo, dt=0.01), sess)
+    assert len(recs) == 9 and all(r.ok for r in recs)
+    assert (sim.stats.ppd_local, sim.stats.ppd_remote) == (6, 0)
+    assert sim.stats.routed["prefill-0"] == 3          # only the first turns
+
+
+def test_determinism_conservation_and_integrity():
+    s = SimSetup(resolve("cpd-2d"), MODELS["llama-3.1-8b"], HARDWARE["b200"],
+                 tp={"pre-prefill": 4, "prefill": 4}, admission=AdmissionConfig(4, {"cold": 2, "warm": 2}))
+    make = lambda n, seed: coding_agent(n, seed, context=1024, doc_tokens=1024)  # noqa: E731
+    a = simulate_rate(s, make, 8.0, 20.0, {}, seed=3)
+    b = simulate_rate(s, make, 8.0, 20.0, {}, seed=3)
+    assert a["classes"] == b["classes"] and a["sim"]["events"] == b["sim"]["events"]
+    c = simulate_rate(s, make, 8.0, 20.0, {}, seed=4)
+    assert c["classes"] != a["classes"]
+    # conservation: every turn that started is completed or counted as failed (429s here)
+    sessions = make(a["sessions"], 3)
+    allc = a["classes"]["all"]
+    assert allc["failed"] > 0 and "HTTP 429" in a["errors"]
+    sim = build(s)
+    from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+    for ss, t in zip(sessions, arrival_times(ArrivalConfig(8.0, 20.0, seed=3))):
+        ss.start = t
+    recs = sim.run(sessions)
+    assert len(recs) == allc["completed"] + allc["failed"]
+    by = {}
+    for r in recs:
+        by.setdefault(r.sid, []).append(r)
+    for ss in sessions:
+        rs = by[ss.sid]
+        assert [r.turn for r in rs] == list(range(1, len(rs) + 1))   # in order, no gaps
+        assert len(rs) == len(ss.turns) or not rs[-1].ok             # all done, or stopped at a failure
+    assert not sim._by_seq and not sim._queued and sim.admission.in_flight == 0
+    for w in sim.workers.values():
+        w.pool.check_integrity()
+        assert w.pool.usage == 0 and not w.sched.has_work()
+
+
+def test_runs_the_production_classes():
+    sim = build(SimSetup(resolve("cpd-1d"), MODELS["llama-3.1-8b"], HARDWARE["h100"]))
+    w = sim.workers["prefill-0"]
+    assert type(w.sched) is Scheduler and type(w.bm) is BlockManager and type(w.pool) is BlockPool
+    assert type(sim.policy) is CPDPolicy and type(sim.admission) is Admission
+    assert type(sim.index) is GlobalKVIndex and type(sim.sessions) is SessionTable
+    # no module of the simulator defines its own scheduler, block manager, pool or policy
+    production = {"Scheduler", "BlockManager", "BlockPool", "Admission", "GlobalKVIndex", "SessionTable"}
+    for mod in pkgutil.iter_modules(warmpath.sim.__path__):
+        m = __import__(f"warmpath.sim.{mod.name}", fromlist=["x"])
+        for name, obj in inspect.getmembers(m, inspect.isclass):
+            if obj.__module__ == m.__name__:
+                assert name not in production, f"{m.__name__} forks {name}"
+                assert not issubclass(obj, (RoutingPolicy, Scheduler, BlockPool)), f"{m.__name__}.{name}"
+
+
+def test_roofline_numbers():
+    m, hw = MODELS["llama-3.1-8b"], HARDWARE["h100"]
+    assert m.kv_bytes_per_token == 128 * 1024 and MODELS["llama-3.1-70b"].kv_bytes_per_token == 320 * 1024
+    r1, r4 = Roofline(m, hw, 1), Roofline(m, hw, 4)
+    # decode of one sequence is memory-bound: weights / (HBM · MBU) + overhead
+    assert r1.step_s([(1, 0)]) == pytest.approx(m.weight_bytes / (hw.hbm_bytes_s * 0.7) + 0.003, rel=1e-3)
+    # a 8K prefill is compute-bound and TP4 is faster, but not 4x (all-reduce)
+    t1, t4 = r1.step_s([(8192, 0)]), r4.step_s([(8192, 0)])
+    assert t1 == pytest.approx((2 * m.params * 8192 + 4 * 32 * 32 * 128 * 8192 * 4096) / (989e12 * 0.5) + 0.003,
+                               rel=1e-3)
+    assert 2.5 < t1 / t4 < 4
+    with pytest.raises(ValueError):
+        dataclasses.replace(hw, mfu=0)

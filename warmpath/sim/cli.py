@@ -1,0 +1,121 @@
+"""``warmpath sim`` (one simulated topology, rate sweep → summary.json like ``warmpath bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
+from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
+from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
+
+# The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
+# machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s); step times
+# come from the calibration's fitted StepModel.
+CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_overhead_s=0.0,
+                      net_latency_s=1e-3)
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("sim", help="simulate a topology at cluster scale (same policy code)")
+    s.add_argument("--topology", default="cpd-1d", help=" | ".join(TOPOLOGIES) + " | FILE.json")
+    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
+    s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
+    s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
+    s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
+    s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
+    s.add_argument("--l2-gib", type=float, default=0.0)
+    s.add_argument("--max-in-flight", type=int, default=24)
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    wl = s.add_mutually_exclusive_group(required=True)
+    wl.add_argument("--workload", choices=sorted(WORKLOADS))
+    wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
+    s.add_argument("--rates", default="1", help="sessions/s, comma-separated")
+    s.add_argument("--per-gpu", action="store_true", help="rates are per GPU")
+    s.add_argument("--duration", type=float, default=120.0)
+    s.add_argument("--ramp", type=float, default=0.0)
+    s.add_argument("--scale", type=float, default=1.0)
+    s.add_argument("--slo", default=None, help="e.g. ttft_p90=2.0")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", type=Path, default=Path("sim_out"))
+    s.set_defaults(fn=main)
+
+
+def parse_tp(spec: str) -> dict:
+    out = {}
+    for part in filter(None, spec.split(",")):
+        role, sep, n = part.partition("=")
+        if not sep or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--tp: expected ROLE=N[,ROLE=N], got {part!r}")
+        out[role.strip()] = int(n)
+    return out
+
+
+def setup_from_args(a: argparse.Namespace):
+    """The :class:`~warmpath.sim.run.SimSetup` the flags describe."""
+    from warmpath.engine.step_model import StepModel
+    from warmpath.router.admission import AdmissionConfig
+    from warmpath.router.ppd import PPDTable
+    from warmpath.sim.run import SimSetup
+
+    GIB = 1 << 30
+    topo = resolve(a.topology, a.ppd)
+    fitted = table = None
+    if a.calibration is not None:
+        try:
+            cal = json.loads(a.calibration.read_text())
+            fitted, table = StepModel.from_json(cal["step_model"]), PPDTable.from_json(cal["ppd_table"])
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
+    if a.hardware == "cpu" and fitted is None:
+        raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
+    model = MODELS[a.model]
+    hw = CPU if a.hardware == "cpu" else HARDWARE[a.hardware]
+    kv_blocks = int(a.kv_gib * GIB // (16 * model.kv_bytes_per_token)) if a.kv_gib else None
+    from warmpath.engine.scheduler import SchedulerConfig
+
+    sched = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
+                            max_model_len=1 << 20)
+    return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
+                    scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table)
+
+
+def main(a: argparse.Namespace) -> int:
+    from warmpath.bench.metrics import parse_slo
+    from warmpath.bench.plots import plot_summaries
+    from warmpath.bench.sweep import write_results
+    from warmpath.sim.run import sweep
+
+    setup = setup_from_args(a)
+    slo = parse_slo(a.slo)
+    if a.trace is not None:
+        if not a.trace.is_file():
+            raise ValueError(f"--trace: file not found: {a.trace}")
+        fixed = mooncake_trace(a.trace) if a.trace.suffix == ".jsonl" else csv_trace(a.trace, a.seed)
+        make, name = (lambda n, seed: [s for s in fixed]), str(a.trace)
+        rates = [1.0]
+    else:
+        gen = WORKLOADS[a.workload]
+        make, name = (lambda n, seed: gen(n, seed, scale=a.scale)), a.workload
+        try:
+            rates = [float(x) for x in a.rates.split(",")]
+        except ValueError as e:
+            raise ValueError(f"--rates: expected numbers, got {a.rates!r}") from e
+    mult = setup.gpus if a.per_gpu else 1
+    label = f"sim:{setup.topology.name}/{a.hardware}/{a.model}"
+    t0 = time.perf_counter()
+    summary = sweep(setup, make, [r * mult for r in rates], a.duration, slo, label, name, a.ramp, a.seed,
+                    fixed_arrivals=a.trace is not None)
+    write_results(a.out, summary)
+    plot_summaries({label: summary}, a.out, gpus=setup.gpus)
+    for r, res in summary["runs"].items():
+        c = summary["rates"][r]["all"]
+        f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        print(f"rate {r}: completed {c['completed']} failed {c['failed']} TTFT p50 {f(c['ttft_p50_s'])} "
+              f"p90 {f(c['ttft_p90_s'])} TPOT {f(c['tpot_s'])} | {res['sim']['events']} events, "
+              f"{res['sim']['events_per_s']:.0f} events/s")
+    print(f"{setup.gpus} GPUs; wall {time.perf_counter() - t0:.1f} s; wrote {a.out / 'summary.json'}")
+    return 0

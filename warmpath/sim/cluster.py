@@ -1,0 +1,250 @@
+"""Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
+
+The router part runs the production objects: the routing policy (``cpd`` / ``pd`` /
+``replica``), the PPD switch, admission, the session table and the global KV index fed by
+the workers' events. Each worker runs the production scheduler and block manager
+(``worker.py``). Only step times and transfers are modelled. The request flow mirrors
+``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
+the decode worker, which loads them and generates; PPD-local turns run on the decode worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from warmpath.bench.metrics import Record
+from warmpath.bench.workload import Session
+from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
+from warmpath.router import ppd
+from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.policy import RoutingPolicy
+from warmpath.router.sessions import SessionTable
+from warmpath.router.state import Decision, RequestView, Snapshot
+from warmpath.sim.store import SimStore
+from warmpath.sim.worker import SimWorker
+
+
+@dataclass
+class Req:
+    """One turn of a session in flight."""
+
+    rid: str
+    session: Session
+    turn: int
+    prompt: list[int]
+    arrival: float
+    rv: RequestView
+    decision: Decision | None = None
+    first_at: float | None = None
+    output: list[int] = field(default_factory=list)
+    cached: int = 0
+
+
+@dataclass
+class SimStats:
+    events: int = 0
+    handoff_bytes: float = 0.0
+    ppd_local: int = 0
+    ppd_remote: int = 0
+    rejected: int = 0
+    routed: dict = field(default_factory=dict)
+
+
+class Simulation:
+    """Run sessions through simulated workers; ``run()`` returns the client-side records."""
+
+    def __init__(self, workers: list[SimWorker], policy: RoutingPolicy, namespace: KVNamespace,
+                 store: SimStore | None, index: GlobalKVIndex, kv_bytes_per_token: int,
+                 nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
+                 ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
+                 net_latency_s: float = 2e-4) -> None:
+        self.workers = {w.wid: w for w in workers}
+        self.policy, self.ns, self.store, self.index = policy, namespace, store, index
+        self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
+        self.admission = Admission(admission)
+        self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
+        self.net = net_latency_s
+        self.sessions = SessionTable()
+        self.stats = SimStats()
+        self.records: list[Record] = []
+        self._heap: list = []
+        self._tie = itertools.count()
+        self._by_seq: dict[str, Req] = {}
+        self._queued: dict[str, Req] = {}
+        self._history: dict[str, list[int]] = {}
+        self.now = 0.0
+
+    # -- event queue ---------------------------------------------------------
+    def _at(self, t: float, fn, *args) -> None:
+        heapq.heappush(self._heap, (t, next(self._tie), fn, args))
+
+    def run(self, sessions: list[Session]) -> list[Record]:
+        for s in sessions:
+            self._history[s.sid] = list(s.prefix)
+            self._at(s.start, self._turn, s, 0)
+        while self._heap:
+            self.now, _, fn, args = heapq.heappop(self._heap)
+            self.stats.events += 1
+            fn(*args)
+        return self.records
+
+    # -- router ----------------------------------------------------------------
+    def _turn(self, s: Session, i: int) -> None:
+        t = s.turns[i]
+        hist = self._history[s.sid]
+        hist += t.new_tokens
+        sess = self.sessions.touch(s.sid, self.now)
+        held = sess.context_tokens
+        rv = RequestView(len(hist), tuple(hash_prefix_blocks(self.ns, hist)), self.ns.block_size, s.sid,
+                         turn=sess.turns + 1, new_tokens=len(hist) - held if 0 < held < len(hist) else len(hist),
+                         max_tokens=t.max_tokens)
+        req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv)
+        try:
+            d = self._plan(req)
+        except LookupError as e:
+            return self._fail(req, f"no worker: {e}")
+        cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
+        verdict = self.admission.offer(req.rid, d.tier if d.tier in ("cold", "warm") else cls)
+        if verdict == "rejected":
+            self.stats.rejected += 1
+            return self._fail(req, "HTTP 429")
+        if verdict == "queued":
+            self._queued[req.rid] = req
+            return
+        self._dispatch(req, d)
+
+    def _plan(self, req: Req) -> Decision:
+        views = [w.view() for w in self.workers.values()]
+        hits = {v.worker_id: self.index.lookup(v.worker_id, req.rv.block_hashes, self.now) for v in views}
+        sess = self.sessions.sessions.get(req.session.sid)
+        snap = Snapshot(views, hits, sess.decode_worker if sess else None, self.kvb, self.nic)
+        d = self.policy.route(req.rv, snap)
+        if (d.prefill == d.decode or req.rv.turn < 2 or self.ppd_cfg is None or sess is None
+                or d.decode != sess.decode_worker):
+            return d
+        by = {v.worker_id: v for v in views}
+        dw, pw = by[d.decode], by[d.prefill]
+        choice = ppd.decide(self.ppd_cfg, self.ppd_table, req.rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
+        if not choice.local:
+            self.stats.ppd_remote += 1
+            return d
+        self.stats.ppd_local += 1
+        h = hits[dw.worker_id]
+        return Decision(None, dw.worker_id, "local", 0.0,
+                        min(req.rv.num_tokens - 1, h.local_blocks * req.rv.block_size), choice.reason)
+
+    def _dispatch(self, req: Req, d: Decision) -> None:
+        req.decision = d
+        sess = self.sessions.touch(req.session.sid, self.now)
+        sess.turns += 1
+        for w in {d.prefill, d.decode} - {None}:
+            self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
+        if d.prefill not in (None, d.decode):
+            self._submit(d.prefill, Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True),
+                                             self.ns, arrival_time=self.now), req)
+        else:
+            self._submit(d.decode, self._decode_seq(req), req)
+
+    def _decode_seq(self, req: Req) -> Sequence:
+        t = req.session.turns[req.turn]
+        return Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
+                        arrival_time=self.now)
+
+    def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
+        self._by_seq[seq.request_id] = req
+        self.workers[wid].sched.add(seq)
+        self._kick(wid)
+
+    def _fail(self, req: Req, why: str) -> None:
+        self.records.append(Record(req.session.sid, req.turn + 1, req.session.turns[req.turn].cls, False,
+                                   prompt_tokens=len(req.prompt), error=why))
+
+    # -- workers ---------------------------------------------------------------
+    def _kick(self, wid: str) -> None:
+        """Start a step once everything arriving at this instant has arrived."""
+        w = self.workers[wid]
+        if not w.busy:
+            w.busy = True
+            self._at(self.now, self._start, wid)
+
+    def _start(self, wid: str) -> None:
+        w = self.workers[wid]
+        got = w.start_step(self.now)
+        w.busy = False
+        if got is not None:
+            w.busy = True
+            self._at(self.now + got[0], self._step_end, wid, got[1])
+
+    def _step_end(self, wid: str, out) -> None:
+        w = self.workers[wid]
+        got, finished, put_s = w.end_step(self.now, out)
+        done = {s.request_id for s in finished}
+        for seq in got:
+            req = self._by_seq[seq.request_id]
+            if seq.request_id.endswith("/p"):         # prefill side: first token, then handoff
+                self._prefill_done(req, seq, put_s)
+            else:
+                self._decode_token(req, seq, seq.request_id in done)
+        w.busy = False
+        if put_s > 0:   # write-through puts run on the engine thread after the step
+            w.busy = True
+            self._at(self.now + put_s, self._resume, wid)
+        else:
+            self._kick(wid)
+
+    def _resume(self, wid: str) -> None:
+        self.workers[wid].busy = False
+        self._kick(wid)
+
+    def _prefill_done(self, req: Req, seq: Sequence, put_s: float) -> None:
+        del self._by_seq[seq.request_id]
+        self.workers[req.decision.prefill].forget(seq.request_id)
+        req.first_at = self.now + put_s + self.net
+        req.cached = max(0, seq.num_cached_tokens)
+        req.output = [seq.output_token_ids[-1]]
+        self.stats.handoff_bytes += (len(req.prompt) // self.ns.block_size) * self.ns.block_size * self.kvb
+        self._at(req.first_at, self._handoff, req)
+
+    def _handoff(self, req: Req) -> None:
+        seq = self._decode_seq(req)
+        seq.output_token_ids.extend(req.output)
+        if seq.params.max_tokens <= 1:
+            return self._finish(req)
+        self._submit(req.decision.decode, seq, req)
+
+    def _decode_token(self, req: Req, seq: Sequence, finished: bool) -> None:
+        if req.first_at is None:
+            req.first_at = self.now
+            req.cached = max(0, seq.num_cached_tokens)
+        if finished:
+            req.output = list(seq.output_token_ids)
+            del self._by_seq[seq.request_id]
+            self.workers[req.decision.decode].forget(seq.request_id)
+            self._finish(req)
+
+    def _finish(self, req: Req) -> None:
+        s = req.session
+        t = s.turns[req.turn]
+        self.records.append(Record(s.sid, req.turn + 1, t.cls, True, req.first_at - req.arrival,
+                                   self.now - req.arrival, len(req.output), len(req.prompt), req.cached))
+        sess = self.sessions.touch(s.sid, self.now)
+        sess.decode_worker = req.decision.decode
+        sess.context_tokens = len(req.prompt) + len(req.output)
+        self._history[s.sid] = req.prompt + req.output
+        nxt = self.admission.release()
+        while nxt is not None:
+            q = self._queued.pop(nxt)
+            try:
+                self._dispatch(q, self._plan(q))
+                break
+            except LookupError as e:
+                self._fail(q, f"no worker: {e}")
+                nxt = self.admission.release()
+        if req.turn + 1 < len(s.turns):
+            self._turn(s, req.turn + 1)
+        else:
+            self._history.pop(s.sid, None)

@@ -1,0 +1,179 @@
+"""A simulated worker: the production scheduler, block manager and block pool, with the
+forward pass replaced by a :class:`~warmpath.sim.step_time.StepTime` (pure, no torch).
+
+Its lower tiers mirror ``engine/kv_tiers.py``: L1 eviction demotes to a host-DRAM L2 (the
+real ``LRUSlotIndex``), write-through / write-back to the shared L3, loads below L1 when the
+real ``LoadCostModel`` says loading beats recomputing; KV events go to the router's real
+``GlobalKVIndex``. Transfer time is added to the step that needs it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from warmpath.engine.sequence import Sequence
+from warmpath.kv.block_pool import BlockPool, KVBlock
+from warmpath.kv.events import BlockRemoved, BlockStored
+from warmpath.kv.lru_index import LRUSlotIndex
+from warmpath.kv.tiers import ExternalPrefixSource, LoadCostModel
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.state import WorkerView
+from warmpath.sim.step_time import StepTime
+from warmpath.sim.store import SimStore
+
+
+@dataclass(frozen=True)
+class SimWorkerConfig:
+    num_blocks: int
+    block_size: int
+    block_bytes: int
+    l2_blocks: int = 0
+    write_policy: str = "write-through"
+    scheduler: SchedulerConfig = SchedulerConfig()
+    nic_bytes_s: float = 50e9
+    dram_bytes_s: float = 25e9
+
+    def __post_init__(self) -> None:
+        if self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
+
+
+class SimWorker(ExternalPrefixSource):
+    """One engine instance (``tp`` GPUs behind one scheduler)."""
+
+    def __init__(self, wid: str, role: str, cfg: SimWorkerConfig, step_time: StepTime,
+                 store: SimStore | None, index: GlobalKVIndex) -> None:
+        self.wid, self.role, self.cfg, self.st = wid, role, cfg, step_time
+        self.store, self.index = store, index
+        self.pool = BlockPool(cfg.num_blocks, enable_caching=True)
+        self.bm = BlockManager(self.pool, cfg.block_size)
+        self.sched = Scheduler(cfg.scheduler, self.bm, external=self)
+        self.l2 = LRUSlotIndex(cfg.l2_blocks)
+        self.cost = LoadCostModel()
+        self.cost.prefill_tok_s.value = step_time.prefill_tok_s()
+        self.cost.bandwidth["L2"].value = cfg.dram_bytes_s
+        self.cost.bandwidth["L3"].value = cfg.nic_bytes_s
+        self.busy = False
+        self.now = 0.0
+        self._plans: dict[str, tuple[int, int]] = {}
+        self._load_s = 0.0
+        self._events: list = []
+        self._to_put: list[bytes] = []
+        self._tok_base: dict[str, int] = {}
+        self.steps = 0
+        self.busy_s = 0.0
+        self.pool.add_seal_hook(self._on_seal)
+        self.pool.add_evict_hook(self._on_evict)
+
+    # -- router's view -----------------------------------------------------
+    def view(self) -> WorkerView:
+        s = self.sched
+        queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
+        queued += sum(q.num_tokens - q.num_computed_tokens for q in s.running if q.in_prefill)
+        return WorkerView(self.wid, self.role, queued, len(s.running), self.pool.usage,
+                          self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
+
+    # -- stepping ------------------------------------------------------------
+    def start_step(self, now: float) -> tuple[float, SchedulerOutput] | None:
+        """Schedule one step at ``now``; returns its duration and plan, or ``None`` if idle."""
+        self.now = now
+        out = self.sched.schedule()
+        if out.is_empty:
+            return None
+        items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled]
+        dt = self.st.step_s(items) + self._load_s
+        self._load_s = 0.0
+        self.steps += 1
+        self.busy_s += dt
+        return dt, out
+
+    def end_step(self, now: float, out: SchedulerOutput) -> tuple[list[Sequence], list[Sequence], float]:
+        """Apply the step's results at ``now``: returns (sequences that got a token, finished
+        ones, seconds of write-through that delay the next step)."""
+        self.now = now
+        sampled = {s.seq.request_id: self._token(s.seq) for s in out.scheduled if s.samples}
+        got = [s.seq for s in out.scheduled if s.samples]
+        finished = self.sched.update(out, sampled, ())
+        put_s = self._flush(now)
+        return got, finished, put_s
+
+    def _token(self, seq: Sequence) -> int:
+        """A deterministic stand-in for the sampled token (ids in the ordinary vocabulary)."""
+        base = self._tok_base.get(seq.request_id)
+        if base is None:
+            base = self._tok_base[seq.request_id] = zlib.crc32(seq.request_id.encode())
+        return 1000 + (base + 7919 * len(seq.output_token_ids)) % 39000
+
+    def forget(self, rid: str) -> None:
+        self._tok_base.pop(rid, None)
+
+    # -- ExternalPrefixSource ------------------------------------------------
+    def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
+        bs = self.cfg.block_size
+        hashes = seq.full_block_hashes()[:(seq.num_tokens - 1) // bs][num_local_blocks:]
+        if not hashes:
+            return 0
+        n2 = 0
+        for h in hashes:
+            if h not in self.l2:
+                break
+            n2 += 1
+        if n2 and not self.cost.should_load("L2", n2, self.cfg.block_bytes, bs):
+            return 0
+        n3 = self.store.count_prefix(hashes[n2:]) if self.store is not None else 0
+        if n3 and not self.cost.should_load("L3", n3, self.cfg.block_bytes, bs):
+            n3 = 0
+        if n2 + n3:
+            self._plans[seq.request_id] = (n2, n3)
+        return n2 + n3
+
+    def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
+        n2, n3 = self._plans.pop(seq.request_id)
+        hashes = seq.full_block_hashes()
+        for h in hashes[first_block:first_block + n2]:
+            self.l2.get(h)
+        b = self.cfg.block_bytes
+        self._load_s += n2 * b / self.cfg.dram_bytes_s
+        if n3:
+            self._load_s += self.store.link.transfer(self.now, n3 * b, self.cfg.nic_bytes_s)
+
+    def cancel(self, seq: Sequence) -> None:
+        self._plans.pop(seq.request_id, None)
+
+    # -- tiers -----------------------------------------------------------------
+    def _on_seal(self, blk: KVBlock) -> None:
+        self._events.append(BlockStored([blk.block_hash], None, [], self.cfg.block_size, "L1"))
+        if self.cfg.write_policy == "write-through" and self.store is not None:
+            self._to_put.append(blk.block_hash)
+
+    def _on_evict(self, blk: KVBlock) -> None:
+        h = blk.block_hash
+        self._events.append(BlockRemoved([h], "L1"))
+        if self.l2.capacity == 0:
+            return
+        got = self.l2.insert(h)
+        if got is None:
+            return
+        self._events.append(BlockStored([h], None, [], self.cfg.block_size, "L2"))
+        if got[1] is not None:
+            self._events.append(BlockRemoved([got[1]], "L2"))
+            if self.cfg.write_policy == "write-back" and self.store is not None:
+                self._to_put.append(got[1])
+
+    def _flush(self, now: float) -> float:
+        put_s = 0.0
+        if self._to_put:
+            new, gone = self.store.put(self._to_put)
+            if new:
+                put_s = self.store.link.transfer(now, len(new) * self.cfg.block_bytes, self.cfg.nic_bytes_s)
+                self._events.append(BlockStored(new, None, [], self.cfg.block_size, "L3"))
+            if gone:
+                self._events.append(BlockRemoved(gone, "L3"))
+            self._to_put = []
+        if self._events:
+            self.index.apply(self.wid, self._events, now)
+            self._events = []
+        return put_s
