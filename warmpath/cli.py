@@ -289,8 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     from warmpath.bench.cli import add_parser as add_bench
     from warmpath.sim.cli import add_parser as add_sim
 
+    from warmpath.sim.repro import add_parser as add_repro
+
     add_bench(sub)
     add_sim(sub)
+    add_repro(sub)
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError

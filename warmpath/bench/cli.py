@@ -17,7 +17,9 @@ def add_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmark an OpenAI-compatible endpoint")
     tgt = b.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000")
-    tgt.add_argument("--sim", metavar="CONFIG", help="simulator config (not available yet)")
+    tgt.add_argument("--sim", metavar="CONFIG.json", type=Path,
+                     help="benchmark the simulator instead of a server: a JSON object of `warmpath sim` "
+                          "flags, e.g. {\"topology\": \"cpd-1d\", \"hardware\": \"b200\", \"tp\": \"prefill=4\"}")
     wl = b.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV (arrival, prompt, output)")
@@ -103,13 +105,42 @@ async def _bench(a: argparse.Namespace) -> dict:
         await target.close()
 
 
+def _sim(a: argparse.Namespace) -> dict:
+    """The same sweep against the simulator (``--sim CONFIG.json``)."""
+    import json
+
+    from warmpath.sim.cli import add_parser as add_sim
+    from warmpath.sim.cli import setup_from_args
+    from warmpath.sim.run import sweep
+
+    try:
+        conf = json.loads(a.sim.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--sim {a.sim}: expected a JSON object of `warmpath sim` flags ({e})") from e
+    p = argparse.ArgumentParser()
+    add_sim(p.add_subparsers())
+    argv = ["sim", "--workload", "coding-agent"]
+    for k, v in conf.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    sa = p.parse_args(argv)
+    if sa.calibration is not None:
+        sa.calibration = Path(sa.calibration)
+    setup = setup_from_args(sa)
+    make, fixed = _factory(a)
+    if fixed is not None:
+        return sweep(setup, lambda n, seed: fixed, [1.0], a.duration, parse_slo(a.slo), f"sim:{a.sim}",
+                     str(a.trace), a.ramp, a.seed, fixed_arrivals=True)
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [a.rate] if a.rate else None
+    if rates is None:
+        raise ValueError("--sim needs --rate or --rates (no closed loop in the simulator)")
+    return sweep(setup, make, rates, a.duration, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp, a.seed)
+
+
 def main(a: argparse.Namespace) -> int:
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if a.sim:
-        raise ValueError("--sim: the simulator target is not built yet; use --url")
-    summary = asyncio.run(_bench(a))
+    summary = _sim(a) if a.sim else asyncio.run(_bench(a))
     write_results(a.out, summary)
     from warmpath.bench.plots import plot_summaries
 

@@ -119,8 +119,12 @@ class Simulation:
 
     def _plan(self, req: Req) -> Decision:
         views = [w.view() for w in self.workers.values()]
-        hits = {v.worker_id: self.index.lookup(v.worker_id, req.rv.block_hashes, self.now) for v in views}
         sess = self.sessions.sessions.get(req.session.sid)
+        # cached prefixes matter where a prompt is computed: prefill-type workers, replicas,
+        # and the session's decode worker (PPD local); decode workers otherwise read none
+        mine = sess.decode_worker if sess else None
+        hits = {v.worker_id: self.index.lookup(v.worker_id, req.rv.block_hashes, self.now)
+                for v in views if v.role != "decode" or v.worker_id == mine}
         snap = Snapshot(views, hits, sess.decode_worker if sess else None, self.kvb, self.nic)
         d = self.policy.route(req.rv, snap)
         if (d.prefill == d.decode or req.rv.turn < 2 or self.ppd_cfg is None or sess is None
@@ -156,7 +160,7 @@ class Simulation:
 
     def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
         self._by_seq[seq.request_id] = req
-        self.workers[wid].sched.add(seq)
+        self.workers[wid].add(seq)
         self._kick(wid)
 
     def _fail(self, req: Req, why: str) -> None:

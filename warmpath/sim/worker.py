@@ -58,6 +58,7 @@ class SimWorker(ExternalPrefixSource):
         self.cost.bandwidth["L3"].value = cfg.nic_bytes_s
         self.busy = False
         self.now = 0.0
+        self._view: WorkerView | None = None
         self._plans: dict[str, tuple[int, int]] = {}
         self._load_s = 0.0
         self._events: list = []
@@ -70,16 +71,24 @@ class SimWorker(ExternalPrefixSource):
 
     # -- router's view -----------------------------------------------------
     def view(self) -> WorkerView:
-        s = self.sched
-        queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
-        queued += sum(q.num_tokens - q.num_computed_tokens for q in s.running if q.in_prefill)
-        return WorkerView(self.wid, self.role, queued, len(s.running), self.pool.usage,
-                          self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
+        """Load as the router sees it (cached until the worker's state changes)."""
+        if self._view is None:
+            s = self.sched
+            queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
+            queued += sum(q.num_tokens - q.num_computed_tokens for q in s.running if q.in_prefill)
+            self._view = WorkerView(self.wid, self.role, queued, len(s.running), self.pool.usage,
+                                    self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
+        return self._view
+
+    def add(self, seq: Sequence) -> None:
+        self._view = None
+        self.sched.add(seq)
 
     # -- stepping ------------------------------------------------------------
     def start_step(self, now: float) -> tuple[float, SchedulerOutput] | None:
         """Schedule one step at ``now``; returns its duration and plan, or ``None`` if idle."""
         self.now = now
+        self._view = None
         out = self.sched.schedule()
         if out.is_empty:
             return None
@@ -94,6 +103,7 @@ class SimWorker(ExternalPrefixSource):
         """Apply the step's results at ``now``: returns (sequences that got a token, finished
         ones, seconds of write-through that delay the next step)."""
         self.now = now
+        self._view = None
         sampled = {s.seq.request_id: self._token(s.seq) for s in out.scheduled if s.samples}
         got = [s.seq for s in out.scheduled if s.samples]
         finished = self.sched.update(out, sampled, ())
