@@ -8,13 +8,14 @@ import openai
 import pytest
 
 from tests.conftest import serve_process
+from warmpath.models.loader import load_tokenizer
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with serve_process("--topology", "replica", "--max-num-batched-tokens", "256") as base:
+    with serve_process("--topology", "single", "--max-num-batched-tokens", "256") as base:
         yield base
 
 
@@ -174,3 +175,38 @@ def test_metrics_exposed(server, client):
                  "warmpath_num_requests_waiting", "warmpath_kv_cache_usage_ratio", "warmpath_prefix_cache_hit_rate"):
         assert name in text
     assert metric(server, "warmpath_time_to_first_token_seconds_count") >= 1
+
+
+def test_internal_prefill_then_generate_continues_after_the_handed_off_token(server, client):
+    """The worker side of the P→D handoff on one process: /internal/prefill gives the first
+    token; /internal/generate with it reports it at once and continues to the same text."""
+    ref = client.completions.create(model="SmolLM2-135M-Instruct", prompt="The capital of France is",
+                                    max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+    prompt = load_tokenizer().encode("The capital of France is")
+    req = {"max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    pre = httpx.post(server + "/internal/prefill", json={"prompt_token_ids": prompt, "request": req}, timeout=60)
+    assert pre.status_code == 200
+    p = pre.json()
+    assert p["prompt_tokens"] == len(prompt) and p["kv_blocks"] == len(prompt) // 16
+    gen = httpx.post(server + "/internal/generate", timeout=60, json={
+        "kind": "text", "prompt_token_ids": prompt, "request": req, "first_token": p["token"], "cached_tokens": 3})
+    body = gen.json()
+    assert body["choices"][0]["text"] == ref.choices[0].text
+    assert body["usage"]["completion_tokens"] == 8 and body["usage"]["prompt_tokens_details"]["cached_tokens"] == 3
+    assert float(gen.headers["x-warmpath-ttft-s"]) >= 0
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/internal/prefill", {"request": {}}, "prompt_token_ids"),
+    ("/internal/prefill", {"prompt_token_ids": [1, 2], "request": 5}, "request"),
+    ("/internal/generate", {"prompt_token_ids": [1, 2], "request": {}, "kind": "x"}, "kind"),
+    ("/internal/generate", {"prompt_token_ids": [1, 2], "request": {}, "kind": "text", "first_token": "a"},
+     "first_token"),
+    ("/internal/generate", {"prompt_token_ids": [1, 2], "request": {}, "kind": "text", "first_token": 10**9},
+     "first_token"),
+])
+def test_internal_endpoints_reject_bad_input(server, path, body, param):
+    r = httpx.post(server + path, json=body, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    bad = httpx.post(server + path, content=b"{nope", timeout=10)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"

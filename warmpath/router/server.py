@@ -122,8 +122,12 @@ def build_router(state: RouterState) -> FastAPI:
 
     @app.post("/internal/register")
     async def register(req: Request) -> dict:
-        b = await req.json()
-        ns = KVNamespace(**b["namespace"])
+        try:
+            b = await req.json()
+            ns = KVNamespace(**b["namespace"])
+            b["worker_id"], b["role"], b["url"]  # noqa: B018 - required fields
+        except (ValueError, KeyError, TypeError) as e:
+            raise bad("body", f"registration needs worker_id, role, url and namespace: {e}") from e
         if state.namespace is None:
             state.namespace = ns
             state.kv_bytes_per_token = int(b.get("kv_bytes_per_token") or state.kv_bytes_per_token)
@@ -141,9 +145,13 @@ def build_router(state: RouterState) -> FastAPI:
 
     @app.post("/internal/heartbeat")
     async def heartbeat(req: Request) -> Response:
-        b = await req.json()
-        wid = b.pop("worker_id")
-        if not state.registry.heartbeat(wid, time.monotonic(), **b):
+        try:
+            b = await req.json()
+            wid = b.pop("worker_id")
+            known = state.registry.heartbeat(wid, time.monotonic(), **b)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise bad("body", f"heartbeat needs worker_id and load fields: {e}") from e
+        if not known:
             return JSONResponse({"error": "unknown worker"}, status_code=404)
         return JSONResponse({"ok": True})
 

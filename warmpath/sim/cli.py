@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
     s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
     s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
     s.add_argument("--l2-gib", type=float, default=0.0)
+    s.add_argument("--cpu-cores", type=int, default=None,
+                   help="--hardware cpu: cores the workers share (steps stretch when more run at once)")
     s.add_argument("--max-in-flight", type=int, default=24)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     wl = s.add_mutually_exclusive_group(required=True)
@@ -80,7 +82,8 @@ def setup_from_args(a: argparse.Namespace):
     sched = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
                             max_model_len=1 << 20)
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
-                    scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table)
+                    scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
+                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None)
 
 
 def main(a: argparse.Namespace) -> int:

@@ -61,13 +61,14 @@ class Simulation:
                  store: SimStore | None, index: GlobalKVIndex, kv_bytes_per_token: int,
                  nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
-                 net_latency_s: float = 2e-4) -> None:
+                 net_latency_s: float = 2e-4, cpu_cores: int | None = None) -> None:
         self.workers = {w.wid: w for w in workers}
         self.policy, self.ns, self.store, self.index = policy, namespace, store, index
         self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
         self.admission = Admission(admission)
         self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
         self.net = net_latency_s
+        self.cores = cpu_cores      # workers sharing this many cores (the CPU profile) slow down
         self.sessions = SessionTable()
         self.stats = SimStats()
         self.records: list[Record] = []
@@ -180,11 +181,15 @@ class Simulation:
         got = w.start_step(self.now)
         w.busy = False
         if got is not None:
-            w.busy = True
-            self._at(self.now + got[0], self._step_end, wid, got[1])
+            dt, out = got
+            if self.cores:  # processes on shared cores: a step stretches with the others running
+                dt *= max(1.0, (1 + sum(1 for x in self.workers.values() if x.stepping)) / self.cores)
+            w.busy = w.stepping = True
+            self._at(self.now + dt, self._step_end, wid, out)
 
     def _step_end(self, wid: str, out) -> None:
         w = self.workers[wid]
+        w.stepping = False
         got, finished, put_s = w.end_step(self.now, out)
         done = {s.request_id for s in finished}
         for seq in got:

@@ -51,6 +51,7 @@ class SimSetup:
     cpd: CPDConfig = CPDConfig()
     ppd_table: PPDTable | None = None
     step_time: StepTime | None = None     # overrides both (tests, custom profiles)
+    cpu_cores: int | None = None          # CPU profile: workers share this many cores
 
     @property
     def gpus(self) -> int:
@@ -80,7 +81,8 @@ def build(s: SimSetup) -> Simulation:
     ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)
     mode = s.topology.ppd
     return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
-                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s)
+                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
+                      s.cpu_cores)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

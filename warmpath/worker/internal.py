@@ -35,6 +35,16 @@ def _ids(body: Any, key: str) -> list[int]:
     return ids
 
 
+async def _json(req: Request) -> dict:
+    try:
+        body = await req.json()
+    except ValueError as e:
+        raise bad("body", f"malformed JSON body: {e}") from e
+    if not isinstance(body, dict):
+        raise bad("body", "expected a JSON object")
+    return body
+
+
 def _request(body: dict) -> dict:
     req = body.get("request")
     if not isinstance(req, dict):
@@ -52,7 +62,7 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
 
     @app.post("/internal/prefill")
     async def prefill(req: Request) -> Response:
-        body = await req.json()
+        body = await _json(req)
         ids = _ids(body, "prompt_token_ids")
         parsed = parse_common(_request(body))
         put0, t0 = l3_put_seconds(), time.monotonic()
@@ -79,7 +89,7 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
 
     @app.post("/internal/generate")
     async def generate(req: Request) -> Response:
-        body = await req.json()
+        body = await _json(req)
         ids = _ids(body, "prompt_token_ids")
         parsed = parse_common(_request(body))
         kind = body.get("kind")
