@@ -38,10 +38,11 @@ class RequestFlow:
             d = t.decision
             self.state.routed[d.decode] = self.state.routed.get(d.decode, 0) + 1
             try:
+                if t.first_token is None:  # the worker computing the prompt will hold its blocks
+                    with self.state.lock:
+                        self.state.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
                 if t.first_token is None and d.prefill not in (None, d.decode):
                     self.state.routed[d.prefill] = self.state.routed.get(d.prefill, 0) + 1
-                    with self.state.lock:
-                        self.state.index.note_routed(d.prefill, t.rv.block_hashes, time.monotonic())
                     await self.disp.prefill(t, d.prefill)
                 return await self.decode(t, sess)
             except WorkerUnreachable as e:

@@ -42,6 +42,7 @@ class Req:
     first_at: float | None = None
     output: list[int] = field(default_factory=list)
     cached: int = 0
+    hashes: list[bytes] | None = None    # block hashes of prompt + output once finished
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Simulation:
         self._by_seq: dict[str, Req] = {}
         self._queued: dict[str, Req] = {}
         self._history: dict[str, list[int]] = {}
+        self._hashes: dict[str, list[bytes]] = {}    # session -> block hashes of its history
         self.now = 0.0
 
     # -- event queue ---------------------------------------------------------
@@ -100,7 +102,9 @@ class Simulation:
         hist += t.new_tokens
         sess = self.sessions.touch(s.sid, self.now)
         held = sess.context_tokens
-        rv = RequestView(len(hist), tuple(hash_prefix_blocks(self.ns, hist)), self.ns.block_size, s.sid,
+        # the previous turn's blocks are a prefix of this one's: hash only what is new
+        hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
+        rv = RequestView(len(hist), tuple(hashes), self.ns.block_size, s.sid,
                          turn=sess.turns + 1, new_tokens=len(hist) - held if 0 < held < len(hist) else len(hist),
                          max_tokens=t.max_tokens)
         req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv)
@@ -149,15 +153,19 @@ class Simulation:
         for w in {d.prefill, d.decode} - {None}:
             self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
         if d.prefill not in (None, d.decode):
-            self._submit(d.prefill, Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True),
-                                             self.ns, arrival_time=self.now), req)
+            seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True), self.ns,
+                           arrival_time=self.now)
+            seq.block_hashes = list(req.rv.block_hashes)
+            self._submit(d.prefill, seq, req)
         else:
             self._submit(d.decode, self._decode_seq(req), req)
 
     def _decode_seq(self, req: Req) -> Sequence:
         t = req.session.turns[req.turn]
-        return Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
-                        arrival_time=self.now)
+        seq = Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
+                       arrival_time=self.now)
+        seq.block_hashes = list(req.rv.block_hashes)   # the prompt's hashes, known already
+        return seq
 
     def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
         self._by_seq[seq.request_id] = req
@@ -231,6 +239,7 @@ class Simulation:
             req.cached = max(0, seq.num_cached_tokens)
         if finished:
             req.output = list(seq.output_token_ids)
+            req.hashes = seq.full_block_hashes()
             del self._by_seq[seq.request_id]
             self.workers[req.decision.decode].forget(seq.request_id)
             self._finish(req)
@@ -244,6 +253,8 @@ class Simulation:
         sess.decode_worker = req.decision.decode
         sess.context_tokens = len(req.prompt) + len(req.output)
         self._history[s.sid] = req.prompt + req.output
+        if req.hashes:
+            self._hashes[s.sid] = req.hashes
         nxt = self.admission.release()
         while nxt is not None:
             q = self._queued.pop(nxt)
@@ -257,3 +268,4 @@ class Simulation:
             self._turn(s, req.turn + 1)
         else:
             self._history.pop(s.sid, None)
+            self._hashes.pop(s.sid, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def add_parser(sub) -> None:
     r.add_argument("--duration", type=float, default=120.0, help="steady seconds per rate (the blog: 600)")
     r.add_argument("--rates", default=None, help="override the swept rates")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
     r.add_argument("--out", type=Path, default=None)
     r.set_defaults(fn=main)
 
@@ -55,21 +57,29 @@ def ppd_table_for(hw, model, tp: int = 1):
     return table_from_model(sm, model.kv_bytes_per_token, hw.nic_bytes_s, hw.nic_bytes_s), sm
 
 
+def _cpd_make(n: int, seed: int):
+    return coding_agent(n, seed, **CPD_WORKLOAD)
+
+
+def _cpd_config(name: str, rates: list[float], duration: float, seed: int) -> dict:
+    s = SimSetup(CPD_CONFIGS[name], MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
+                 admission=AdmissionConfig(24, {"cold": 256, "warm": 256}))
+    summ = sweep(s, _cpd_make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
+                 30.0, seed)
+    summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
+    summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
+    best = [r for r in rates if summ["runs"][str(r)]["slo_met"]]
+    summ["max_rate_meeting_slo"] = max(best) if best else None
+    return summ
+
+
 def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
     rates = [float(x) for x in a.rates.split(",")] if a.rates else [0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6]
-    make = lambda n, seed: coding_agent(n, seed, **CPD_WORKLOAD)  # noqa: E731
-    slo = {"ttft_p90": 2.0}
-    res = {}
-    for name, topo in CPD_CONFIGS.items():
-        s = SimSetup(topo, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
-                     admission=AdmissionConfig(24, {"cold": 256, "warm": 256}))
-        summ = sweep(s, make, [r * s.gpus for r in rates], a.duration, slo, name, "coding-agent", 30.0, a.seed)
-        summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
-        summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
-        best = [r for r in rates if summ["runs"][str(r)]["slo_met"]]
-        summ["max_rate_meeting_slo"] = max(best) if best else None
-        res[name] = summ
-        print(f"{name} ({s.gpus} GPUs): max QPS/GPU meeting TTFT p90 <= 2 s: {summ['max_rate_meeting_slo']}; "
+    with ProcessPoolExecutor(a.jobs) as pool:
+        futs = {n: pool.submit(_cpd_config, n, rates, a.duration, a.seed) for n in CPD_CONFIGS}
+        res = {n: f.result() for n, f in futs.items()}
+    for name, summ in res.items():
+        print(f"{name} ({summ['gpus']} GPUs): max QPS/GPU meeting TTFT p90 <= 2 s: {summ['max_rate_meeting_slo']}; "
               + ", ".join(f"{r}: p50 {_f(summ['rates'][str(r)]['all']['ttft_p50_s'])} p90 "
                           f"{_f(summ['rates'][str(r)]['all']['ttft_p90_s'])}" for r in rates), flush=True)
     table = {n: {"max_qps_per_gpu": s["max_rate_meeting_slo"],
@@ -87,37 +97,41 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
                             "steady_s": a.duration}, "blog": BLOG, "table": table}
 
 
-def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
+def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int) -> dict:
     hw, model = HARDWARE["h100"], MODELS["llama-3.1-8b"]
-    table, sm = ppd_table_for(hw, model)
+    if nic_gbps is not None:
+        hw = replace(hw, nic_bytes_s=nic_gbps / 8 * 1e9)
+    table, _ = ppd_table_for(hw, model)
+    topo = Topology(f"{p}P{d}D-{mode}", "pd", {"prefill": p, "decode": d}, mode)
+    s = SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
+    summ = sweep(s, ppd_grid, [rate], duration, {}, topo.name, "ppd-grid", 0.0, seed)
+    c, run = summ["rates"][str(rate)], summ["runs"][str(rate)]
+    return {"turn2_ttft_p50_s": c["turn2+"]["ttft_p50_s"], "turn2_ttft_p90_s": c["turn2+"]["ttft_p90_s"],
+            "tpot_s": c["all"]["tpot_s"], "turn2_tpot_s": c["turn2+"]["tpot_s"], "success": c["all"]["success_rate"],
+            "ppd_local": run["sim"]["ppd_local"], "ppd_remote": run["sim"]["ppd_remote"]}
+
+
+def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
     rate = float(a.rates) if a.rates else 4.0
-    make = lambda n, seed: ppd_grid(n, seed)  # noqa: E731
-    res: dict = {}
-    for split, (p, d) in PPD_SPLITS.items():
-        for mode in ("x0", "x1", "dynamic"):
-            topo = Topology(f"{split}-{mode}", "pd", {"prefill": p, "decode": d}, mode)
-            s = SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
-            summ = sweep(s, make, [rate], a.duration, {}, topo.name, "ppd-grid", 0.0, a.seed)
-            c = summ["rates"][str(rate)]
-            res[topo.name] = {"turn2_ttft_p50_s": c["turn2+"]["ttft_p50_s"], "turn2_ttft_p90_s": c["turn2+"]["ttft_p90_s"],
-                              "tpot_s": c["all"]["tpot_s"], "success": c["all"]["success_rate"],
-                              "ppd_local": summ["runs"][str(rate)]["sim"]["ppd_local"]}
-        x0 = res[f"{split}-x0"]["turn2_ttft_p50_s"]
+    _, sm = ppd_table_for(HARDWARE["h100"], MODELS["llama-3.1-8b"])
+    grid = [(split, p, d, mode) for split, (p, d) in PPD_SPLITS.items() for mode in ("x0", "x1", "dynamic")]
+    bws = [(g, mode) for g in (25, 50, 100, 200, 400) for mode in ("x0", "dynamic")]
+    with ProcessPoolExecutor(a.jobs) as pool:
+        f1 = {(sp, m): pool.submit(_ppd_run, p, d, m, None, rate, a.duration, a.seed) for sp, p, d, m in grid}
+        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, rate, a.duration, a.seed) for g, m in bws}
+        res = {f"{sp}-{m}": f.result() for (sp, m), f in f1.items()}
+        bw = {k: f.result() for k, f in f2.items()}
+    for split in PPD_SPLITS:
+        x0 = res[f"{split}-x0"]
         for mode in ("x1", "dynamic"):
             r = res[f"{split}-{mode}"]
-            r["turn2_ttft_change_vs_x0"] = r["turn2_ttft_p50_s"] / x0 - 1 if x0 else None
+            r["turn2_ttft_change_vs_x0"] = r["turn2_ttft_p50_s"] / x0["turn2_ttft_p50_s"] - 1
+            r["tpot_change_vs_x0"] = r["tpot_s"] / x0["tpot_s"] - 1
         print(split, {m: _f(res[f"{split}-{m}"]["turn2_ttft_p50_s"]) for m in ("x0", "x1", "dynamic")}, flush=True)
-    sweep_bw = {}
-    for gbps in (25, 50, 100, 200, 400):
-        hw_b = replace(hw, nic_bytes_s=gbps / 8 * 1e9)
-        row = {}
-        for mode in ("x0", "dynamic"):
-            topo = Topology(f"2P2D-{mode}", "pd", {"prefill": 2, "decode": 2}, mode)
-            s = SimSetup(topo, model, hw_b, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
-            summ = sweep(s, make, [rate], a.duration, {}, topo.name, "ppd-grid", 0.0, a.seed)
-            row["PD" if mode == "x0" else "PPD"] = summ["rates"][str(rate)]["turn2+"]["ttft_p50_s"]
-        sweep_bw[gbps] = row
-        print(f"{gbps} Gb/s: turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
+    sweep_bw = {g: {"PD": bw[(g, "x0")]["turn2_ttft_p50_s"], "PPD": bw[(g, "dynamic")]["turn2_ttft_p50_s"]}
+                for g in (25, 50, 100, 200, 400)}
+    for g, row in sweep_bw.items():
+        print(f"{g} Gb/s: turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
     return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
                             "follow-up settings)", "rate_sessions_s": rate, "steady_s": a.duration,
                             "step_model": sm.to_json()},

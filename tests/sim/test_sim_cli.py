@@ -1,0 +1,42 @@
+"""``warmpath sim`` and ``warmpath bench --sim`` write the bench's summary.json (same keys)."""
+
+import json
+
+import pytest
+
+from warmpath.bench.metrics import CLASSES
+from warmpath.cli import main
+
+
+def test_sim_cli_writes_the_bench_summary(tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["sim", "--topology", "cpd-1d", "--hardware", "h100", "--tp", "pre-prefill=2,prefill=2",
+                 "--workload", "coding-agent", "--rates", "1,2", "--duration", "10", "--scale", "0.25",
+                 "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert list(s["rates"]) == ["1.0", "2.0"] and s["gpus"] == 5
+    for classes in s["rates"].values():
+        assert set(classes) == set(CLASSES)
+        assert {"ttft_p50_s", "ttft_p90_s", "tpot_s", "goodput_rps", "success_rate"} <= set(classes["all"])
+    assert (out / "results.csv").exists() and (out / "cpd_fig4.png").exists()
+    assert "events/s" in capsys.readouterr().out
+
+
+def test_bench_sim_target_and_errors(tmp_path):
+    conf = tmp_path / "c.json"
+    conf.write_text(json.dumps({"topology": "ppd-2p2d", "hardware": "b200", "ppd": "x1"}))
+    out = tmp_path / "b"
+    assert main(["bench", "--sim", str(conf), "--workload", "ppd-grid", "--rate", "2", "--duration", "10",
+                 "--scale", "0.25", "--out", str(out), "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["runs"]["2.0"]["sim"]["ppd_local"] > 0 and s["rates"]["2.0"]["turn2+"]["completed"] > 0
+    assert main(["sim", "--hardware", "cpu", "--workload", "coding-agent"]) == 2   # needs --calibration
+    assert main(["sim", "--tp", "prefill=x", "--workload", "coding-agent"]) == 2
+    conf.write_text("{oops")
+    assert main(["bench", "--sim", str(conf), "--workload", "ppd-grid", "--rate", "1"]) == 2
+
+
+def test_repro_parser():
+    from warmpath.cli import main as m
+    with pytest.raises(SystemExit):
+        m(["repro", "nope"])
