@@ -45,6 +45,19 @@ def mooncake():
         yield svc
 
 
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the process group of ``proc``, SIGKILL after ``timeout``, then anything left."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None,
                   procs: list | None = None):
@@ -76,13 +89,7 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
             time.sleep(0.3)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, 15)
 
 
 @contextlib.contextmanager
@@ -118,15 +125,7 @@ def cluster_process(topology: str, *args: str, timeout: float = 240):
             time.sleep(0.3)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        with contextlib.suppress(ProcessLookupError):  # anything left in the group
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, 30)
         log.close()
 
 

@@ -89,16 +89,8 @@ class TieredKV(ExternalPrefixSource):
     # -- scheduler seam ------------------------------------------------------
     def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
         hashes = seq.full_block_hashes()[:(seq.num_tokens - 1) // self.bs][num_local_blocks:]
-        if not hashes:
-            return 0
-        n2 = self.l2.count_prefix(hashes)
-        if n2 and not self.cost.should_load("L2", n2, self.block_bytes, self.bs):
-            return 0  # recomputing beats even host memory: L3 would be slower still
-        n3 = 0
-        if self.l3 is not None and n2 < len(hashes):
-            n3 = self.l3.count_prefix(hashes[n2:])
-            if n3 and not self.cost.should_load("L3", n3, self.block_bytes, self.bs):
-                n3 = 0
+        n2, n3 = self.cost.plan(hashes, self.l2.count_prefix, self.l3.count_prefix if self.l3 else None,
+                                self.block_bytes, self.bs)
         if n2 + n3:
             self._plans[seq.request_id] = (n2, n3)
         return n2 + n3

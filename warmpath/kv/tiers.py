@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Callable
 
 from warmpath.engine.sequence import Sequence
 
@@ -79,6 +80,20 @@ class LoadCostModel:
             load = self.policy == "always"
         self.decisions["load" if load else "recompute"] += 1
         return load
+
+    def plan(self, hashes: list, count_l2: Callable[[list], int], count_l3: Callable[[list], int] | None,
+             block_bytes: int, block_size: int) -> tuple[int, int]:
+        """Blocks of ``hashes`` (those after the L1 hits) to load from L2, then from L3:
+        the leading run each tier holds, kept only where loading beats recomputing."""
+        if not hashes:
+            return 0, 0
+        n2 = count_l2(hashes)
+        if n2 and not self.should_load("L2", n2, block_bytes, block_size):
+            return 0, 0  # recomputing beats even host memory: L3 would be slower still
+        n3 = count_l3(hashes[n2:]) if count_l3 is not None and n2 < len(hashes) else 0
+        if n3 and not self.should_load("L3", n3, block_bytes, block_size):
+            n3 = 0
+        return n2, n3
 
     def observe_transfer(self, tier: str, nbytes: int, seconds: float) -> None:
         if nbytes > 0 and seconds > 0:
