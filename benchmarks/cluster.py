@@ -6,8 +6,9 @@ Part 1, CPD vs PD: a coding-agent workload scaled to the CPU (3 shared repositor
 TTFT p50/p90 of warm and cold requests and the highest rate meeting the SLO below.
 Part 1b, cold flood: half the sessions are new documents (``--flood-rate``): warm TTFT p50
 of ``cpd-1d`` vs ``pd-2p1d``.
-Part 2, PPD: 5-turn conversations (1,024-token first turn, 48-token follow-ups) on
-``pd-2p1d`` with PPD ``x0`` / ``x1`` / ``dynamic``: turn-2+ TTFT and TPOT.
+Part 2, PPD: 5-turn conversations (1,024-token first turn, 48-token follow-ups, 0.05
+sessions/s) on ``pd-2p1d`` (1 GiB L1 per worker) with PPD ``x0`` / ``x1`` / ``dynamic``:
+turn-2+ TTFT and TPOT.
 
     python benchmarks/cluster.py [--rates 0.05,0.1,0.15,0.2] [--duration 90] [--out DIR]
 
@@ -98,9 +99,9 @@ def scrape(url: str) -> dict:
 
 
 def run_topology(name: str, ppd: str | None, make, rates: list[float], duration: float, out: Path,
-                 encode, calibration: str | None) -> dict:
+                 encode, calibration: str | None, workers: list[str] = WORKERS) -> dict:
     router_argv = ["--model", "smollm2"] + (["--calibration", calibration] if calibration else [])
-    c = launcher.start(resolve(name, ppd), "127.0.0.1", free_port(), WORKERS, router_argv,
+    c = launcher.start(resolve(name, ppd), "127.0.0.1", free_port(), workers, router_argv,
                        None, 2.0, 1)
     label = name + (f"-{ppd}" if ppd else "")
     async def sweep() -> dict:
@@ -141,8 +142,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="0.05,0.1,0.15,0.2")
     p.add_argument("--duration", type=float, default=90.0)
-    p.add_argument("--ppd-rate", type=float, default=0.15)
-    p.add_argument("--ppd-duration", type=float, default=120.0)
+    p.add_argument("--ppd-rate", type=float, default=0.05)
+    p.add_argument("--ppd-duration", type=float, default=150.0)
     p.add_argument("--flood-rate", type=float, default=0.2)
     p.add_argument("--parts", default="cpd,flood,ppd")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/cluster"))
@@ -184,8 +185,10 @@ def main() -> int:
         if not cal.exists():
             subprocess.run([sys.executable, "-m", "warmpath.cli", "calibrate", "--threads", "1", "--out", str(cal)],
                            check=True)
-        sums = {m: run_topology("pd-2p1d", m, conversations, [a.ppd_rate], a.ppd_duration, a.out, encode, str(cal))
-                for m in ("x0", "x1", "dynamic")}
+        # conversations keep their whole history on the decode worker: give it room for them
+        roomy = [x if x != "0.5" else "1.0" for x in WORKERS]
+        sums = {m: run_topology("pd-2p1d", m, conversations, [a.ppd_rate], a.ppd_duration, a.out, encode, str(cal),
+                                roomy) for m in ("x0", "x1", "dynamic")}
         r = str(a.ppd_rate)
         table = {m: {"turn2_ttft_p50_s": s["rates"][r]["turn2+"]["ttft_p50_s"],
                      "turn2_ttft_p90_s": s["rates"][r]["turn2+"]["ttft_p90_s"],

@@ -112,29 +112,34 @@ def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, dur
 
 
 def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
-    rate = float(a.rates) if a.rates else 4.0
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [4.0, 12.0, 24.0]
     _, sm = ppd_table_for(HARDWARE["h100"], MODELS["llama-3.1-8b"])
-    grid = [(split, p, d, mode) for split, (p, d) in PPD_SPLITS.items() for mode in ("x0", "x1", "dynamic")]
+    grid = [(split, p, d, mode, r) for r in rates for split, (p, d) in PPD_SPLITS.items()
+            for mode in ("x0", "x1", "dynamic")]
+    mid = rates[len(rates) // 2]
     bws = [(g, mode) for g in (25, 50, 100, 200, 400) for mode in ("x0", "dynamic")]
     with ProcessPoolExecutor(a.jobs) as pool:
-        f1 = {(sp, m): pool.submit(_ppd_run, p, d, m, None, rate, a.duration, a.seed) for sp, p, d, m in grid}
-        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, rate, a.duration, a.seed) for g, m in bws}
-        res = {f"{sp}-{m}": f.result() for (sp, m), f in f1.items()}
+        f1 = {(sp, m, r): pool.submit(_ppd_run, p, d, m, None, r, a.duration, a.seed) for sp, p, d, m, r in grid}
+        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, mid, a.duration, a.seed) for g, m in bws}
+        res = {f"{r}/{sp}-{m}": f.result() for (sp, m, r), f in f1.items()}
         bw = {k: f.result() for k, f in f2.items()}
-    for split in PPD_SPLITS:
-        x0 = res[f"{split}-x0"]
-        for mode in ("x1", "dynamic"):
-            r = res[f"{split}-{mode}"]
-            r["turn2_ttft_change_vs_x0"] = r["turn2_ttft_p50_s"] / x0["turn2_ttft_p50_s"] - 1
-            r["tpot_change_vs_x0"] = r["tpot_s"] / x0["tpot_s"] - 1
-        print(split, {m: _f(res[f"{split}-{m}"]["turn2_ttft_p50_s"]) for m in ("x0", "x1", "dynamic")}, flush=True)
+    for r in rates:
+        for split in PPD_SPLITS:
+            x0 = res[f"{r}/{split}-x0"]
+            for mode in ("x1", "dynamic"):
+                row = res[f"{r}/{split}-{mode}"]
+                row["turn2_ttft_change_vs_x0"] = row["turn2_ttft_p50_s"] / x0["turn2_ttft_p50_s"] - 1
+                row["tpot_change_vs_x0"] = row["tpot_s"] / x0["tpot_s"] - 1
+            print(f"rate {r} {split}: turn-2 TTFT p50 " + ", ".join(
+                f"{m} {_f(res[f'{r}/{split}-{m}']['turn2_ttft_p50_s'])}" for m in ("x0", "x1", "dynamic"))
+                + f"; TPOT x0 {_f(x0['tpot_s'])} x1 {_f(res[f'{r}/{split}-x1']['tpot_s'])}", flush=True)
     sweep_bw = {g: {"PD": bw[(g, "x0")]["turn2_ttft_p50_s"], "PPD": bw[(g, "dynamic")]["turn2_ttft_p50_s"]}
                 for g in (25, 50, 100, 200, 400)}
     for g, row in sweep_bw.items():
-        print(f"{g} Gb/s: turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
+        print(f"{g} Gb/s (rate {mid}): turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
     return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
-                            "follow-up settings)", "rate_sessions_s": rate, "steady_s": a.duration,
-                            "step_model": sm.to_json()},
+                            "follow-up settings)", "rates_sessions_s": rates, "steady_s": a.duration,
+                            "bandwidth_sweep_rate": mid, "step_model": sm.to_json()},
             "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw}
 
 
