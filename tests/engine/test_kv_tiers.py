@@ -224,5 +224,12 @@ def test_prefill_to_decode_handoff_through_the_store(smollm, prompts, reference,
     eos = d.eos_ids[0]
     rid = d.add_request(prompts["p"], SamplingParams(max_tokens=5, temperature=0), output_prefix=[eos])
     assert d.take_initial_output(rid).finish_reason == "stop" and not d.has_work()
+    # what the HTTP thread may report before the engine thread gets to the request
+    sp = SamplingParams(max_tokens=5, temperature=0)
+    early = d.early_prefix_output("r", 7, sp, first)
+    assert (early.new_token_ids, early.text, early.finished) == (first, d.tokenizer.decode(first), False)
+    assert d.early_prefix_output("r", 7, sp, [eos]) is None                      # may end it
+    assert d.early_prefix_output("r", 7, SamplingParams(max_tokens=1), first) is None
+    assert d.early_prefix_output("r", 7, SamplingParams(max_tokens=5, stop=("x",)), first) is None
     for e in (p, d):
         e.close()

@@ -58,11 +58,18 @@ class AsyncEngine:
                     cache_salt: str | None = None, output_prefix: list[int] | None = None
                     ) -> RequestHandle:
         """Queue a request (validate it with ``engine.check_prompt`` first);
-        ``output_prefix``: tokens generated elsewhere (see ``LLMEngine.add_request``)."""
+        ``output_prefix``: tokens generated elsewhere (see ``LLMEngine.add_request``).
+
+        When the prefix cannot end the request, its output is delivered right away from
+        this thread (a handed-off first token must not wait for the engine's current step).
+        """
         loop = asyncio.get_running_loop()
         handle = RequestHandle(request_id, asyncio.Queue())
         self._handles[request_id] = (loop, handle)
-        self._cmds.put(("add", request_id, prompt, params, cache_salt, output_prefix))
+        early = self.engine.early_prefix_output(request_id, len(prompt), params, output_prefix)
+        if early is not None:
+            handle.queue.put_nowait(early)
+        self._cmds.put(("add", request_id, prompt, params, cache_salt, output_prefix, early is not None))
         return handle
 
     def abort(self, request_id: str) -> None:
@@ -79,7 +86,7 @@ class AsyncEngine:
 
     def _apply(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, salt, prefix = cmd
+            _, rid, prompt, params, salt, prefix, reported = cmd
             if rid not in self._handles:
                 return  # aborted before it reached the engine
             try:
@@ -89,7 +96,7 @@ class AsyncEngine:
                 self._deliver(rid, e, last=True)
                 return
             first = self.engine.take_initial_output(rid)
-            if first is not None:
+            if first is not None and not reported:
                 self._deliver(rid, first, last=first.finished)
         elif cmd[0] == "abort":
             self.engine.abort(cmd[1])

@@ -171,6 +171,19 @@ class LLMEngine:
         return RequestOutput(seq.request_id, list(seq.output_token_ids), text, reason is not None,
                              reason, seq.num_prompt_tokens, 0, len(seq.output_token_ids), 0.0)
 
+    def early_prefix_output(self, request_id: str, num_prompt_tokens: int, params: SamplingParams,
+                            prefix: list[int] | None) -> RequestOutput | None:
+        """The output :meth:`add_request` will produce for ``prefix``, computed without
+        touching engine state (safe from another thread), when the prefix surely does not
+        end the request (no stop strings, no stop/EOS token, ``max_tokens`` > its length);
+        ``None`` otherwise."""
+        if not prefix or params.stop or len(prefix) >= params.max_tokens:
+            return None
+        if any(t in params.stop_token_ids or (t in self.eos_ids and not params.ignore_eos) for t in prefix):
+            return None
+        text = IncrementalDetokenizer(self.tokenizer, ()).update(list(prefix))
+        return RequestOutput(request_id, list(prefix), text, False, None, num_prompt_tokens, 0, len(prefix), 0.0)
+
     def take_initial_output(self, request_id: str) -> RequestOutput | None:
         """The output for an ``output_prefix`` given to :meth:`add_request` (once)."""
         return self._initial.pop(request_id, None)
