@@ -78,7 +78,8 @@ class Planner:
                         kv_bytes_per_token=s.kv_bytes_per_token)
 
     def plan(self, rv: RequestView, session, allow_local: bool = True) -> Decision:
-        """Routing decision; PPD may turn a turn-2+ request into a local append-prefill."""
+        """Routing decision; PPD may turn a turn-2+ request into a local append-prefill
+        (``Decision.ppd`` says which way the PPD switch went; the caller counts it once)."""
         snap = self.snapshot(rv, session)
         d = self.s.policy.route(rv, snap)          # LookupError when nobody can take it
         cfg = self.s.cfg.ppd
@@ -89,12 +90,10 @@ class Planner:
         dw, pw = views[d.decode], views[d.prefill]
         choice = ppd.decide(cfg, self.s.ppd_table, rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
         if not (choice.local and allow_local):
-            self.s.metrics.ppd.labels("remote").inc()
-            return d
-        self.s.metrics.ppd.labels("local").inc()
+            return replace(d, ppd="remote")
         hit = snap.hits.get(dw.worker_id)
         cached = min(rv.num_tokens - 1, hit.local_blocks * rv.block_size) if hit else 0
-        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason)
+        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason, ppd="local")
 
 
 class Dispatcher:

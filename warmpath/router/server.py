@@ -211,6 +211,8 @@ def build_router(state: RouterState) -> FastAPI:
             sess.turns += 1
         m = state.metrics
         m.requests.labels(d.tier, cls).inc()
+        if d.ppd:
+            m.ppd.labels(d.ppd).inc()
         m.prefix.labels("cached").inc(d.cached_tokens)
         m.prefix.labels("computed").inc(rv.num_tokens - d.cached_tokens)
         try:

@@ -76,3 +76,4 @@ class Decision:
     est_ttft_s: float
     cached_tokens: int
     reason: str
+    ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"

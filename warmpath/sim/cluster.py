@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.workload import Session
@@ -139,15 +139,17 @@ class Simulation:
         dw, pw = by[d.decode], by[d.prefill]
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, req.rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
         if not choice.local:
-            self.stats.ppd_remote += 1
-            return d
-        self.stats.ppd_local += 1
+            return replace(d, ppd="remote")
         h = hits[dw.worker_id]
         return Decision(None, dw.worker_id, "local", 0.0,
-                        min(req.rv.num_tokens - 1, h.local_blocks * req.rv.block_size), choice.reason)
+                        min(req.rv.num_tokens - 1, h.local_blocks * req.rv.block_size), choice.reason, ppd="local")
 
     def _dispatch(self, req: Req, d: Decision) -> None:
         req.decision = d
+        if d.ppd == "local":
+            self.stats.ppd_local += 1
+        elif d.ppd == "remote":
+            self.stats.ppd_remote += 1
         sess = self.sessions.touch(req.session.sid, self.now)
         sess.turns += 1
         for w in {d.prefill, d.decode} - {None}:
