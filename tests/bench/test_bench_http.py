@@ -26,7 +26,10 @@ def test_bench_cli_against_warmpath(tmp_path):
                   "throughput_tok_s", "goodput_rps"):
             assert a[k] is not None and a[k] >= 0, k
         assert a["ttft_p50_s"] <= a["ttft_p90_s"] <= a["ttft_p99_s"]
-        assert s["runs"][rate]["tier_hit_ratio"]["L1"] > 0  # shared repository contexts hit
+    # every rate point gets new prompts (a server keeps the previous point's KV): at 1/s the
+    # seeded workload is 3 new documents (no hit at all), at 2/s repositories repeat and hit
+    assert s["runs"]["1.0"]["tier_hit_ratio"]["L1"] == 0
+    assert s["runs"]["2.0"]["tier_hit_ratio"]["L1"] > 0
     assert s["max_rate_meeting_slo"] == 2.0
     assert (out / "results.csv").read_text().count("\n") == 11
     assert (out / "cpd_fig4.png").stat().st_size > 1000

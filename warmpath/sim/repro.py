@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from warmpath.bench.workload import coding_agent, ppd_grid
+from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
 from warmpath.cluster.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.admission import AdmissionConfig
@@ -58,7 +58,7 @@ def ppd_table_for(hw, model, tp: int = 1):
 
 
 def _cpd_make(n: int, seed: int):
-    return coding_agent(n, seed, **CPD_WORKLOAD)
+    return coding_agent(n, seed, gen=fast_tokens, **CPD_WORKLOAD)
 
 
 def _cpd_config(name: str, rates: list[float], duration: float, seed: int) -> dict:

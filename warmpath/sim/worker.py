@@ -153,22 +153,30 @@ class SimWorker(ExternalPrefixSource):
         self._plans.pop(seq.request_id, None)
 
     # -- tiers -----------------------------------------------------------------
+    def _event(self, stored: bool, tier: str, hashes: list[bytes]) -> None:
+        """Queue a KV event, merged into the previous one when it is of the same kind."""
+        last = self._events[-1] if self._events else None
+        if last is not None and last[0] == stored and last[1] == tier:
+            last[2].extend(hashes)
+        else:
+            self._events.append((stored, tier, list(hashes)))
+
     def _on_seal(self, blk: KVBlock) -> None:
-        self._events.append(BlockStored([blk.block_hash], None, [], self.cfg.block_size, "L1"))
+        self._event(True, "L1", [blk.block_hash])
         if self.cfg.write_policy == "write-through" and self.store is not None:
             self._to_put.append(blk.block_hash)
 
     def _on_evict(self, blk: KVBlock) -> None:
         h = blk.block_hash
-        self._events.append(BlockRemoved([h], "L1"))
+        self._event(False, "L1", [h])
         if self.l2.capacity == 0:
             return
         got = self.l2.insert(h)
         if got is None:
             return
-        self._events.append(BlockStored([h], None, [], self.cfg.block_size, "L2"))
+        self._event(True, "L2", [h])
         if got[1] is not None:
-            self._events.append(BlockRemoved([got[1]], "L2"))
+            self._event(False, "L2", [got[1]])
             if self.cfg.write_policy == "write-back" and self.store is not None:
                 self._to_put.append(got[1])
 
@@ -178,11 +186,13 @@ class SimWorker(ExternalPrefixSource):
             new, gone = self.store.put(self._to_put)
             if new:
                 put_s = self.store.link.transfer(now, len(new) * self.cfg.block_bytes, self.cfg.nic_bytes_s)
-                self._events.append(BlockStored(new, None, [], self.cfg.block_size, "L3"))
+                self._event(True, "L3", new)
             if gone:
-                self._events.append(BlockRemoved(gone, "L3"))
+                self._event(False, "L3", gone)
             self._to_put = []
         if self._events:
-            self.index.apply(self.wid, self._events, now)
+            bs = self.cfg.block_size
+            self.index.apply(self.wid, [BlockStored(hs, None, [], bs, tier) if stored else BlockRemoved(hs, tier)
+                                        for stored, tier, hs in self._events], now)
             self._events = []
         return put_s
