@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -34,10 +35,10 @@ from warmpath.sim.run import SimSetup, build  # noqa: E402
 GIB = 1 << 30
 
 
-def simulate(topology: str, rate: float, duration: float, fitted: StepModel) -> dict:
+def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=CPU) -> dict:
     m = MODELS["smollm2-135m"]
     block_bytes = 16 * m.kv_bytes_per_token
-    setup = SimSetup(resolve(topology), m, CPU, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
+    setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
                      l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
                                                            max_model_len=8192), cpu_cores=2)
     sim = build(setup)
@@ -57,9 +58,12 @@ def main() -> int:
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sim_validation.json"))
     p.add_argument("--duration", type=float, default=90.0, help="the real run's --duration")
+    p.add_argument("--l3-gbps", type=float, default=None,
+                   help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
     a = p.parse_args()
     cal = json.loads((a.results / "calibration.json").read_text())
     fitted = StepModel.from_json(cal["step_model"])
+    hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
     rows, err_ttft, err_tpot = [], [], []
     for topo in ("cpd-1d", "pd-2p1d"):
         summ = json.loads((a.results / topo / "summary.json").read_text())
@@ -67,7 +71,7 @@ def main() -> int:
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
             meas = summ["rates"][r]["all"]
-            pred = simulate(topo, float(r), a.duration, fitted)["all"]
+            pred = simulate(topo, float(r), a.duration, fitted, hw)["all"]
             et = abs(pred["ttft_p50_s"] - meas["ttft_p50_s"]) / meas["ttft_p50_s"]
             ep = abs(pred["tpot_s"] - meas["tpot_s"]) / meas["tpot_s"]
             err_ttft.append(et)
@@ -78,7 +82,7 @@ def main() -> int:
                          "ttft_p90_s": {"measured": meas["ttft_p90_s"], "simulated": pred["ttft_p90_s"]}})
             print(f"{topo} rate {r}: TTFT p50 measured {meas['ttft_p50_s']:.3f} simulated {pred['ttft_p50_s']:.3f} "
                   f"({et:.0%}) | TPOT measured {meas['tpot_s']:.3f} simulated {pred['tpot_s']:.3f} ({ep:.0%})")
-    out = {"command": " ".join(["python", *sys.argv]), "points": rows,
+    out = {"command": " ".join(["python", *sys.argv]), "l3_bytes_s": hw.nic_bytes_s, "points": rows,
            "median_abs_err": {"ttft_p50": statistics.median(err_ttft) if err_ttft else None,
                               "tpot": statistics.median(err_tpot) if err_tpot else None}}
     a.out.write_text(json.dumps(out, indent=1))
