@@ -36,3 +36,14 @@ def test_zero_capacity_and_validation():
     assert LRUSlotIndex(0).insert(h(1)) is None
     with pytest.raises(ValueError):
         LRUSlotIndex(-1)
+
+
+def test_count_prefix_stops_at_the_first_miss_without_touching():
+    from warmpath.kv.lru_index import LRUSlotIndex
+
+    idx = LRUSlotIndex(3)
+    for h in (b"a", b"b", b"c"):
+        idx.insert(h)
+    assert idx.count_prefix([b"a", b"b", b"x", b"c"]) == 2
+    assert idx.count_prefix([b"x", b"a"]) == 0 and idx.count_prefix([]) == 0
+    assert idx.insert(b"d")[1] == b"a"    # count_prefix did not refresh a: still the LRU victim

@@ -66,9 +66,5 @@ class HostKVPool:
         return self.data[slot]
 
     def count_prefix(self, hashes: list[BlockHash]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self.index:
-                break
-            n += 1
-        return n
+        """How many leading ``hashes`` L2 holds."""
+        return self.index.count_prefix(hashes)

@@ -36,6 +36,15 @@ class LRUSlotIndex:
     def __contains__(self, h: BlockHash) -> bool:
         return h in self._map
 
+    def count_prefix(self, hashes: list[BlockHash]) -> int:
+        """How many leading ``hashes`` are held (no LRU update)."""
+        n = 0
+        for h in hashes:
+            if h not in self._map:
+                break
+            n += 1
+        return n
+
     def get(self, h: BlockHash, touch: bool = True) -> int | None:
         """Slot of ``h`` (marking it most recently used), or ``None``."""
         slot = self._map.get(h)

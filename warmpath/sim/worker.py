@@ -125,19 +125,11 @@ class SimWorker(ExternalPrefixSource):
     def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
         bs = self.cfg.block_size
         hashes = seq.full_block_hashes()[:(seq.num_tokens - 1) // bs][num_local_blocks:]
-        n2, n3 = self.cost.plan(hashes, self._count_l2, self.store.count_prefix if self.store else None,
+        n2, n3 = self.cost.plan(hashes, self.l2.count_prefix, self.store.count_prefix if self.store else None,
                                 self.cfg.block_bytes, bs)
         if n2 + n3:
             self._plans[seq.request_id] = (n2, n3)
         return n2 + n3
-
-    def _count_l2(self, hashes: list[bytes]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self.l2:
-                break
-            n += 1
-        return n
 
     def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
         n2, n3 = self._plans.pop(seq.request_id)
