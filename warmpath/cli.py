@@ -77,7 +77,9 @@ def engine_config(a: argparse.Namespace, tiers=None):
 
 def _serve(a: argparse.Namespace) -> int:
     if a.cmd == "serve" and a.topology != "single":
-        return _serve_cluster(a)
+        from warmpath.cluster.launcher import serve_cluster
+
+        return serve_cluster(a, _model_id(a.model))
     import uvicorn
 
     from warmpath.engine.llm_engine import LLMEngine
@@ -125,36 +127,6 @@ def _model_id(model: str) -> str:
     from warmpath.models.loader import SMOLLM2_NAME
 
     return SMOLLM2_NAME if model == "smollm2" else model.rstrip("/").split("/")[-1].removesuffix(".gguf")
-
-
-def _serve_cluster(a: argparse.Namespace) -> int:
-    from warmpath.cluster import launcher
-    from warmpath.cluster.topology import resolve
-
-    topo = resolve(a.topology, a.ppd)
-    router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
-                   str(a.cold_queue), "--warm-queue", str(a.warm_queue),
-                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s)]
-    if a.calibration:
-        router_argv += ["--calibration", a.calibration]
-    cluster = launcher.start(topo, a.host, a.port, worker_argv(a), router_argv,
-                             a.kv_store, 0 if a.no_l3 else a.l3_gib, a.threads,
-                             log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING")
-    return launcher.run_forever(cluster, _model_id(a.model))
-
-
-def worker_argv(a: argparse.Namespace) -> list[str]:
-    """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
-    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--block-size", str(a.block_size),
-            "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
-            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
-            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
-            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens)]
-    argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
-    argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
-    argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
-    argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
-    return argv
 
 
 def _router(a: argparse.Namespace) -> int:

@@ -145,3 +145,33 @@ def run_forever(c: Cluster, model_id: str) -> int:
     finally:
         print("warmpath: stopping the cluster", flush=True)
         c.stop()
+
+
+def serve_cluster(a, model_id: str) -> int:
+    """``warmpath serve --topology NAME`` from its parsed flags: start, print, wait, stop."""
+    from warmpath.cluster.topology import resolve
+
+    topo = resolve(a.topology, a.ppd)
+    router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
+                   str(a.cold_queue), "--warm-queue", str(a.warm_queue),
+                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s)]
+    if a.calibration:
+        router_argv += ["--calibration", a.calibration]
+    cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
+                    0 if a.no_l3 else a.l3_gib, a.threads,
+                    log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING")
+    return run_forever(cluster, model_id)
+
+
+def worker_argv(a) -> list[str]:
+    """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--block-size", str(a.block_size),
+            "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
+            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
+            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
+            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens)]
+    argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
+    argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
+    argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
+    argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    return argv
