@@ -89,6 +89,14 @@ def _serve(a: argparse.Namespace) -> int:
     from warmpath.kv.mooncake_store import quiet_mooncake_logs
 
     quiet_mooncake_logs(logging.getLogger().level)
+    sock = None
+    if a.port == 0:  # bind now and advertise the port we got: no window for another process to take it
+        import socket
+
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((a.host, 0))
+        a.port = sock.getsockname()[1]
     registration = None
     if a.router:
         from warmpath.worker.registration import RegistrationConfig
@@ -104,7 +112,7 @@ def _serve(a: argparse.Namespace) -> int:
     try:
         engine = LLMEngine(engine_config(a, tier_config(a, service)))
         try:
-            return _run_http(a, engine, scfg, build_app, uvicorn)
+            return _run_http(a, engine, scfg, build_app, uvicorn, sock)
         finally:
             engine.close()
     finally:
@@ -112,14 +120,17 @@ def _serve(a: argparse.Namespace) -> int:
             service.stop()
 
 
-def _run_http(a, engine, scfg, build_app, uvicorn) -> int:
+def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
     app = build_app(engine, scfg)
     name = engine.loaded.model_id
     print(f"warmpath: serving {name} ({getattr(a, 'topology', a.role)}) on http://{a.host}:{a.port}/v1\n"
           f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
-    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower())
+    if sock is None:
+        uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower())
+    else:
+        uvicorn.Server(uvicorn.Config(app, log_level=a.log_level.lower())).run(sockets=[sock])
     return 0
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from warmpath.cluster.topology import Topology
-from warmpath.kv.mooncake_service import _die_with_parent, free_port
+from warmpath.kv.mooncake_service import _die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
             c.procs[wid] = _spawn(["--log-level", log_level, "worker", "--role", role, "--router", url,
-                                   "--worker-id", wid, "--host", "127.0.0.1", "--port", str(free_port()),
+                                   "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
                                    "--threads", str(per), *store, *worker_argv], quiet)
         wait_ready(c, timeout_s)
     except BaseException:
