@@ -58,6 +58,24 @@ def stop_group(proc: subprocess.Popen, timeout: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def wait_ready(proc: subprocess.Popen, ready, timeout: float, output) -> None:
+    """Poll ``ready()`` until true; raise with ``output()`` if ``proc`` exits, or on timeout."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited: {output()}")
+        try:
+            if ready():
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        if time.time() > deadline:
+            raise RuntimeError(f"not ready after {timeout:.0f} s")
+        time.sleep(0.3)
+
+
 @contextlib.contextmanager
 def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None,
                   procs: list | None = None):
@@ -75,18 +93,8 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
         procs.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stdout.read()}")
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError("server did not become healthy")
-            time.sleep(0.3)
+        wait_ready(proc, lambda: httpx.get(base + "/health", timeout=1).status_code == 200,
+                   timeout, lambda: proc.stdout.read())
         yield base
     finally:
         stop_group(proc, 15)
@@ -110,19 +118,8 @@ def cluster_process(topology: str, *args: str, timeout: float = 240):
         stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"cluster exited: {log.read()[-4000:]}")
-            try:
-                if len(httpx.get(base + "/v1/cluster", timeout=2).json()["workers"]) == size:
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            if time.time() > deadline:
-                raise RuntimeError("cluster did not come up")
-            time.sleep(0.3)
+        wait_ready(proc, lambda: len(httpx.get(base + "/v1/cluster", timeout=2).json()["workers"]) == size,
+                   timeout, lambda: (log.seek(0), log.read()[-4000:])[1])
         yield base
     finally:
         stop_group(proc, 30)
