@@ -1,12 +1,15 @@
 """Simulator vs the real cluster on this machine: same workload, topology, rates and seeds.
 
-Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``) and its
-``calibration.json`` (``warmpath calibrate --threads 1``: the workers run one thread each),
-simulates every rate point the real cluster served within its SLO (below saturation) with
-the CPU profile (fitted step times, 2 shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker),
-and reports the absolute error of TTFT p50 and TPOT per point and their medians.
+Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus any
+repeats of it given with ``--repeats``) and its ``calibration.json`` (``warmpath calibrate
+--threads 1``: the workers run one thread each), simulates every rate point the first real
+run served within its SLO (below saturation) with the CPU profile (fitted step times, 2
+shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, the per-request router/HTTP time measured
+by ``benchmarks/request_overhead.py``), and reports per point the absolute error of TTFT p50
+and TPOT against the mean of the real runs, their medians, and the real runs' own spread.
 
     python benchmarks/sim_validation.py [--results benchmarks/results/cluster]
+        [--repeats DIR,DIR] [--overhead benchmarks/results/request_overhead.json]
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ from warmpath.sim.run import SimSetup, build  # noqa: E402
 GIB = 1 << 30
 
 
-def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=CPU) -> dict:
+def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=CPU, overhead_s: float = 0.0) -> dict:
     m = MODELS["smollm2-135m"]
     block_bytes = 16 * m.kv_bytes_per_token
     setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
                      l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
-                                                           max_model_len=8192), cpu_cores=2)
+                                                           max_model_len=8192), cpu_cores=2,
+                     request_overhead_s=overhead_s)
     sim = build(setup)
     # the real run primed the repository contexts one after another before measuring
     primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
@@ -53,40 +57,85 @@ def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=
     return summarize(recs, max(sim.now, duration), {})
 
 
+def zero_load(fitted: StepModel, hw, overhead_s: float, measured: dict) -> dict:
+    """Per-request TTFT with nothing else running: ``request_overhead.py``'s one-at-a-time run
+    (its sessions, seed and order) against the simulator given the sessions far apart."""
+    w = measured["workload"]
+    sessions = real.agent(w["sessions"], w["seed"])
+    for i, s in enumerate(sessions):
+        s.start = 120.0 * i
+    setup = SimSetup(resolve("cpd-1d"), MODELS["smollm2-135m"], hw, fitted=fitted,
+                     kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
+                     scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
+                     cpu_cores=2, request_overhead_s=overhead_s)
+    sim = build(setup)
+    primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
+              for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
+    got = {(r.sid, r.turn): r for r in sim.run(primes + sessions) if not r.sid.startswith("prime-")}
+    rows = []
+    for m in measured["rows"]:
+        p = got[(m["sid"], m["turn"])]
+        rows.append({"sid": m["sid"], "turn": m["turn"], "cls": m["cls"], "prompt_tokens": [m["prompt_tokens"],
+                     p.prompt_tokens], "cached_tokens": [m["cached_tokens"], p.cached_tokens],
+                     "ttft_s": [m["client_ttft_s"], p.ttft], "abs_err": rel(p.ttft, m["client_ttft_s"])})
+    errs = {c: statistics.median(r["abs_err"] for r in rows if r["cls"] == c) for c in ("warm", "cold")}
+    return {"requests": rows, "median_abs_err": errs}
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / b
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
+    p.add_argument("--calibration", type=Path, default=None,
+                   help="`warmpath calibrate` output (default: the results folder's calibration.json)")
+    p.add_argument("--repeats", default="", help="more result folders of the same benchmark, comma-separated")
+    p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
+                   help="benchmarks/request_overhead.py output (its median per-request overhead)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sim_validation.json"))
     p.add_argument("--duration", type=float, default=90.0, help="the real run's --duration")
     p.add_argument("--l3-gbps", type=float, default=None,
                    help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
     a = p.parse_args()
-    cal = json.loads((a.results / "calibration.json").read_text())
+    cal = json.loads((a.calibration or a.results / "calibration.json").read_text())
     fitted = StepModel.from_json(cal["step_model"])
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
-    rows, err_ttft, err_tpot = [], [], []
+    overhead = json.loads(a.overhead.read_text())["overhead_s"]["median"] if a.overhead.exists() else 0.0
+    dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
+    rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
     for topo in ("cpd-1d", "pd-2p1d"):
-        summ = json.loads((a.results / topo / "summary.json").read_text())
-        for r, run in summ["runs"].items():
+        runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
+        for r, run in runs[0]["runs"].items():
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
-            meas = summ["rates"][r]["all"]
-            pred = simulate(topo, float(r), a.duration, fitted, hw)["all"]
-            et = abs(pred["ttft_p50_s"] - meas["ttft_p50_s"]) / meas["ttft_p50_s"]
-            ep = abs(pred["tpot_s"] - meas["tpot_s"]) / meas["tpot_s"]
-            err_ttft.append(et)
-            err_tpot.append(ep)
-            rows.append({"topology": topo, "rate": float(r),
-                         "ttft_p50_s": {"measured": meas["ttft_p50_s"], "simulated": pred["ttft_p50_s"], "abs_err": et},
-                         "tpot_s": {"measured": meas["tpot_s"], "simulated": pred["tpot_s"], "abs_err": ep},
-                         "ttft_p90_s": {"measured": meas["ttft_p90_s"], "simulated": pred["ttft_p90_s"]}})
-            print(f"{topo} rate {r}: TTFT p50 measured {meas['ttft_p50_s']:.3f} simulated {pred['ttft_p50_s']:.3f} "
-                  f"({et:.0%}) | TPOT measured {meas['tpot_s']:.3f} simulated {pred['tpot_s']:.3f} ({ep:.0%})")
-    out = {"command": " ".join(["python", *sys.argv]), "l3_bytes_s": hw.nic_bytes_s, "points": rows,
-           "median_abs_err": {"ttft_p50": statistics.median(err_ttft) if err_ttft else None,
-                              "tpot": statistics.median(err_tpot) if err_tpot else None}}
+            meas = [s["rates"][r]["all"] for s in runs if r in s["rates"]]
+            pred = simulate(topo, float(r), a.duration, fitted, hw, overhead)["all"]
+            row = {"topology": topo, "rate": float(r), "real_runs": len(meas)}
+            for k in ("ttft_p50", "tpot"):
+                vals = [m[f"{k}_s"] for m in meas]
+                mean = statistics.fmean(vals)
+                row[f"{k}_s"] = {"measured_runs": vals, "measured_mean": mean, "simulated": pred[f"{k}_s"],
+                                 "abs_err": rel(pred[f"{k}_s"], mean)}
+                err[k].append(row[f"{k}_s"]["abs_err"])
+                if len(vals) > 1:   # how far one real run is from the mean of the runs
+                    err[f"{k}_run_to_run"].append(statistics.median(rel(v, mean) for v in vals))
+            row["ttft_p90_s"] = {"measured_runs": [m["ttft_p90_s"] for m in meas], "simulated": pred["ttft_p90_s"]}
+            rows.append(row)
+            t, o = row["ttft_p50_s"], row["tpot_s"]
+            print(f"{topo} rate {r}: TTFT p50 measured {' '.join(f'{v:.3f}' for v in t['measured_runs'])} "
+                  f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
+                  f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
+    if a.overhead.exists():
+        out0 = zero_load(fitted, hw, overhead, json.loads(a.overhead.read_text()))
+        print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
+    out = {"command": " ".join(["python", *sys.argv]), "l3_bytes_s": hw.nic_bytes_s, "request_overhead_s": overhead,
+           "zero_load": out0 if a.overhead.exists() else None,
+           "real_runs": [str(d) for d in dirs], "points": rows,
+           "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}
     a.out.write_text(json.dumps(out, indent=1))
-    print(f"median absolute error: TTFT p50 {out['median_abs_err']['ttft_p50']}, TPOT {out['median_abs_err']['tpot']}")
+    print("median absolute error:", json.dumps(out["median_abs_err"]))
     return 0
 
 

@@ -186,13 +186,19 @@ def _calibrate(a: argparse.Namespace) -> int:
     from warmpath.models.loader import load_model
     from warmpath.router.ppd import table_from_model
 
+    try:
+        contexts = tuple(int(x) for x in a.contexts.split(","))
+    except ValueError as e:
+        raise ValueError(f"--contexts: expected comma-separated token counts, got {a.contexts!r}") from e
+    if not contexts or min(contexts) < 1:
+        raise ValueError(f"--contexts: token counts must be >= 1, got {a.contexts!r}")
     if a.threads:
         torch.set_num_threads(a.threads)
     lm = load_model(a.model)
     if a.quick:
         prof = profile_engine(lm, contexts=(64, 256), tokens=(16, 64), batches=(1, 4), decode_steps=3)
     else:
-        prof = profile_engine(lm)
+        prof = profile_engine(lm, contexts=contexts)
     model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
     table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
@@ -266,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", default="calibration.json")
     c.add_argument("--threads", type=int, default=None)
     c.add_argument("--quick", action="store_true", help="fewer points (a smoke run)")
+    c.add_argument("--contexts", default="128,512",
+                   help="cached-context lengths to time steps at (cover the workload's: the fit extrapolates)")
     c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
     c.set_defaults(fn=_calibrate)

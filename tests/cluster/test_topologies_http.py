@@ -57,6 +57,12 @@ def test_same_text_in_every_topology(topology, ppd, reference):
         assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
         t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
         assert t.choices[0].text == reference["text"]
+        with httpx.stream("POST", base + "/v1/completions", timeout=120,
+                          json={"model": M, "prompt": TEXT, "max_tokens": 2, "stream": True}) as st:
+            assert st.status_code == 200
+            stages = [x.split(";")[0] for x in st.headers["server-timing"].split(", ")]
+            assert stages[0] == "route" and stages[-1] == "decode_first", stages
+            st.read()
         msgs, routes, prefill_after_turn1, kv_after_turn1, ppd_after_turn1 = [], [], None, None, None
         for i, q in enumerate(TURNS):
             msgs.append({"role": "user", "content": q})
@@ -66,6 +72,12 @@ def test_same_text_in_every_topology(topology, ppd, reference):
             a = resp.json()["choices"][0]["message"]["content"]
             assert a == reference["turns"][i], f"turn {i + 1}"
             routes.append(resp.headers["x-warmpath-route"])
+            timing = dict(x.split(";dur=") for x in resp.headers["server-timing"].split(", "))
+            split = routes[-1] not in ("local", "replica")
+            assert list(timing) == (["route", "prefill", "prefill_worker", "prefill_queue", "prefill_l3_get",
+                                     "prefill_l3_put", "decode"] if split else ["route", "decode"])
+            if split:  # the worker's own time is part of the router's round trip to it
+                assert 0 < float(timing["prefill_worker"]) <= float(timing["prefill"])
             msgs.append({"role": "assistant", "content": a})
             if i == 0:
                 prefill_after_turn1 = routed(base, "prefill") + routed(base, "pre-prefill")

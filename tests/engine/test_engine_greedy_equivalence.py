@@ -1,5 +1,7 @@
 """Greedy output must not depend on how the prefix was obtained or batched (real SmolLM2)."""
 
+import time
+
 import pytest
 
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
@@ -97,3 +99,12 @@ def test_stop_token_ids_and_eos(smollm, prompts):
     got = eng.generate([prompts[0]], SamplingParams(max_tokens=24, temperature=0,
                                                     stop_token_ids=(stop_at,)))[0]
     assert got == ref[:ref.index(stop_at) + 1]
+
+
+def test_busy_seconds_count_only_steps_with_work(smollm, prompts):
+    eng = engine(smollm)
+    assert eng.step() == [] and eng.busy_seconds == 0.0      # nothing to do: not busy
+    t0 = time.perf_counter()
+    eng.generate([prompts[0]], GREEDY)
+    wall = time.perf_counter() - t0
+    assert 0.0 < eng.busy_seconds <= wall

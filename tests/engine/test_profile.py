@@ -51,3 +51,11 @@ def test_calibrate_cli_quick(tmp_path):
     assert d["model"] == "SmolLM2-135M-Instruct" and len(d["ppd_table"]) == 36
     assert d["kv_bytes_per_token"] == 46080
     assert d["step_model"]["decode_coef"][1] > 0   # each sequence costs something
+
+
+@pytest.mark.parametrize("contexts", ["a,b", "0,512", ""])
+def test_calibrate_rejects_bad_contexts(contexts, capsys):
+    from warmpath.cli import main
+
+    assert main(["calibrate", "--contexts", contexts]) == 2
+    assert "--contexts" in capsys.readouterr().err

@@ -175,6 +175,7 @@ def test_metrics_exposed(server, client):
                  "warmpath_num_requests_waiting", "warmpath_kv_cache_usage_ratio", "warmpath_prefix_cache_hit_rate"):
         assert name in text
     assert metric(server, "warmpath_time_to_first_token_seconds_count") >= 1
+    assert metric(server, "warmpath_engine_busy_seconds_total") > 0
 
 
 def test_internal_prefill_then_generate_continues_after_the_handed_off_token(server, client):
@@ -188,6 +189,7 @@ def test_internal_prefill_then_generate_continues_after_the_handed_off_token(ser
     assert pre.status_code == 200
     p = pre.json()
     assert p["prompt_tokens"] == len(prompt) and p["kv_blocks"] == len(prompt) // 16
+    assert p["l3_get_s"] == p["l3_put_s"] == 0.0   # this server has no L3
     gen = httpx.post(server + "/internal/generate", timeout=60, json={
         "kind": "text", "prompt_token_ids": prompt, "request": req, "first_token": p["token"], "cached_tokens": 3})
     body = gen.json()

@@ -32,8 +32,27 @@ def test_bench_sim_target_and_errors(tmp_path):
     assert s["runs"]["2.0"]["sim"]["ppd_local"] > 0 and s["rates"]["2.0"]["turn2+"]["completed"] > 0
     assert main(["sim", "--hardware", "cpu", "--workload", "coding-agent"]) == 2   # needs --calibration
     assert main(["sim", "--tp", "prefill=x", "--workload", "coding-agent"]) == 2
+    assert main(["sim", "--request-overhead-s", "-1", "--workload", "coding-agent"]) == 2
     conf.write_text("{oops")
     assert main(["bench", "--sim", str(conf), "--workload", "ppd-grid", "--rate", "1"]) == 2
+
+
+def test_request_overhead_defaults_by_hardware(tmp_path):
+    import argparse
+
+    from warmpath.sim.cli import CPU_REQUEST_OVERHEAD_S, add_parser, setup_from_args
+
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"step_model": {"prefill_coef": [0.1, 1e-3, 0.0], "decode_coef": [0.05, 1e-3, 0.0]},
+                               "ppd_table": {}}))
+    gpu = setup_from_args(p.parse_args(["sim", "--workload", "coding-agent"]))
+    cpu = setup_from_args(p.parse_args(["sim", "--hardware", "cpu", "--calibration", str(cal),
+                                        "--workload", "coding-agent"]))
+    given = setup_from_args(p.parse_args(["sim", "--request-overhead-s", "0.5", "--workload", "coding-agent"]))
+    assert (gpu.request_overhead_s, cpu.request_overhead_s, given.request_overhead_s) == (
+        0.0, CPU_REQUEST_OVERHEAD_S, 0.5)
 
 
 def test_repro_parser():

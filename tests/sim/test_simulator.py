@@ -76,6 +76,17 @@ def test_hand_worked_disaggregated_timeline():
     assert sim.stats.handoff_bytes == 64 * MODELS["llama-3.1-8b"].kv_bytes_per_token
 
 
+@pytest.mark.parametrize("topology, ttft, e2e", [
+    (Topology("one", "replica", {"replica": 1}), 0.125, 0.425),
+    (Topology("pd", "pd", {"prefill": 1, "decode": 1}), 0.125, 0.425)])
+def test_request_overhead_shifts_the_timeline_by_exactly_itself(topology, ttft, e2e):
+    """25 ms of router/HTTP time: a replica gets the request 25 ms later; a disaggregated
+    request reaches the decode worker 25 ms after its prefill. Both see every token 25 ms later."""
+    sim, recs = run(setup(topology, request_overhead_s=0.025), [one_turn("a", 0.0, n=64)])
+    (r,) = recs
+    assert (round(r.ttft, 6), round(r.e2e, 6), r.output_tokens) == (ttft, e2e, 4)   # + a 1e15 B/s put
+
+
 def test_ppd_x1_keeps_follow_ups_on_the_decode_worker():
     topo = resolve("ppd-1p3d", "x1")
     sess = long_conversations(3, seed=1, turns=3, first=256, follow=16, answer=8)

@@ -111,6 +111,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self._initial: dict[str, RequestOutput] = {}
         self.num_steps = 0
+        self.busy_seconds = 0.0     # wall time inside step() with work to do (loads and puts included)
 
     # -- requests ----------------------------------------------------------
     def check_prompt(self, num_prompt_tokens: int, max_tokens: int) -> None:
@@ -213,6 +214,7 @@ class LLMEngine:
     # -- stepping ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one scheduling step; returns outputs of requests that advanced."""
+        start = time.perf_counter()
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
@@ -245,6 +247,7 @@ class LLMEngine:
                 self._seqs.pop(rid, None)
                 self._detok.pop(rid, None)
                 self.runner.sampler.release(rid)
+        self.busy_seconds += time.perf_counter() - start
         return outputs
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -54,6 +54,11 @@ class Trip:
     queue_s: float = 0.0
     completion_tokens: int = 0
     first_token_at: float | None = None
+    timing: dict[str, float] = field(default_factory=dict)   # seconds per stage (Server-Timing)
+
+    def server_timing(self) -> str:
+        """The ``Server-Timing`` header value (milliseconds per stage, as the spec has it)."""
+        return ", ".join(f"{k};dur={v * 1000:.1f}" for k, v in self.timing.items())
 
 
 class Planner:
@@ -118,6 +123,7 @@ class Dispatcher:
         """Prompt → first token on a prefill worker; its blocks land in L3 (the handoff)."""
         d = t.decision
         self.p.add(worker, t.rv.num_tokens - d.cached_tokens)
+        sent = time.monotonic()
         try:
             r = await self.http.post(self._url(worker, "/internal/prefill"),
                                      json={"prompt_token_ids": t.ids, "request": t.body})
@@ -133,6 +139,8 @@ class Dispatcher:
         m.kv_put_s.inc(max(0.0, out["l3_put_s"]))
         t.first_token, t.cached_tokens = out["token"], out["cached_tokens"]
         t.first_token_at = time.monotonic()
+        t.timing["prefill"], t.timing["prefill_worker"] = t.first_token_at - sent, out["prefill_s"]
+        t.timing.update(prefill_queue=out["queue_s"], prefill_l3_get=out["l3_get_s"], prefill_l3_put=out["l3_put_s"])
         t.ttft_s = t.first_token_at - t.arrival
         t.queue_s = (t.admitted - t.arrival) + out["queue_s"]
         m.first_token(t.cls, t.ttft_s, t.queue_s)
@@ -181,6 +189,7 @@ class Dispatcher:
                     t.queue_s = (t.admitted - t.arrival) + float(r.headers.get("x-warmpath-queue-s", 0.0))
                     self.s.metrics.first_token(t.cls, t.ttft_s, t.queue_s)
                 t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
+                t.timing["decode"] = time.monotonic() - sent
                 return r.content
             try:
                 up = await self.http.send(self.http.build_request(
@@ -204,6 +213,7 @@ class Dispatcher:
                 await up.aclose()
                 raise WorkerUnreachable(worker) from e
             self._got_first(t)
+            t.timing["decode_first"] = time.monotonic() - sent
             return head, lines, up
         finally:
             self.p.add(worker, -computed, 0)

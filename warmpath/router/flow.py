@@ -83,6 +83,7 @@ class RequestFlow:
         except BaseException:
             self.planner.add(d.decode, running=-1)
             raise
+        headers["Server-Timing"] = t.server_timing()
         if not t.body.get("stream"):
             self.ended(t, sess)
             return Response(res, media_type="application/json", headers=headers)

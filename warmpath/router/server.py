@@ -207,6 +207,7 @@ def build_router(state: RouterState) -> FastAPI:
             d = flow.plan(rv, sess)  # the cluster moved on while we waited
         t = Trip(rv, ids, body, "chat" if msgs is not None else "text", cls, arrival,
                  admitted=time.monotonic(), decision=d)
+        t.timing["route"] = t.admitted - arrival
         if sess is not None:
             sess.turns += 1
         m = state.metrics

@@ -9,7 +9,8 @@ from warmpath.engine.llm_engine import LLMEngine
 
 
 class TierCollector(Collector):
-    """Hits, misses, bytes, evictions per tier; load-vs-recompute choices; L3 errors."""
+    """Hits, misses, bytes, evictions per tier; load-vs-recompute choices; L3 errors; the
+    engine's busy seconds (utilisation = its rate)."""
 
     def __init__(self, engine: LLMEngine, model: str) -> None:
         self.engine, self.model = engine, model
@@ -40,6 +41,9 @@ class TierCollector(Collector):
                                       labels=["model"])
         secs = CounterMetricFamily("warmpath_kv_l3_seconds", "Wall time in L3 transfers", labels=["model", "op"])
         up = GaugeMetricFamily("warmpath_kv_l3_up", "1 when L3 is reachable", labels=["model"])
+        busy = CounterMetricFamily("warmpath_engine_busy_seconds", "Wall time in engine steps with work "
+                                   "(KV loads and write-through puts included)", labels=["model"])
+        busy.add_metric([m], e.busy_seconds)
         t = e.tiers
         if t is not None:
             hits.add_metric([m, "L2"], t.stats.l2_hits)
@@ -62,4 +66,4 @@ class TierCollector(Collector):
                 secs.add_metric([m, "read"], s.read_seconds)
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
-        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, secs, up)
+        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, secs, up, busy)

@@ -16,6 +16,9 @@ from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
 # come from the calibration's fitted StepModel.
 CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_overhead_s=0.0,
                       net_latency_s=1e-3)
+# Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
+# (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
+CPU_REQUEST_OVERHEAD_S = 0.012
 
 
 def add_parser(sub) -> None:
@@ -30,6 +33,9 @@ def add_parser(sub) -> None:
     s.add_argument("--l2-gib", type=float, default=0.0)
     s.add_argument("--cpu-cores", type=int, default=None,
                    help="--hardware cpu: cores the workers share (steps stretch when more run at once)")
+    s.add_argument("--request-overhead-s", type=float, default=None,
+                   help="router + HTTP time per request before its first token (default: 0.012 s measured "
+                        "on this machine for --hardware cpu, else 0)")
     s.add_argument("--max-in-flight", type=int, default=24)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     wl = s.add_mutually_exclusive_group(required=True)
@@ -81,9 +87,14 @@ def setup_from_args(a: argparse.Namespace):
 
     sched = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
                             max_model_len=1 << 20)
+    overhead = a.request_overhead_s
+    if overhead is None:
+        overhead = CPU_REQUEST_OVERHEAD_S if a.hardware == "cpu" else 0.0
+    if overhead < 0:
+        raise ValueError(f"--request-overhead-s must be >= 0, got {overhead}")
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
-                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None)
+                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead)
 
 
 def main(a: argparse.Namespace) -> int:

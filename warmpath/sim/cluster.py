@@ -62,13 +62,15 @@ class Simulation:
                  store: SimStore | None, index: GlobalKVIndex, kv_bytes_per_token: int,
                  nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
-                 net_latency_s: float = 2e-4, cpu_cores: int | None = None) -> None:
+                 net_latency_s: float = 2e-4, cpu_cores: int | None = None,
+                 request_overhead_s: float = 0.0) -> None:
         self.workers = {w.wid: w for w in workers}
         self.policy, self.ns, self.store, self.index = policy, namespace, store, index
         self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
         self.admission = Admission(admission)
         self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
         self.net = net_latency_s
+        self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.cores = cpu_cores      # workers sharing this many cores (the CPU profile) slow down
         self.sessions = SessionTable()
         self.stats = SimStats()
@@ -159,6 +161,8 @@ class Simulation:
                            arrival_time=self.now)
             seq.block_hashes = list(req.rv.block_hashes)
             self._submit(d.prefill, seq, req)
+        elif self.overhead:   # the router's hop to the worker that computes it all
+            self._at(self.now + self.overhead, self._submit, d.decode, self._decode_seq(req), req)
         else:
             self._submit(d.decode, self._decode_seq(req), req)
 
@@ -222,7 +226,7 @@ class Simulation:
     def _prefill_done(self, req: Req, seq: Sequence, put_s: float) -> None:
         del self._by_seq[seq.request_id]
         self.workers[req.decision.prefill].forget(seq.request_id)
-        req.first_at = self.now + put_s + self.net
+        req.first_at = self.now + put_s + self.net + self.overhead
         req.cached = max(0, seq.num_cached_tokens)
         req.output = [seq.output_token_ids[-1]]
         self.stats.handoff_bytes += (len(req.prompt) // self.ns.block_size) * self.ns.block_size * self.kvb

@@ -4,7 +4,8 @@
     Runs the prompt to its first token. With write-through (the default for prefill roles)
     every sealed block of the prompt is in L3 before the answer leaves: that is the P→D
     handoff. Answers ``{"token", "prompt_tokens", "cached_tokens", "queue_s", "prefill_s",
-    "kv_blocks", "kv_bytes", "l3_put_s"}``.
+    "kv_blocks", "kv_bytes", "l3_get_s", "l3_put_s"}`` (the L3 seconds are the worker's while the
+    request ran: other requests' reads and writes in that time are in them too).
 
 ``POST /internal/generate`` ``{"kind": "chat"|"text", "prompt_token_ids", "request",
 "first_token"?, "cached_tokens"?}``
@@ -56,16 +57,17 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
                         admit: Callable, respond: Callable) -> None:
     """Register ``/internal/prefill`` and ``/internal/generate`` on a worker's app."""
 
-    def l3_put_seconds() -> float:
+    def l3_seconds() -> tuple[float, float]:
+        """This worker's cumulative L3 (read, write) seconds."""
         t = engine.tiers
-        return t.l3.stats.write_seconds if t is not None and t.l3 is not None else 0.0
+        return (t.l3.stats.read_seconds, t.l3.stats.write_seconds) if t is not None and t.l3 is not None else (0.0, 0.0)
 
     @app.post("/internal/prefill")
     async def prefill(req: Request) -> Response:
         body = await _json(req)
         ids = _ids(body, "prompt_token_ids")
         parsed = parse_common(_request(body))
-        put0, t0 = l3_put_seconds(), time.monotonic()
+        (get0, put0), t0 = l3_seconds(), time.monotonic()
         job = admit(parsed, ids, "text", "prompt_token_ids", run_tokens=1)
         while True:
             try:
@@ -82,10 +84,11 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
             break
         blocks = len(ids) // engine.cfg.block_size
         block_bytes = engine.tiers.block_bytes if engine.tiers is not None else 0
+        get1, put1 = l3_seconds()
         return JSONResponse({"token": item.new_token_ids[-1], "prompt_tokens": len(ids),
                              "cached_tokens": item.cached_tokens, "queue_s": item.queue_time or 0.0,
                              "prefill_s": time.monotonic() - t0, "kv_blocks": blocks,
-                             "kv_bytes": blocks * block_bytes, "l3_put_s": l3_put_seconds() - put0})
+                             "kv_bytes": blocks * block_bytes, "l3_get_s": get1 - get0, "l3_put_s": put1 - put0})
 
     @app.post("/internal/generate")
     async def generate(req: Request) -> Response:

@@ -1,0 +1,202 @@
+"""Per-request time outside the engine on this machine: what a request spends in the router,
+on HTTP hops and in the stream relay, next to what the prefill worker spends on it.
+
+Starts ``cpd-1d`` as ``benchmarks/cluster.py`` does (same worker flags, same primed
+repository contexts, the same coding-agent workload), then sends its turns **one at a time**
+(no queueing anywhere) as streaming ``/v1/completions`` with token-id prompts, like
+``warmpath bench``. For each request: the client's TTFT, and the router's ``Server-Timing``
+stages (``route``: parse, hash, plan; ``prefill``: the router's round trip to the prefill
+worker; ``prefill_worker``: that worker's own queue + compute + write-through time;
+``decode_first``: handoff to the decode worker until its first token line is back), and the
+CPU seconds every process of the cluster (and the client) spent, next to the workers' engine
+busy seconds: what is left is CPU work outside engine steps that competes with them for
+the machine's cores (HTTP, the router, the stream relay, Mooncake's TCP transfers).
+
+    overhead = client TTFT - prefill_worker
+
+is fitted as ``fixed + per_token * prompt_tokens`` (least squares) and written with every
+row to ``benchmarks/results/request_overhead.json``. The simulator's CPU profile takes its
+per-request overheads from this file (``warmpath.sim.cli.cpu_profile``).
+
+    python benchmarks/request_overhead.py [--sessions 16] [--out FILE]
+    python benchmarks/request_overhead.py --rate 0.1 --out FILE   # the same breakdown under load
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import cluster as real  # noqa: E402  (the cluster benchmark's workload and worker flags)
+
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
+from warmpath.cluster import launcher  # noqa: E402
+from warmpath.cluster.topology import resolve  # noqa: E402
+from warmpath.kv.mooncake_service import free_port  # noqa: E402
+from warmpath.models.loader import load_tokenizer  # noqa: E402
+
+
+ENCODE = functools.partial(load_tokenizer().encode, add_special=False)
+
+
+def timing(header: str) -> dict[str, float]:
+    """``Server-Timing`` header → seconds per stage."""
+    out = {}
+    for part in filter(None, (x.strip() for x in header.split(","))):
+        name, _, dur = part.partition(";dur=")
+        out[name] = float(dur) / 1000
+    return out
+
+
+async def one(http: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: int, sid: str) -> dict:
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "user": sid, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first, usage, text = None, {}, []
+    async with http.stream("POST", url + "/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {await r.aread()!r}")
+        stages = timing(r.headers.get("server-timing", ""))
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            ch = json.loads(line[6:])
+            got = "".join(c.get("text") or "" for c in ch.get("choices") or [])
+            if first is None and got:
+                first = time.perf_counter() - t0
+            text.append(got)
+            usage = ch.get("usage") or usage
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return {"prompt_tokens": len(prompt), "cached_tokens": cached, "client_ttft_s": first,
+            "tier": r.headers.get("x-warmpath-route"), "text": "".join(text), **stages}
+
+
+async def session(http, url: str, s, gap: float, rows: list, t_start: float) -> None:
+    await asyncio.sleep(max(0.0, t_start + s.start - time.perf_counter()))
+    hist = list(s.prefix)
+    for i, t in enumerate(s.turns):
+        hist += t.new_tokens
+        row = await one(http, url, list(hist), t.max_tokens, s.sid)
+        row.update(sid=s.sid, turn=i + 1, cls=t.cls)
+        hist += ENCODE(row.pop("text"))   # the answer joins the history, as `warmpath bench` does it
+        rows.append(row)
+        print(f"{s.sid} {t.cls:4s} {row['prompt_tokens']:5d} tok: client TTFT {row['client_ttft_s']:.3f} "
+              f"worker {row.get('prefill_worker', 0):.3f} ({row['tier']}, {row['cached_tokens']} cached)", flush=True)
+        await asyncio.sleep(gap)
+
+
+async def drive(c, sessions, rate: float, gap: float) -> tuple[list, dict, dict, float]:
+    """Run the sessions (one after another when ``rate`` is 0, else at their start times)."""
+    rows: list = []
+    async with httpx.AsyncClient(timeout=300) as http:
+        await one(http, c.url, [1, 2, 3, 4], 2, "warmup")
+        u0, t0 = usage(c), time.perf_counter()
+        if rate == 0:
+            for s in sessions:
+                s.start = 0.0
+                await session(http, c.url, s, gap, rows, t0)
+        else:
+            await asyncio.gather(*(session(http, c.url, s, 0.0, rows, t0) for s in sessions))
+        return rows, u0, usage(c), time.perf_counter() - t0
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (all its threads)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_s(url: str) -> float:
+    """A worker's engine busy seconds (its /metrics)."""
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("warmpath_engine_busy_seconds_total"):
+            return float(line.rsplit(" ", 1)[1])
+    raise RuntimeError(f"{url}/metrics has no warmpath_engine_busy_seconds_total")
+
+
+def usage(c) -> dict[str, float]:
+    """CPU seconds per process of the cluster, the client, and the workers' engine busy seconds."""
+    pids = {n: p.pid for n, p in c.procs.items()}
+    pids.update(mooncake_master=c.service.master_proc.pid, mooncake_holder=c.service.holder_proc.pid)
+    out = {f"cpu:{n}": cpu_s(pid) for n, pid in pids.items()}
+    out["cpu:client"] = time.process_time()
+    for w in httpx.get(c.url + "/v1/cluster", timeout=10).json()["workers"]:
+        out[f"busy:{w['worker_id']}"] = busy_s(w["url"])
+    return out
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares ``y = a + b x``."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    return my - b * mx, b
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1234, help="workload seed (not one of the validation runs')")
+    p.add_argument("--gap", type=float, default=0.5, help="idle seconds between requests")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="> 0: sessions/s with the cluster benchmark's arrivals (its seeds) instead of one at a time")
+    p.add_argument("--duration", type=float, default=90.0, help="with --rate: seconds of arrivals")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/request_overhead.json"))
+    a = p.parse_args()
+    c = launcher.start(resolve("cpd-1d"), "127.0.0.1", free_port(), real.WORKERS, ["--model", "smollm2"],
+                       None, 2.0, 1)
+    if a.rate > 0:   # the validation workload at this rate: benchmarks/cluster.py's sessions and arrivals
+        times = arrival_times(ArrivalConfig(a.rate, a.duration, seed=real.SEED))
+        sessions = real.agent(len(times), real.SEED + int(a.rate * 1000))
+        for s, t in zip(sessions, times):
+            s.start = t
+    else:
+        sessions = real.agent(a.sessions, a.seed)
+    try:
+        real.prime(c.url)
+        rows, u0, u1, wall = asyncio.run(drive(c, sessions, a.rate, a.gap))
+    finally:
+        c.stop()
+    split = [r for r in rows if "prefill_worker" in r]
+    over = [r["client_ttft_s"] - r["prefill_worker"] for r in split]
+    fixed, per_token = fit([r["prompt_tokens"] for r in split], over)
+    def medians(rs: list[dict]) -> dict:
+        if not rs:
+            return {}
+        m = {k: statistics.median(r[k] for r in rs) for k in ("client_ttft_s", "route", "prefill", "prefill_worker",
+                                                               "prefill_queue", "prefill_l3_get", "prefill_l3_put",
+                                                               "decode_first")}
+        m["prefill_hop"] = statistics.median(r["prefill"] - r["prefill_worker"] for r in rs)
+        m["client_residual"] = statistics.median(
+            r["client_ttft_s"] - r["route"] - r["prefill"] - r["decode_first"] for r in rs)
+        return m
+
+    parts = {"all": medians(split), "warm": medians([r for r in split if r["cls"] == "warm"])}
+    spent = {k: u1[k] - u0[k] for k in u0}
+    cpu = sum(v for k, v in spent.items() if k.startswith("cpu:"))
+    busy = sum(v for k, v in spent.items() if k.startswith("busy:"))
+    out = {"command": " ".join(["python", *sys.argv]), "rate": a.rate, "requests": len(split),
+           "workload": {"sessions": a.sessions, "seed": a.seed} if a.rate == 0 else
+           {"rate": a.rate, "duration": a.duration, "seed": real.SEED},
+           "cpu_s": {"wall": wall, "per_process": spent, "total": cpu, "engine_busy": busy,
+                     "outside_engine_per_request": (cpu - busy) / len(rows)},
+           "overhead_s": {"median": statistics.median(over), "fixed": fixed, "per_token": per_token},
+           "median_stage_s": parts, "rows": rows}
+    a.out.write_text(json.dumps(out, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
