@@ -44,7 +44,9 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.kv.mooncake_service import free_port  # noqa: E402
+from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.models.loader import load_tokenizer  # noqa: E402
+from warmpath.sim.step_time import Fitted  # noqa: E402
 
 
 ENCODE = functools.partial(load_tokenizer().encode, add_special=False)
@@ -136,6 +138,28 @@ def usage(c) -> dict[str, float]:
     return out
 
 
+def stretch(trace_dir: Path, fitted: StepModel) -> dict:
+    """Each worker's steps (``--step-trace``) against the calibrated step model, by how many
+    other workers were stepping meanwhile (time-weighted, rounded): median of compute seconds
+    over predicted alone, per worker and overlap level, and how the worker's step time splits."""
+    model = Fitted(fitted)
+    steps = {f.stem: [json.loads(x) for x in f.read_text().splitlines()] for f in sorted(trace_dir.glob("*.jsonl"))}
+    out = {}
+    for w, mine in steps.items():
+        others = [o for v, ss in steps.items() if v != w for o in ss]
+        groups: dict[int, list] = {}
+        for s in mine:
+            span = max(s["t1"] - s["t0"], 1e-9)
+            busy = sum(max(0.0, min(s["t1"], o["t1"]) - max(s["t0"], o["t0"])) for o in others) / span
+            pred = model.step_s([tuple(i) for i in s["items"]])
+            groups.setdefault(round(busy), []).append((s["exec_s"] / pred, s["exec_s"]))
+        total = sum(t for g in groups.values() for _, t in g)
+        out[w] = {str(k): {"steps": len(g), "time_share": sum(t for _, t in g) / total,
+                           "median_ratio_to_model": statistics.median(r for r, _ in g)}
+                  for k, g in sorted(groups.items())}
+    return out
+
+
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares ``y = a + b x``."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -152,9 +176,15 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=0.0,
                    help="> 0: sessions/s with the cluster benchmark's arrivals (its seeds) instead of one at a time")
     p.add_argument("--duration", type=float, default=90.0, help="with --rate: seconds of arrivals")
+    p.add_argument("--step-trace", type=Path, default=None, metavar="DIR",
+                   help="trace every engine step and compare it with the calibrated model by overlap")
+    p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_ctx1600.json"))
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/request_overhead.json"))
     a = p.parse_args()
-    c = launcher.start(resolve("cpd-1d"), "127.0.0.1", free_port(), real.WORKERS, ["--model", "smollm2"],
+    if a.step_trace and any(a.step_trace.glob("*.jsonl")):
+        p.error(f"--step-trace {a.step_trace}: holds traces already (workers append); give an empty folder")
+    trace = ["--step-trace", str(a.step_trace)] if a.step_trace else []
+    c = launcher.start(resolve("cpd-1d"), "127.0.0.1", free_port(), real.WORKERS + trace, ["--model", "smollm2"],
                        None, 2.0, 1)
     if a.rate > 0:   # the validation workload at this rate: benchmarks/cluster.py's sessions and arrivals
         times = arrival_times(ArrivalConfig(a.rate, a.duration, seed=real.SEED))
@@ -193,6 +223,9 @@ def main() -> int:
                      "outside_engine_per_request": (cpu - busy) / len(rows)},
            "overhead_s": {"median": statistics.median(over), "fixed": fixed, "per_token": per_token},
            "median_stage_s": parts, "rows": rows}
+    if a.step_trace:
+        fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
+        out["steps_by_overlap"] = stretch(a.step_trace, fitted)
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
     return 0

@@ -1,8 +1,8 @@
 """Simulator vs the real cluster on this machine: same workload, topology, rates and seeds.
 
 Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus any
-repeats of it given with ``--repeats``) and its ``calibration.json`` (``warmpath calibrate
---threads 1``: the workers run one thread each), simulates every rate point the first real
+repeats of it given with ``--repeats``) and a ``warmpath calibrate --threads 1`` output (the
+workers run one thread each), simulates every rate point the first real
 run served within its SLO (below saturation) with the CPU profile (fitted step times, 2
 shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, the per-request router/HTTP time measured
 by ``benchmarks/request_overhead.py``), and reports per point the absolute error of TTFT p50
@@ -89,8 +89,9 @@ def rel(a: float, b: float) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
-    p.add_argument("--calibration", type=Path, default=None,
-                   help="`warmpath calibrate` output (default: the results folder's calibration.json)")
+    p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_insitu.json"),
+                   help="`warmpath calibrate` output (default: isolated steps + the one-at-a-time run's step "
+                        "trace, see docs/benchmarks.md; the cluster run's own: .../cluster/calibration.json)")
     p.add_argument("--repeats", default="", help="more result folders of the same benchmark, comma-separated")
     p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
                    help="benchmarks/request_overhead.py output (its median per-request overhead)")
@@ -99,7 +100,7 @@ def main() -> int:
     p.add_argument("--l3-gbps", type=float, default=None,
                    help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
     a = p.parse_args()
-    cal = json.loads((a.calibration or a.results / "calibration.json").read_text())
+    cal = json.loads(a.calibration.read_text())
     fitted = StepModel.from_json(cal["step_model"])
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
     overhead = json.loads(a.overhead.read_text())["overhead_s"]["median"] if a.overhead.exists() else 0.0
@@ -130,7 +131,8 @@ def main() -> int:
     if a.overhead.exists():
         out0 = zero_load(fitted, hw, overhead, json.loads(a.overhead.read_text()))
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
-    out = {"command": " ".join(["python", *sys.argv]), "l3_bytes_s": hw.nic_bytes_s, "request_overhead_s": overhead,
+    out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
+           "request_overhead_s": overhead,
            "zero_load": out0 if a.overhead.exists() else None,
            "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}

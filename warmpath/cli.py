@@ -63,10 +63,16 @@ def tier_config(a: argparse.Namespace, service=None):
 
 
 def engine_config(a: argparse.Namespace, tiers=None):
+    from pathlib import Path
+
     from warmpath.engine.llm_engine import EngineConfig
     from warmpath.engine.scheduler import SchedulerConfig
 
-    return EngineConfig(tiers=tiers, worker_id=a.worker_id,
+    trace = None
+    if getattr(a, "step_trace", None):
+        Path(a.step_trace).mkdir(parents=True, exist_ok=True)
+        trace = str(Path(a.step_trace) / f"{a.worker_id}.jsonl")
+    return EngineConfig(tiers=tiers, worker_id=a.worker_id, step_trace=trace,
         model=a.model, device=a.device, dtype=a.dtype, block_size=a.block_size,
         kv_cache_gib=a.kv_cache_gib, enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
@@ -176,44 +182,6 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate(a: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
-    import torch
-
-    from warmpath.engine.profile import profile_engine
-    from warmpath.models.loader import load_model
-    from warmpath.router.ppd import table_from_model
-
-    try:
-        contexts = tuple(int(x) for x in a.contexts.split(","))
-    except ValueError as e:
-        raise ValueError(f"--contexts: expected comma-separated token counts, got {a.contexts!r}") from e
-    if not contexts or min(contexts) < 1:
-        raise ValueError(f"--contexts: token counts must be >= 1, got {a.contexts!r}")
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    lm = load_model(a.model)
-    if a.quick:
-        prof = profile_engine(lm, contexts=(64, 256), tokens=(16, 64), batches=(1, 4), decode_steps=3)
-    else:
-        prof = profile_engine(lm, contexts=contexts)
-    model = prof.fit()
-    kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
-    table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
-    out = {"model": lm.model_id, "kv_bytes_per_token": kvb, "step_model": model.to_json(),
-           "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed},
-           "ppd_table": table.to_json()}
-    Path(a.out).write_text(json.dumps(out, indent=1))
-    a0, a1, a2 = model.prefill_coef
-    d0, d1, d2 = model.decode_coef
-    print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
-    print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
-    print(f"wrote {a.out} ({len(table.cells)} PPD cells)")
-    return 0
-
-
 def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
     from warmpath.router.state import ROLES
 
@@ -224,6 +192,9 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                    help="register with this router (http://host:port)")
     p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
     p.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
+    p.add_argument("--step-trace", default=None, metavar="DIR",
+                   help="append every engine step (monotonic start/end, compute seconds, (tokens, context) "
+                        "per sequence) to DIR/<worker-id>.jsonl")
     _engine_args(p)
 
 
@@ -267,21 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)
-    c = sub.add_parser("calibrate", help="measure step times; write the step model and PPD table")
-    c.add_argument("--model", default="smollm2")
-    c.add_argument("--out", default="calibration.json")
-    c.add_argument("--threads", type=int, default=None)
-    c.add_argument("--quick", action="store_true", help="fewer points (a smoke run)")
-    c.add_argument("--contexts", default="128,512",
-                   help="cached-context lengths to time steps at (cover the workload's: the fit extrapolates)")
-    c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
-    c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
-    c.set_defaults(fn=_calibrate)
     from warmpath.bench.cli import add_parser as add_bench
+    from warmpath.calibrate import add_parser as add_calibrate
     from warmpath.sim.cli import add_parser as add_sim
 
     from warmpath.sim.repro import add_parser as add_repro
 
+    add_calibrate(sub)
     add_bench(sub)
     add_sim(sub)
     add_repro(sub)

@@ -1,5 +1,6 @@
 """Greedy output must not depend on how the prefix was obtained or batched (real SmolLM2)."""
 
+import json
 import time
 
 import pytest
@@ -101,10 +102,20 @@ def test_stop_token_ids_and_eos(smollm, prompts):
     assert got == ref[:ref.index(stop_at) + 1]
 
 
-def test_busy_seconds_count_only_steps_with_work(smollm, prompts):
-    eng = engine(smollm)
+def test_busy_seconds_count_only_steps_with_work(smollm, prompts, tmp_path):
+    trace = tmp_path / "steps.jsonl"
+    eng = LLMEngine(EngineConfig(num_blocks=512, step_trace=str(trace),
+                                 scheduler=SchedulerConfig(max_num_batched_tokens=16)), loaded=smollm)
     assert eng.step() == [] and eng.busy_seconds == 0.0      # nothing to do: not busy
     t0 = time.perf_counter()
     eng.generate([prompts[0]], GREEDY)
     wall = time.perf_counter() - t0
     assert 0.0 < eng.busy_seconds <= wall
+    eng.close()
+    steps = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert len(steps) == eng.num_steps
+    n = len(prompts[0])
+    # chunks of 16 tokens over a growing context, then one token per step after the prompt
+    assert [s["items"] for s in steps[:2]] == [[[16, 0]], [[16, 16]]]
+    assert steps[-1]["items"] == [[1, n + GREEDY.max_tokens - 2]]
+    assert all(s["t0"] <= s["t1"] and 0 < s["exec_s"] <= s["t1"] - s["t0"] for s in steps)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ class EngineConfig:
     seed: int = 0
     tiers: TierConfig | None = None      # L2/L3 and KV events; None = L1 only
     worker_id: str = "worker"
+    step_trace: str | None = None        # append one JSON line per step with work to this file
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -112,6 +114,7 @@ class LLMEngine:
         self._initial: dict[str, RequestOutput] = {}
         self.num_steps = 0
         self.busy_seconds = 0.0     # wall time inside step() with work to do (loads and puts included)
+        self._trace = open(config.step_trace, "a", buffering=1) if config.step_trace else None
 
     # -- requests ----------------------------------------------------------
     def check_prompt(self, num_prompt_tokens: int, max_tokens: int) -> None:
@@ -206,6 +209,9 @@ class LLMEngine:
         """Release the lower tiers (event sockets, store client)."""
         if self.tiers is not None:
             self.tiers.close()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
 
     def request_ids(self) -> list[str]:
         """Ids of the requests not finished yet."""
@@ -221,12 +227,18 @@ class LLMEngine:
         t0 = time.perf_counter()
         if self.tiers is not None:
             self.tiers.apply_loads()
+        items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled] if self._trace else None
+        t_exec = time.perf_counter()
+        tiers_s = t_exec - t0
         result = self.runner.execute(out)
+        t_exec = time.perf_counter() - t_exec
         self.num_steps += 1
         finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
         if self.tiers is not None:
             self.tiers.cost.observe_prefill(out.num_tokens, time.perf_counter() - t0)
+            t_put = time.perf_counter()
             self.tiers.after_step()
+            tiers_s += time.perf_counter() - t_put
         outputs = []
         for rid in result.sampled_ids:
             seq = self._seqs.get(rid)
@@ -247,7 +259,12 @@ class LLMEngine:
                 self._seqs.pop(rid, None)
                 self._detok.pop(rid, None)
                 self.runner.sampler.release(rid)
-        self.busy_seconds += time.perf_counter() - start
+        end = time.perf_counter()
+        self.busy_seconds += end - start
+        if self._trace is not None:   # monotonic clock: comparable across processes on one machine
+            now = time.monotonic()
+            self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": t_exec,
+                                          "tiers_s": tiers_s, "items": items}) + "\n")
         return outputs
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]

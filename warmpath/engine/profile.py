@@ -33,6 +33,27 @@ class StepProfile:
     def fit(self) -> StepModel:
         return StepModel(fit_linear(self.prefill), fit_linear(self.decode))
 
+    def extend(self, other: "StepProfile") -> "StepProfile":
+        """This profile's rows plus ``other``'s."""
+        return StepProfile(self.prefill + other.prefill, self.decode + other.decode, self.mixed + other.mixed)
+
+
+def profile_from_trace(steps) -> StepProfile:
+    """Rows from a server's step trace (``--step-trace``): one-sequence prefill steps and pure
+    decode steps, timed without their KV-tier work (the simulator charges that separately);
+    mixed and multi-prefill steps are left out."""
+    prof = StepProfile()
+    for s in steps:
+        items = s["items"]
+        t = s["t1"] - s["t0"] - s.get("tiers_s", 0.0)
+        if not items or t <= 0:
+            continue
+        if all(n == 1 for n, _ in items):
+            prof.decode.append((len(items), sum(c for _, c in items) // len(items), t))
+        elif len(items) == 1:
+            prof.prefill.append((items[0][0], items[0][1], t))
+    return prof
+
 
 def _tokens(seed: int, n: int, vocab: int) -> list[int]:
     rng = np.random.default_rng(seed)
