@@ -138,26 +138,45 @@ def usage(c) -> dict[str, float]:
     return out
 
 
+def _overlap(s: dict, spans: list[tuple[float, float]]) -> float:
+    """Seconds of ``spans`` inside step ``s``, over its length."""
+    return sum(max(0.0, min(s["t1"], b) - max(s["t0"], a)) for a, b in spans) / max(s["t1"] - s["t0"], 1e-9)
+
+
 def stretch(trace_dir: Path, fitted: StepModel) -> dict:
-    """Each worker's steps (``--step-trace``) against the calibrated step model, by how many
-    other workers were stepping meanwhile (time-weighted, rounded): median of compute seconds
-    over predicted alone, per worker and overlap level, and how the worker's step time splits."""
+    """Each worker's steps (``--step-trace``) against the calibrated step model: median of
+    compute seconds over predicted alone, by how many other workers were stepping meanwhile
+    (time-weighted, rounded), and with / without another worker's KV-tier transfer (L3 loads
+    and puts, at the ends of its steps) overlapping the step by more than 10%."""
     model = Fitted(fitted)
     steps = {f.stem: [json.loads(x) for x in f.read_text().splitlines()] for f in sorted(trace_dir.glob("*.jsonl"))}
     out = {}
     for w, mine in steps.items():
         others = [o for v, ss in steps.items() if v != w for o in ss]
-        groups: dict[int, list] = {}
+        busy = [(o["t0"], o["t1"]) for o in others]
+        moving = [(o["t0"], o["t0"] + o.get("tiers_s", 0.0)) for o in others if o.get("tiers_s", 0.0) > 0.005]
+        by: dict[str, dict[str, list]] = {"by_overlap": {}, "by_transfer_overlap": {}}
         for s in mine:
-            span = max(s["t1"] - s["t0"], 1e-9)
-            busy = sum(max(0.0, min(s["t1"], o["t1"]) - max(s["t0"], o["t0"])) for o in others) / span
-            pred = model.step_s([tuple(i) for i in s["items"]])
-            groups.setdefault(round(busy), []).append((s["exec_s"] / pred, s["exec_s"]))
-        total = sum(t for g in groups.values() for _, t in g)
-        out[w] = {str(k): {"steps": len(g), "time_share": sum(t for _, t in g) / total,
-                           "median_ratio_to_model": statistics.median(r for r, _ in g)}
-                  for k, g in sorted(groups.items())}
+            r = (s["exec_s"] / model.step_s([tuple(i) for i in s["items"]]), s["exec_s"])
+            by["by_overlap"].setdefault(str(round(_overlap(s, busy))), []).append(r)
+            by["by_transfer_overlap"].setdefault("yes" if _overlap(s, moving) > 0.1 else "no", []).append(r)
+        total = sum(t for _, t in (r for g in by["by_overlap"].values() for r in g))
+        out[w] = {kind: {k: {"steps": len(g), "time_share": sum(t for _, t in g) / total,
+                             "median_ratio_to_model": statistics.median(x for x, _ in g)}
+                         for k, g in sorted(groups.items())} for kind, groups in by.items()}
     return out
+
+
+def answer_reuse(rows: list[dict], block: int = 16) -> dict:
+    """The client sends each answer back re-tokenized from its text (as ``warmpath bench``
+    does): how many follow-ups did not reuse the KV of the previous answer's first block."""
+    prev, follow, missed = {}, 0, 0
+    for r in rows:   # a session's turns are in order
+        if r["turn"] > 1 and r["sid"] in prev:
+            follow += 1
+            missed += (r["cached_tokens"] or 0) < prev[r["sid"]] // block * block + block
+        prev[r["sid"]] = r["prompt_tokens"]
+    return {"follow_ups": follow, "answer_block_not_reused": missed, "miss_share": missed / follow if follow else None}
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -222,7 +241,8 @@ def main() -> int:
            "cpu_s": {"wall": wall, "per_process": spent, "total": cpu, "engine_busy": busy,
                      "outside_engine_per_request": (cpu - busy) / len(rows)},
            "overhead_s": {"median": statistics.median(over), "fixed": fixed, "per_token": per_token},
-           "median_stage_s": parts, "rows": rows}
+           "median_stage_s": parts,
+           "answer_reuse": answer_reuse(rows), "rows": rows}
     if a.step_trace:
         fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
         out["steps_by_overlap"] = stretch(a.step_trace, fitted)

@@ -5,11 +5,13 @@ repeats of it given with ``--repeats``) and a ``warmpath calibrate --threads 1``
 workers run one thread each), simulates every rate point the first real
 run served within its SLO (below saturation) with the CPU profile (fitted step times, 2
 shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, the per-request router/HTTP time measured
-by ``benchmarks/request_overhead.py``), and reports per point the absolute error of TTFT p50
+by ``benchmarks/request_overhead.py``, the share of answers whose KV the client's
+re-tokenization loses from ``benchmarks/answer_retokenize.py``), and reports per point the absolute error of TTFT p50
 and TPOT against the mean of the real runs, their medians, and the real runs' own spread.
 
     python benchmarks/sim_validation.py [--results benchmarks/results/cluster]
         [--repeats DIR,DIR] [--overhead benchmarks/results/request_overhead.json]
+        [--answers benchmarks/results/answer_retokenize.json] [--calibration FILE]
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ from warmpath.sim.run import SimSetup, build  # noqa: E402
 GIB = 1 << 30
 
 
-def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=CPU, overhead_s: float = 0.0) -> dict:
+def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=CPU, overhead_s: float = 0.0,
+             retokenize_miss: float = 0.0) -> dict:
     m = MODELS["smollm2-135m"]
     block_bytes = 16 * m.kv_bytes_per_token
     setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
                      l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
                                                            max_model_len=8192), cpu_cores=2,
-                     request_overhead_s=overhead_s)
+                     request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
     sim = build(setup)
     # the real run primed the repository contexts one after another before measuring
     primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
@@ -57,7 +60,7 @@ def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=
     return summarize(recs, max(sim.now, duration), {})
 
 
-def zero_load(fitted: StepModel, hw, overhead_s: float, measured: dict) -> dict:
+def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, measured: dict) -> dict:
     """Per-request TTFT with nothing else running: ``request_overhead.py``'s one-at-a-time run
     (its sessions, seed and order) against the simulator given the sessions far apart."""
     w = measured["workload"]
@@ -67,7 +70,7 @@ def zero_load(fitted: StepModel, hw, overhead_s: float, measured: dict) -> dict:
     setup = SimSetup(resolve("cpd-1d"), MODELS["smollm2-135m"], hw, fitted=fitted,
                      kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
                      scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
-                     cpu_cores=2, request_overhead_s=overhead_s)
+                     cpu_cores=2, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
     sim = build(setup)
     primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
               for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
@@ -95,6 +98,9 @@ def main() -> int:
     p.add_argument("--repeats", default="", help="more result folders of the same benchmark, comma-separated")
     p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
                    help="benchmarks/request_overhead.py output (its median per-request overhead)")
+    p.add_argument("--answers", type=Path, default=Path("benchmarks/results/answer_retokenize.json"),
+                   help="benchmarks/answer_retokenize.py output: the share of answers the client's "
+                        "re-tokenization changes (give a missing file for a client that sends ids back)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sim_validation.json"))
     p.add_argument("--duration", type=float, default=90.0, help="the real run's --duration")
     p.add_argument("--l3-gbps", type=float, default=None,
@@ -103,7 +109,10 @@ def main() -> int:
     cal = json.loads(a.calibration.read_text())
     fitted = StepModel.from_json(cal["step_model"])
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
-    overhead = json.loads(a.overhead.read_text())["overhead_s"]["median"] if a.overhead.exists() else 0.0
+    measured = json.loads(a.overhead.read_text()) if a.overhead.exists() else {}
+    overhead = measured["overhead_s"]["median"] if measured else 0.0
+    # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
+    miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
     rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
     for topo in ("cpd-1d", "pd-2p1d"):
@@ -112,7 +121,7 @@ def main() -> int:
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
             meas = [s["rates"][r]["all"] for s in runs if r in s["rates"]]
-            pred = simulate(topo, float(r), a.duration, fitted, hw, overhead)["all"]
+            pred = simulate(topo, float(r), a.duration, fitted, hw, overhead, miss)["all"]
             row = {"topology": topo, "rate": float(r), "real_runs": len(meas)}
             for k in ("ttft_p50", "tpot"):
                 vals = [m[f"{k}_s"] for m in meas]
@@ -129,10 +138,10 @@ def main() -> int:
                   f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
                   f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
     if a.overhead.exists():
-        out0 = zero_load(fitted, hw, overhead, json.loads(a.overhead.read_text()))
+        out0 = zero_load(fitted, hw, overhead, miss, measured)
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
-           "request_overhead_s": overhead,
+           "request_overhead_s": overhead, "retokenize_miss": miss,
            "zero_load": out0 if a.overhead.exists() else None,
            "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}

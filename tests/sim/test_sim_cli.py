@@ -33,6 +33,7 @@ def test_bench_sim_target_and_errors(tmp_path):
     assert main(["sim", "--hardware", "cpu", "--workload", "coding-agent"]) == 2   # needs --calibration
     assert main(["sim", "--tp", "prefill=x", "--workload", "coding-agent"]) == 2
     assert main(["sim", "--request-overhead-s", "-1", "--workload", "coding-agent"]) == 2
+    assert main(["sim", "--retokenize-miss", "1.5", "--workload", "coding-agent"]) == 2
     conf.write_text("{oops")
     assert main(["bench", "--sim", str(conf), "--workload", "ppd-grid", "--rate", "1"]) == 2
 

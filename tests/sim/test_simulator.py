@@ -87,6 +87,17 @@ def test_request_overhead_shifts_the_timeline_by_exactly_itself(topology, ttft, 
     assert (round(r.ttft, 6), round(r.e2e, 6), r.output_tokens) == (ttft, e2e, 4)   # + a 1e15 B/s put
 
 
+@pytest.mark.parametrize("miss, cached", [(0.0, 48), (1.0, 32)])
+def test_a_re_tokenized_answer_loses_its_kv(miss, cached):
+    """Turn 1: 32 prompt tokens + 17 answer tokens, so 3 full blocks hold KV (the third is the
+    answer's first 16). Sent back as the generated ids, turn 2 finds all 3; re-tokenized into
+    other ids, only the prompt's 2."""
+    topo = Topology("one", "replica", {"replica": 1})
+    s = Session("a", [Turn(list(range(1000, 1032)), 17), Turn(list(range(2000, 2016)), 2)])
+    sim, recs = run(setup(topo, retokenize_miss=miss), [s])
+    assert [(r.turn, r.prompt_tokens, r.cached_tokens) for r in recs] == [(1, 32, 0), (2, 65, cached)]
+
+
 def test_ppd_x1_keeps_follow_ups_on_the_decode_worker():
     topo = resolve("ppd-1p3d", "x1")
     sess = long_conversations(3, seed=1, turns=3, first=256, follow=16, answer=8)

@@ -36,6 +36,9 @@ def add_parser(sub) -> None:
     s.add_argument("--request-overhead-s", type=float, default=None,
                    help="router + HTTP time per request before its first token (default: 0.012 s measured "
                         "on this machine for --hardware cpu, else 0)")
+    s.add_argument("--retokenize-miss", type=float, default=0.0,
+                   help="share of answers the clients send back as other token ids (re-tokenized text): "
+                        "the next turn recomputes them (0.25 measured for SmolLM2 here)")
     s.add_argument("--max-in-flight", type=int, default=24)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     wl = s.add_mutually_exclusive_group(required=True)
@@ -92,9 +95,12 @@ def setup_from_args(a: argparse.Namespace):
         overhead = CPU_REQUEST_OVERHEAD_S if a.hardware == "cpu" else 0.0
     if overhead < 0:
         raise ValueError(f"--request-overhead-s must be >= 0, got {overhead}")
+    if not 0.0 <= a.retokenize_miss <= 1.0:
+        raise ValueError(f"--retokenize-miss must be in [0, 1], got {a.retokenize_miss}")
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
-                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead)
+                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
+                    retokenize_miss=a.retokenize_miss)
 
 
 def main(a: argparse.Namespace) -> int:

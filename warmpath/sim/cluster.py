@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from dataclasses import dataclass, field, replace
 
 from warmpath.bench.metrics import Record
@@ -63,7 +64,7 @@ class Simulation:
                  nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
                  net_latency_s: float = 2e-4, cpu_cores: int | None = None,
-                 request_overhead_s: float = 0.0) -> None:
+                 request_overhead_s: float = 0.0, retokenize_miss: float = 0.0) -> None:
         self.workers = {w.wid: w for w in workers}
         self.policy, self.ns, self.store, self.index = policy, namespace, store, index
         self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
@@ -71,6 +72,7 @@ class Simulation:
         self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
         self.net = net_latency_s
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
+        self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
         self.cores = cpu_cores      # workers sharing this many cores (the CPU profile) slow down
         self.sessions = SessionTable()
         self.stats = SimStats()
@@ -258,7 +260,12 @@ class Simulation:
         sess = self.sessions.touch(s.sid, self.now)
         sess.decode_worker = req.decision.decode
         sess.context_tokens = len(req.prompt) + len(req.output)
-        self._history[s.sid] = req.prompt + req.output
+        answer = req.output
+        if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
+            # the client re-tokenized the answer's text into other ids: the next turn cannot
+            # reuse its KV (ids 40000+ never come out of the simulated sampler)
+            answer, req.hashes = [40000 + t % 9000 for t in answer], None
+        self._history[s.sid] = req.prompt + answer
         if req.hashes:
             self._hashes[s.sid] = req.hashes
         nxt = self.admission.release()
