@@ -4,7 +4,7 @@ Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``
 repeats of it given with ``--repeats``) and a ``warmpath calibrate --threads 1`` output (the
 workers run one thread each), simulates every rate point the first real
 run served within its SLO (below saturation) with the CPU profile (fitted step times, 2
-shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, the per-request router/HTTP time measured
+shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, one L3 link for all (one segment holder), the per-request router/HTTP time measured
 by ``benchmarks/request_overhead.py``, the share of answers whose KV the client's
 re-tokenization loses from ``benchmarks/answer_retokenize.py``), and reports per point the absolute error of TTFT p50
 and TPOT against the mean of the real runs, their medians, and the real runs' own spread.
@@ -44,10 +44,11 @@ def simulate(topology: str, rate: float, duration: float, fitted: StepModel, hw=
              retokenize_miss: float = 0.0) -> dict:
     m = MODELS["smollm2-135m"]
     block_bytes = 16 * m.kv_bytes_per_token
+    # one Mooncake segment holder serves every L3 transfer here: they share its bandwidth
     setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
                      l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
                                                            max_model_len=8192), cpu_cores=2,
-                     request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
+                     store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
     sim = build(setup)
     # the real run primed the repository contexts one after another before measuring
     primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
@@ -70,7 +71,8 @@ def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, 
     setup = SimSetup(resolve("cpd-1d"), MODELS["smollm2-135m"], hw, fitted=fitted,
                      kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
                      scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
-                     cpu_cores=2, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
+                     cpu_cores=2, store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s,
+                     retokenize_miss=retokenize_miss)
     sim = build(setup)
     primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
               for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
