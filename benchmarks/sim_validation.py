@@ -40,6 +40,12 @@ from warmpath.sim.run import SimSetup, build  # noqa: E402
 GIB = 1 << 30
 
 
+def primes() -> list[Session]:
+    """``benchmarks/cluster.py``'s priming: each repository context sent once, one after another."""
+    return [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=20.0 * i)
+            for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
+
+
 def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: StepModel, hw=CPU,
                    overhead_s: float = 0.0, retokenize_miss: float = 0.0) -> dict[float, dict]:
     """The real benchmark's procedure on one simulated cluster: prime the repository contexts,
@@ -53,9 +59,7 @@ def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: S
                                                            max_model_len=8192), cpu_cores=2,
                      store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
     sim = build(setup)
-    primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=20.0 * i)
-              for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
-    sim.run(primes)
+    sim.run(primes())
     out = {}
     for rate in rates:
         start, seen = sim.now + 1.0, len(sim.records)
@@ -74,16 +78,14 @@ def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, 
     w = measured["workload"]
     sessions = real.agent(w["sessions"], w["seed"])
     for i, s in enumerate(sessions):
-        s.start = 120.0 * i
+        s.start = 100.0 + 120.0 * i
     setup = SimSetup(resolve("cpd-1d"), MODELS["smollm2-135m"], hw, fitted=fitted,
                      kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
                      scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
                      cpu_cores=2, store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s,
                      retokenize_miss=retokenize_miss)
     sim = build(setup)
-    primes = [Session(f"prime-{i}", [Turn(ctx[-1:] + [1000, 1001], 1)], prefix=ctx[:-1], start=-60.0 + 20 * i)
-              for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
-    got = {(r.sid, r.turn): r for r in sim.run(primes + sessions) if not r.sid.startswith("prime-")}
+    got = {(r.sid, r.turn): r for r in sim.run(primes() + sessions) if not r.sid.startswith("prime-")}
     rows = []
     for m in measured["rows"]:
         p = got[(m["sid"], m["turn"])]

@@ -38,3 +38,13 @@ def test_ttl_fallback_only_when_events_are_stale():
     assert idx.lookup("w", H, now=101).local_blocks == 0   # TTL over
     idx.drop_worker("w")
     assert idx.lookup("w", H, now=50).local_blocks == 0
+
+
+def test_a_worker_never_heard_from_holds_nothing_at_any_clock():
+    """The simulator's clock can be negative (sessions before t=0): a block nobody routed or
+    stored is not assumed held then either."""
+    idx = GlobalKVIndex()
+    for now in (-60.0, -1.0, 0.0, 5.0):
+        assert idx.lookup("w", H, now=now) == PrefixHit(0, 0)
+    idx.note_routed("w", H[:2], now=-60.0)
+    assert idx.lookup("w", H, now=-30.0).local_blocks == 2
