@@ -167,6 +167,14 @@ def stretch(trace_dir: Path, fitted: StepModel) -> dict:
     return out
 
 
+def holder_share(trace_dir: Path, holder_cpu_s: float) -> float:
+    """Cores the Mooncake segment holder keeps busy while workers move KV (its CPU seconds over
+    the workers' KV-tier seconds in the trace): the simulator's ``transfer_cpu``."""
+    tiers = sum(json.loads(x).get("tiers_s", 0.0)
+                for f in trace_dir.glob("*.jsonl") for x in f.read_text().splitlines())
+    return holder_cpu_s / tiers if tiers > 0 else 0.0
+
+
 def answer_reuse(rows: list[dict], block: int = 16) -> dict:
     """The client sends each answer back re-tokenized from its text (as ``warmpath bench``
     does): how many follow-ups did not reuse the KV of the previous answer's first block."""
@@ -246,6 +254,7 @@ def main() -> int:
     if a.step_trace:
         fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
         out["steps_by_overlap"] = stretch(a.step_trace, fitted)
+        out["cpu_s"]["holder_cores_per_transfer"] = holder_share(a.step_trace, spent["cpu:mooncake_holder"])
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
     return 0

@@ -1,13 +1,14 @@
 """Simulator vs the real cluster on this machine: same workload, topology, rates and seeds.
 
 Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus any
-repeats of it given with ``--repeats``) and a ``warmpath calibrate --threads 1`` output (the
-workers run one thread each), simulates every rate point the first real
-run served within its SLO (below saturation) with the CPU profile (fitted step times, 2
-shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, one L3 link for all (one segment holder), the per-request router/HTTP time measured
-by ``benchmarks/request_overhead.py``, the share of answers whose KV the client's
-re-tokenization loses from ``benchmarks/answer_retokenize.py``), and reports per point the absolute error of TTFT p50
-and TPOT against the mean of the real runs, their medians, and the real runs' own spread.
+repeats of it given with ``--repeats``) and replays each on a simulated cluster the way it ran
+(primed, its rates in order). CPU profile: a ``warmpath calibrate --threads 1`` step model, 2
+shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, one L3 link (one segment holder), and what
+``benchmarks/request_overhead.py`` (router/HTTP time, the holder's CPU per transfer) and
+``benchmarks/answer_retokenize.py`` (answers whose KV the client's re-tokenization loses)
+measured on other runs. For every rate point the first real run served within its SLO (below
+saturation) it reports the absolute error of TTFT p50 and TPOT against the mean of the real
+runs, their medians, the real runs' own spread, and a one-request-at-a-time check.
 
     python benchmarks/sim_validation.py [--results benchmarks/results/cluster]
         [--repeats DIR,DIR] [--overhead benchmarks/results/request_overhead.json]
@@ -47,7 +48,8 @@ def primes() -> list[Session]:
 
 
 def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: StepModel, hw=CPU,
-                   overhead_s: float = 0.0, retokenize_miss: float = 0.0) -> dict[float, dict]:
+                   overhead_s: float = 0.0, retokenize_miss: float = 0.0, transfer_cpu: float = 0.0
+                   ) -> dict[float, dict]:
     """The real benchmark's procedure on one simulated cluster: prime the repository contexts,
     then each rate in the run's order, each after the previous one drained (the caches carry
     over, as they did on the real cluster). Returns the bench summary's classes per rate."""
@@ -57,7 +59,8 @@ def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: S
     setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
                      l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
                                                            max_model_len=8192), cpu_cores=2,
-                     store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss)
+                     store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss,
+                     transfer_cpu=transfer_cpu)
     sim = build(setup)
     sim.run(primes())
     out = {}
@@ -72,7 +75,8 @@ def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: S
     return out
 
 
-def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, measured: dict) -> dict:
+def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, transfer_cpu: float,
+              measured: dict) -> dict:
     """Per-request TTFT with nothing else running: ``request_overhead.py``'s one-at-a-time run
     (its sessions, seed and order) against the simulator given the sessions far apart."""
     w = measured["workload"]
@@ -83,7 +87,7 @@ def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, 
                      kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
                      scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
                      cpu_cores=2, store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s,
-                     retokenize_miss=retokenize_miss)
+                     retokenize_miss=retokenize_miss, transfer_cpu=transfer_cpu)
     sim = build(setup)
     got = {(r.sid, r.turn): r for r in sim.run(primes() + sessions) if not r.sid.startswith("prime-")}
     rows = []
@@ -127,6 +131,8 @@ def main() -> int:
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
     measured = json.loads(a.overhead.read_text()) if a.overhead.exists() else {}
     overhead = measured["overhead_s"]["median"] if measured else 0.0
+    # the segment holder's CPU while KV moves (it shares the machine's cores with the workers)
+    holder = measured.get("cpu_s", {}).get("holder_cores_per_transfer", 0.0) if measured else 0.0
     # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
     miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
@@ -134,8 +140,8 @@ def main() -> int:
     for topo in ("cpd-1d", "pd-2p1d"):
         runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
         # each real run in its own order of rates, on one cluster: simulate each the same way
-        sims = [simulate_sweep(topo, [float(r) for r in run["runs"]], a.duration, fitted, hw, overhead, miss)
-                for run in runs]
+        sims = [simulate_sweep(topo, [float(r) for r in run["runs"]], a.duration, fitted, hw, overhead, miss,
+                               holder) for run in runs]
         for r, run in runs[0]["runs"].items():
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
@@ -168,10 +174,10 @@ def main() -> int:
                   f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
                   f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
     if a.overhead.exists():
-        out0 = zero_load(fitted, hw, overhead, miss, measured)
+        out0 = zero_load(fitted, hw, overhead, miss, holder, measured)
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
-           "request_overhead_s": overhead, "retokenize_miss": miss,
+           "request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder,
            "zero_load": out0 if a.overhead.exists() else None,
            "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}

@@ -41,7 +41,7 @@ def test_bench_sim_target_and_errors(tmp_path):
 def test_request_overhead_defaults_by_hardware(tmp_path):
     import argparse
 
-    from warmpath.sim.cli import CPU_REQUEST_OVERHEAD_S, add_parser, setup_from_args
+    from warmpath.sim.cli import CPU_REQUEST_OVERHEAD_S, CPU_TRANSFER_CORES, add_parser, setup_from_args
 
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers())
@@ -54,6 +54,7 @@ def test_request_overhead_defaults_by_hardware(tmp_path):
     given = setup_from_args(p.parse_args(["sim", "--request-overhead-s", "0.5", "--workload", "coding-agent"]))
     assert (gpu.request_overhead_s, cpu.request_overhead_s, given.request_overhead_s) == (
         0.0, CPU_REQUEST_OVERHEAD_S, 0.5)
+    assert (gpu.transfer_cpu, cpu.transfer_cpu) == (0.0, CPU_TRANSFER_CORES)
 
 
 def test_repro_parser():

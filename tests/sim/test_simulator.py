@@ -98,6 +98,29 @@ def test_a_re_tokenized_answer_loses_its_kv(miss, cached):
     assert [(r.turn, r.prompt_tokens, r.cached_tokens) for r in recs] == [(1, 32, 0), (2, 65, cached)]
 
 
+class SlowPrefill(Constant):
+    """As :class:`Constant`, but recomputing a prefix looks slow: loading it wins."""
+
+    def prefill_tok_s(self):
+        return 100.0
+
+
+@pytest.mark.parametrize("transfer_cpu, ttft, e2e", [(0.0, 0.2, 0.6), (1.0, 0.3, 0.8)])
+def test_transfers_on_shared_cores(transfer_cpu, ttft, e2e):
+    """One core; a link that moves the 4 prompt blocks (8 MiB) in 0.1 s. Prefill step 0.1 s,
+    then its write-through put 0.1 s; the decode worker's first step loads the 4 blocks (0.1 s)
+    and computes (0.1 s), then two more steps. With the store's side of each transfer busy on
+    the same core (transfer_cpu=1), each transfer takes twice as long."""
+    hw = dataclasses.replace(FAST, nic_bytes_s=64 * MODELS["llama-3.1-8b"].kv_bytes_per_token / 0.1)
+    s = SimSetup(Topology("pd", "pd", {"prefill": 1, "decode": 1}), MODELS["llama-3.1-8b"], hw,
+                 step_time=SlowPrefill(0.1), kv_blocks=4096, cpu_cores=1, transfer_cpu=transfer_cpu,
+                 scheduler=SchedulerConfig(max_num_batched_tokens=512, max_model_len=1 << 16))
+    sim, recs = run(s, [one_turn("a", 0.0, n=64)])
+    (r,) = recs
+    assert (round(r.ttft, 9), round(r.e2e, 9), r.output_tokens) == (ttft, e2e, 4)
+    assert sim.workers["decode-0"].cost.decisions["load"] == 1
+
+
 def test_ppd_x1_keeps_follow_ups_on_the_decode_worker():
     topo = resolve("ppd-1p3d", "x1")
     sess = long_conversations(3, seed=1, turns=3, first=256, follow=16, answer=8)

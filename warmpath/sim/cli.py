@@ -19,6 +19,9 @@ CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_ov
 # Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
 # (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
 CPU_REQUEST_OVERHEAD_S = 0.012
+# Cores the Mooncake segment holder keeps busy while KV moves (its CPU seconds over the workers'
+# KV-tier seconds in the same run): transfers compete with the workers for the shared cores.
+CPU_TRANSFER_CORES = 0.49
 
 
 def add_parser(sub) -> None:
@@ -100,7 +103,8 @@ def setup_from_args(a: argparse.Namespace):
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
                     cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
-                    retokenize_miss=a.retokenize_miss)
+                    retokenize_miss=a.retokenize_miss,
+                    transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0)
 
 
 def main(a: argparse.Namespace) -> int:

@@ -64,7 +64,8 @@ class Simulation:
                  nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
                  net_latency_s: float = 2e-4, cpu_cores: int | None = None,
-                 request_overhead_s: float = 0.0, retokenize_miss: float = 0.0) -> None:
+                 request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
+                 transfer_cpu: float = 0.0) -> None:
         self.workers = {w.wid: w for w in workers}
         self.policy, self.ns, self.store, self.index = policy, namespace, store, index
         self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
@@ -73,6 +74,7 @@ class Simulation:
         self.net = net_latency_s
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
+        self.transfer_cpu = transfer_cpu   # shared cores: the store's side of a transfer keeps this many busy
         self.cores = cpu_cores      # workers sharing this many cores (the CPU profile) slow down
         self.sessions = SessionTable()
         self.stats = SimStats()
@@ -199,7 +201,9 @@ class Simulation:
         if got is not None:
             dt, out = got
             if self.cores:  # processes on shared cores: a step stretches with the others running
-                dt *= max(1.0, (1 + sum(1 for x in self.workers.values() if x.stepping)) / self.cores)
+                n = 1 + sum(1 for x in self.workers.values() if x.stepping)
+                load = w.last_load_s   # and its KV loads also with the store's process serving them
+                dt = (dt - load) * max(1.0, n / self.cores) + load * max(1.0, (n + self.transfer_cpu) / self.cores)
             w.busy = w.stepping = True
             self._at(self.now + dt, self._step_end, wid, out)
 
@@ -207,6 +211,9 @@ class Simulation:
         w = self.workers[wid]
         w.stepping = False
         got, finished, put_s = w.end_step(self.now, out)
+        if self.cores and put_s > 0:   # this engine thread and the store's side, beside the steppers
+            n = 1 + sum(1 for x in self.workers.values() if x.stepping)
+            put_s *= max(1.0, (n + self.transfer_cpu) / self.cores)
         done = {s.request_id for s in finished}
         for seq in got:
             req = self._by_seq[seq.request_id]

@@ -54,6 +54,7 @@ class SimSetup:
     cpu_cores: int | None = None          # CPU profile: workers share this many cores
     request_overhead_s: float = 0.0       # router + HTTP hops on the way to the first token at the client
     retokenize_miss: float = 0.0          # share of answers the client re-tokenizes into other ids
+    transfer_cpu: float = 0.0             # with cpu_cores: cores the store's side keeps busy per transfer
 
     @property
     def gpus(self) -> int:
@@ -84,7 +85,7 @@ def build(s: SimSetup) -> Simulation:
     mode = s.topology.ppd
     return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
-                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss)
+                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

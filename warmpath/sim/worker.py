@@ -62,6 +62,7 @@ class SimWorker(ExternalPrefixSource):
         self._view: WorkerView | None = None
         self._plans: dict[str, tuple[int, int]] = {}
         self._load_s = 0.0
+        self.last_load_s = 0.0     # of the last step's duration, KV loads from L2/L3
         self._events: list = []
         self._to_put: list[bytes] = []
         self._tok_base: dict[str, int] = {}
@@ -95,7 +96,7 @@ class SimWorker(ExternalPrefixSource):
             return None
         items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled]
         dt = self.st.step_s(items) + self._load_s
-        self._load_s = 0.0
+        self.last_load_s, self._load_s = self._load_s, 0.0
         self.steps += 1
         self.busy_s += dt
         return dt, out
