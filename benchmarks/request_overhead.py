@@ -175,6 +175,16 @@ def holder_share(trace_dir: Path, holder_cpu_s: float) -> float:
     return holder_cpu_s / tiers if tiers > 0 else 0.0
 
 
+def put_fit(rows: list[dict], block_bytes: int = 16 * 46080) -> dict:
+    """The prefill worker's L3 write-through per request against the blocks it wrote (the
+    prompt's blocks it did not find cached): ``fixed + per_block·blocks``, and the bandwidth."""
+    pts = [(r["prompt_tokens"] // 16 - (r["cached_tokens"] or 0) // 16, r["prefill_l3_put"])
+           for r in rows if "prefill_l3_put" in r]
+    fixed, per_block = fit([b for b, _ in pts], [t for _, t in pts])
+    return {"requests": len(pts), "fixed_s": fixed, "per_block_s": per_block,
+            "write_bytes_s": block_bytes / per_block if per_block > 0 else None}
+
+
 def answer_reuse(rows: list[dict], block: int = 16) -> dict:
     """The client sends each answer back re-tokenized from its text (as ``warmpath bench``
     does): how many follow-ups did not reuse the KV of the previous answer's first block."""
@@ -250,7 +260,7 @@ def main() -> int:
                      "outside_engine_per_request": (cpu - busy) / len(rows)},
            "overhead_s": {"median": statistics.median(over), "fixed": fixed, "per_token": per_token},
            "median_stage_s": parts,
-           "answer_reuse": answer_reuse(rows), "rows": rows}
+           "answer_reuse": answer_reuse(rows), "l3_put": put_fit(rows), "rows": rows}
     if a.step_trace:
         fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
         out["steps_by_overlap"] = stretch(a.step_trace, fitted)

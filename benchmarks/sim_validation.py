@@ -4,7 +4,7 @@ Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``
 repeats of it given with ``--repeats``) and replays each on a simulated cluster the way it ran
 (primed, its rates in order). CPU profile: a ``warmpath calibrate --threads 1`` step model, 2
 shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, one L3 link (one segment holder), and what
-``benchmarks/request_overhead.py`` (router/HTTP time, the holder's CPU per transfer) and
+``benchmarks/request_overhead.py`` (router/HTTP time, L3 write speed, the holder's CPU) and
 ``benchmarks/answer_retokenize.py`` (answers whose KV the client's re-tokenization loses)
 measured on other runs. For every rate point the first real run served within its SLO (below
 saturation) it reports the absolute error of TTFT p50 and TPOT against the mean of the real
@@ -133,6 +133,10 @@ def main() -> int:
     overhead = measured["overhead_s"]["median"] if measured else 0.0
     # the segment holder's CPU while KV moves (it shares the machine's cores with the workers)
     holder = measured.get("cpu_s", {}).get("holder_cores_per_transfer", 0.0) if measured else 0.0
+    put = measured.get("l3_put") if measured else None
+    if put:   # L3 writes as measured per request: fixed cost + bandwidth (the link adds its latency)
+        hw = replace(hw, l3_write_bytes_s=put["write_bytes_s"],
+                     l3_write_latency_s=max(0.0, put["fixed_s"] - hw.net_latency_s))
     # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
     miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
@@ -178,6 +182,7 @@ def main() -> int:
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
            "request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder,
+           "l3_write_bytes_s": hw.l3_write_bytes_s, "l3_write_latency_s": hw.l3_write_latency_s,
            "zero_load": out0 if a.overhead.exists() else None,
            "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}

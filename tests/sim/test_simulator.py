@@ -121,6 +121,20 @@ def test_transfers_on_shared_cores(transfer_cpu, ttft, e2e):
     assert sim.workers["decode-0"].cost.decisions["load"] == 1
 
 
+def test_slower_l3_writes():
+    """The same handoff with puts at half the read speed plus 50 ms per put: the prefill
+    worker's write-through takes 0.05 + 0.2 s before the first token; the decode worker's
+    read still takes 0.1 s."""
+    nic = 64 * MODELS["llama-3.1-8b"].kv_bytes_per_token / 0.1
+    hw = dataclasses.replace(FAST, nic_bytes_s=nic, l3_write_bytes_s=nic / 2, l3_write_latency_s=0.05)
+    s = SimSetup(Topology("pd", "pd", {"prefill": 1, "decode": 1}), MODELS["llama-3.1-8b"], hw,
+                 step_time=SlowPrefill(0.1), kv_blocks=4096,
+                 scheduler=SchedulerConfig(max_num_batched_tokens=512, max_model_len=1 << 16))
+    _, recs = run(s, [one_turn("a", 0.0, n=64)])
+    (r,) = recs
+    assert (round(r.ttft, 9), round(r.e2e, 9)) == (0.35, 0.75)
+
+
 def test_ppd_x1_keeps_follow_ups_on_the_decode_worker():
     topo = resolve("ppd-1p3d", "x1")
     sess = long_conversations(3, seed=1, turns=3, first=256, follow=16, answer=8)

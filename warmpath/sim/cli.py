@@ -12,10 +12,11 @@ from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
 from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
-# machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s); step times
-# come from the calibration's fitted StepModel.
+# machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s; L3 writes per
+# request 5.6 ms + 0.285 GB/s, benchmarks/results/request_overhead.json); step times come from
+# the calibration's fitted StepModel.
 CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_overhead_s=0.0,
-                      net_latency_s=1e-3)
+                      net_latency_s=1e-3, l3_write_bytes_s=2.85e8, l3_write_latency_s=4.6e-3)
 # Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
 # (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
 CPU_REQUEST_OVERHEAD_S = 0.012

@@ -26,6 +26,8 @@ class HardwareProfile:
     mbu: float = 0.7
     step_overhead_s: float = 0.003   # scheduling, launch, sampling per step
     net_latency_s: float = 2e-4      # one RDMA round trip + RPC
+    l3_write_bytes_s: float | None = None   # L3 puts, when slower than reads (None: the NIC's)
+    l3_write_latency_s: float = 0.0         # extra fixed cost of one put (on top of net_latency_s)
 
     def __post_init__(self) -> None:
         if min(self.flops, self.hbm_bytes_s, self.nic_bytes_s, self.dram_bytes_s) <= 0:

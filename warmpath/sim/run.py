@@ -78,7 +78,8 @@ def build(s: SimSetup) -> Simulation:
         cfg = SimWorkerConfig(min(nblocks, s.max_kv_blocks), s.block_size, block_bytes,
                               int(s.l2_gib * GIB // block_bytes),
                               "write-back" if role == "replica" else "write-through", s.scheduler,
-                              hw.nic_bytes_s * tp, hw.dram_bytes_s * tp)
+                              hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
+                              hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s)
         workers.append(SimWorker(wid, role, cfg, st, store, index))
     pol = CPDPolicy(s.cpd) if s.topology.policy == "cpd" else POLICIES[s.topology.policy]()
     ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)

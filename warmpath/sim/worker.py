@@ -35,6 +35,8 @@ class SimWorkerConfig:
     scheduler: SchedulerConfig = SchedulerConfig()
     nic_bytes_s: float = 50e9
     dram_bytes_s: float = 25e9
+    l3_write_bytes_s: float | None = None   # None: nic_bytes_s
+    l3_write_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0:
@@ -178,7 +180,8 @@ class SimWorker(ExternalPrefixSource):
         if self._to_put:
             new, gone = self.store.put(self._to_put)
             if new:
-                put_s = self.store.link.transfer(now, len(new) * self.cfg.block_bytes, self.cfg.nic_bytes_s)
+                put_s = self.cfg.l3_write_latency_s + self.store.link.transfer(
+                    now, len(new) * self.cfg.block_bytes, self.cfg.l3_write_bytes_s or self.cfg.nic_bytes_s)
                 self._event(True, "L3", new)
             if gone:
                 self._event(False, "L3", gone)
