@@ -44,6 +44,7 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.kv.mooncake_service import free_port  # noqa: E402
+from warmpath.engine.profile import read_step_trace  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.models.loader import load_tokenizer  # noqa: E402
 from warmpath.sim.step_time import Fitted  # noqa: E402
@@ -143,13 +144,12 @@ def _overlap(s: dict, spans: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(s["t1"], b) - max(s["t0"], a)) for a, b in spans) / max(s["t1"] - s["t0"], 1e-9)
 
 
-def stretch(trace_dir: Path, fitted: StepModel) -> dict:
+def stretch(steps: dict[str, list[dict]], fitted: StepModel) -> dict:
     """Each worker's steps (``--step-trace``) against the calibrated step model: median of
     compute seconds over predicted alone, by how many other workers were stepping meanwhile
     (time-weighted, rounded), and with / without another worker's KV-tier transfer (L3 loads
     and puts, at the ends of its steps) overlapping the step by more than 10%."""
     model = Fitted(fitted)
-    steps = {f.stem: [json.loads(x) for x in f.read_text().splitlines()] for f in sorted(trace_dir.glob("*.jsonl"))}
     out = {}
     for w, mine in steps.items():
         others = [o for v, ss in steps.items() if v != w for o in ss]
@@ -167,11 +167,10 @@ def stretch(trace_dir: Path, fitted: StepModel) -> dict:
     return out
 
 
-def holder_share(trace_dir: Path, holder_cpu_s: float) -> float:
+def holder_share(steps: dict[str, list[dict]], holder_cpu_s: float) -> float:
     """Cores the Mooncake segment holder keeps busy while workers move KV (its CPU seconds over
     the workers' KV-tier seconds in the trace): the simulator's ``transfer_cpu``."""
-    tiers = sum(json.loads(x).get("tiers_s", 0.0)
-                for f in trace_dir.glob("*.jsonl") for x in f.read_text().splitlines())
+    tiers = sum(s.get("tiers_s", 0.0) for ss in steps.values() for s in ss)
     return holder_cpu_s / tiers if tiers > 0 else 0.0
 
 
@@ -263,8 +262,9 @@ def main() -> int:
            "answer_reuse": answer_reuse(rows), "l3_put": put_fit(rows), "rows": rows}
     if a.step_trace:
         fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
-        out["steps_by_overlap"] = stretch(a.step_trace, fitted)
-        out["cpu_s"]["holder_cores_per_transfer"] = holder_share(a.step_trace, spent["cpu:mooncake_holder"])
+        steps = read_step_trace(a.step_trace)
+        out["steps_by_overlap"] = stretch(steps, fitted)
+        out["cpu_s"]["holder_cores_per_transfer"] = holder_share(steps, spent["cpu:mooncake_holder"])
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
     return 0

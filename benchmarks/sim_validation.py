@@ -47,20 +47,21 @@ def primes() -> list[Session]:
             for i, ctx in enumerate(repo_contexts(real.SEED, real.AGENT["repos"], real.AGENT["context"]))]
 
 
-def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: StepModel, hw=CPU,
-                   overhead_s: float = 0.0, retokenize_miss: float = 0.0, transfer_cpu: float = 0.0
-                   ) -> dict[float, dict]:
+def cluster_setup(topology: str, fitted: StepModel, hw, measured: dict) -> SimSetup:
+    """The real cluster's shape on the CPU profile: 2 shared cores, 0.5 GiB L1 + 0.5 GiB L2 per
+    worker, the workers' batching flags, one L3 link (one Mooncake segment holder serves every
+    transfer), plus ``measured`` (``request_overhead_s``, ``retokenize_miss``, ``transfer_cpu``)."""
+    m = MODELS["smollm2-135m"]
+    return SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // (16 * m.kv_bytes_per_token)),
+                    l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
+                                                          max_model_len=8192),
+                    cpu_cores=2, store_bytes_s=hw.nic_bytes_s, **measured)
+
+
+def simulate_sweep(setup: SimSetup, rates: list[float], duration: float) -> dict[float, dict]:
     """The real benchmark's procedure on one simulated cluster: prime the repository contexts,
     then each rate in the run's order, each after the previous one drained (the caches carry
     over, as they did on the real cluster). Returns the bench summary's classes per rate."""
-    m = MODELS["smollm2-135m"]
-    block_bytes = 16 * m.kv_bytes_per_token
-    # one Mooncake segment holder serves every L3 transfer here: they share its bandwidth
-    setup = SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // block_bytes),
-                     l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
-                                                           max_model_len=8192), cpu_cores=2,
-                     store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s, retokenize_miss=retokenize_miss,
-                     transfer_cpu=transfer_cpu)
     sim = build(setup)
     sim.run(primes())
     out = {}
@@ -75,19 +76,13 @@ def simulate_sweep(topology: str, rates: list[float], duration: float, fitted: S
     return out
 
 
-def zero_load(fitted: StepModel, hw, overhead_s: float, retokenize_miss: float, transfer_cpu: float,
-              measured: dict) -> dict:
+def zero_load(setup: SimSetup, measured: dict) -> dict:
     """Per-request TTFT with nothing else running: ``request_overhead.py``'s one-at-a-time run
     (its sessions, seed and order) against the simulator given the sessions far apart."""
     w = measured["workload"]
     sessions = real.agent(w["sessions"], w["seed"])
     for i, s in enumerate(sessions):
         s.start = 100.0 + 120.0 * i
-    setup = SimSetup(resolve("cpd-1d"), MODELS["smollm2-135m"], hw, fitted=fitted,
-                     kv_blocks=int(0.5 * GIB // (16 * MODELS["smollm2-135m"].kv_bytes_per_token)), l2_gib=0.5,
-                     scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512, max_model_len=8192),
-                     cpu_cores=2, store_bytes_s=hw.nic_bytes_s, request_overhead_s=overhead_s,
-                     retokenize_miss=retokenize_miss, transfer_cpu=transfer_cpu)
     sim = build(setup)
     got = {(r.sid, r.turn): r for r in sim.run(primes() + sessions) if not r.sid.startswith("prime-")}
     rows = []
@@ -139,13 +134,14 @@ def main() -> int:
                      l3_write_latency_s=max(0.0, put["fixed_s"] - hw.net_latency_s))
     # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
     miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
+    extra = {"request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder}
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
     rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
     for topo in ("cpd-1d", "pd-2p1d"):
         runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
         # each real run in its own order of rates, on one cluster: simulate each the same way
-        sims = [simulate_sweep(topo, [float(r) for r in run["runs"]], a.duration, fitted, hw, overhead, miss,
-                               holder) for run in runs]
+        setup = cluster_setup(topo, fitted, hw, extra)
+        sims = [simulate_sweep(setup, [float(r) for r in run["runs"]], a.duration) for run in runs]
         for r, run in runs[0]["runs"].items():
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
@@ -178,7 +174,7 @@ def main() -> int:
                   f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
                   f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
     if a.overhead.exists():
-        out0 = zero_load(fitted, hw, overhead, miss, holder, measured)
+        out0 = zero_load(cluster_setup("cpd-1d", fitted, hw, extra), measured)
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
            "request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder,

@@ -28,7 +28,7 @@ def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     import torch
 
-    from warmpath.engine.profile import profile_engine, profile_from_trace
+    from warmpath.engine.profile import profile_engine, profile_from_trace, read_step_trace
     from warmpath.models.loader import load_model
     from warmpath.router.ppd import table_from_model
 
@@ -41,12 +41,11 @@ def main(a: argparse.Namespace) -> int:
     traced = None
     if a.from_trace:
         src = Path(a.from_trace)
-        files = sorted(src.glob("*.jsonl")) if src.is_dir() else [src]
         try:
-            traced = profile_from_trace(json.loads(x) for f in files for x in f.read_text().splitlines() if x)
+            traced = profile_from_trace(s for steps in read_step_trace(src).values() for s in steps)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--from-trace {src}: not a step trace ({e})") from e
-        if not files or not traced.prefill or not traced.decode:
+        if not traced.prefill or not traced.decode:
             raise ValueError(f"--from-trace {src}: no prefill or no decode steps in it")
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -84,3 +84,13 @@ def test_calibrate_rejects_a_file_that_is_not_a_trace(tmp_path, capsys):
     bad.write_text('{"t0": 0}\n')
     assert main(["calibrate", "--from-trace", str(bad)]) == 2
     assert "--from-trace" in capsys.readouterr().err
+
+
+def test_read_step_trace_file_or_folder(tmp_path):
+    from warmpath.engine.profile import read_step_trace
+
+    (tmp_path / "a.jsonl").write_text('{"t0": 0, "t1": 1, "items": [[1, 5]]}\n\n')
+    (tmp_path / "b.jsonl").write_text('{"t0": 2, "t1": 3, "items": [[8, 0]]}\n')
+    assert read_step_trace(tmp_path) == {"a": [{"t0": 0, "t1": 1, "items": [[1, 5]]}],
+                                         "b": [{"t0": 2, "t1": 3, "items": [[8, 0]]}]}
+    assert list(read_step_trace(tmp_path / "b.jsonl")) == ["b"]

@@ -38,6 +38,16 @@ class StepProfile:
         return StepProfile(self.prefill + other.prefill, self.decode + other.decode, self.mixed + other.mixed)
 
 
+def read_step_trace(path) -> dict[str, list[dict]]:
+    """A ``--step-trace`` file, or a folder of them → each worker's steps (by file name)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x] for f in files}
+
+
 def profile_from_trace(steps) -> StepProfile:
     """Rows from a server's step trace (``--step-trace``): one-sequence prefill steps and pure
     decode steps, timed without their KV-tier work (the simulator charges that separately);
