@@ -44,7 +44,7 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.kv.mooncake_service import free_port  # noqa: E402
-from warmpath.engine.profile import read_step_trace  # noqa: E402
+from warmpath.engine.step_trace import read_step_trace  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.models.loader import load_tokenizer  # noqa: E402
 from warmpath.sim.step_time import Fitted  # noqa: E402

@@ -76,21 +76,25 @@ def simulate_sweep(setup: SimSetup, rates: list[float], duration: float) -> dict
     return out
 
 
-def zero_load(setup: SimSetup, measured: dict) -> dict:
+def zero_load(setup: SimSetup, measured: dict, replicas: int = 1) -> dict:
     """Per-request TTFT with nothing else running: ``request_overhead.py``'s one-at-a-time run
-    (its sessions, seed and order) against the simulator given the sessions far apart."""
+    (its sessions, seed and order) against the simulator given the sessions far apart (the
+    mean over ``replicas`` seeds of the step scatter)."""
     w = measured["workload"]
-    sessions = real.agent(w["sessions"], w["seed"])
-    for i, s in enumerate(sessions):
-        s.start = 100.0 + 120.0 * i
-    sim = build(setup)
-    got = {(r.sid, r.turn): r for r in sim.run(primes() + sessions) if not r.sid.startswith("prime-")}
+    got: dict[tuple, list] = {}
+    for k in range(replicas):
+        sessions = real.agent(w["sessions"], w["seed"])
+        for i, s in enumerate(sessions):
+            s.start = 100.0 + 120.0 * i
+        for r in build(replace(setup, seed=k)).run(primes() + sessions):
+            got.setdefault((r.sid, r.turn), []).append(r)
     rows = []
     for m in measured["rows"]:
-        p = got[(m["sid"], m["turn"])]
+        ps = got[(m["sid"], m["turn"])]
+        p, ttft = ps[0], statistics.fmean(x.ttft for x in ps)
         rows.append({"sid": m["sid"], "turn": m["turn"], "cls": m["cls"], "prompt_tokens": [m["prompt_tokens"],
                      p.prompt_tokens], "cached_tokens": [m["cached_tokens"], p.cached_tokens],
-                     "ttft_s": [m["client_ttft_s"], p.ttft], "abs_err": rel(p.ttft, m["client_ttft_s"])})
+                     "ttft_s": [m["client_ttft_s"], ttft], "abs_err": rel(ttft, m["client_ttft_s"])})
     errs = {c: statistics.median(r["abs_err"] for r in rows if r["cls"] == c) for c in ("warm", "cold")}
     return {"requests": rows, "median_abs_err": errs}
 
@@ -118,11 +122,19 @@ def main() -> int:
                         "re-tokenization changes (give a missing file for a client that sends ids back)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sim_validation.json"))
     p.add_argument("--duration", type=float, default=90.0, help="the real run's --duration")
+    p.add_argument("--variation", type=Path, default=Path("benchmarks/results/cluster/calibration_traced.json"),
+                   help="`warmpath calibrate --from-trace` output whose step_cv and contention to use (measured "
+                        "on four traced runs; give a missing file to take them from --calibration)")
+    p.add_argument("--replicas", type=int, default=5,
+                   help="simulations per real run, with other seeds of the step scatter (step_cv); averaged")
     p.add_argument("--l3-gbps", type=float, default=None,
                    help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
     a = p.parse_args()
     cal = json.loads(a.calibration.read_text())
     fitted = StepModel.from_json(cal["step_model"])
+    # measured by `calibrate --from-trace` on served runs: steps' scatter and their contention
+    var_src = json.loads(a.variation.read_text()) if a.variation and a.variation.exists() else cal
+    variation = {k: var_src[k] for k in ("step_cv", "contention") if var_src.get(k) is not None}
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
     measured = json.loads(a.overhead.read_text()) if a.overhead.exists() else {}
     overhead = measured["overhead_s"]["median"] if measured else 0.0
@@ -134,19 +146,22 @@ def main() -> int:
                      l3_write_latency_s=max(0.0, put["fixed_s"] - hw.net_latency_s))
     # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
     miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
-    extra = {"request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder}
+    extra = {"request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder, **variation}
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
     rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
     for topo in ("cpd-1d", "pd-2p1d"):
         runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
-        # each real run in its own order of rates, on one cluster: simulate each the same way
+        # each real run in its own order of rates, on one cluster: simulate each the same way,
+        # as many times as --replicas with other draws of the steps' scatter
         setup = cluster_setup(topo, fitted, hw, extra)
-        sims = [simulate_sweep(setup, [float(r) for r in run["runs"]], a.duration) for run in runs]
+        reps = a.replicas if setup.step_cv else 1
+        sims = [[simulate_sweep(replace(setup, seed=k), [float(r) for r in run["runs"]], a.duration)
+                 for k in range(reps)] for run in runs]
         for r, run in runs[0]["runs"].items():
             if not run["meets_slo"]:
                 continue   # saturated: queueing dominates and small errors explode
             meas = [s["rates"][r]["all"] for s in runs if r in s["rates"]]
-            got = [sm[float(r)] for sm, s in zip(sims, runs) if r in s["rates"]]
+            got = [rep[float(r)] for sm, s in zip(sims, runs) if r in s["rates"] for rep in sm]
             classes = {c: {k: mean_or_none([g[c][k] for g in got]) for k in ("ttft_p50_s", "ttft_p90_s", "tpot_s")}
                        for c in ("all", "turn1", "turn2+")}
             pred = classes["all"]
@@ -174,11 +189,14 @@ def main() -> int:
                   f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
                   f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
     if a.overhead.exists():
-        out0 = zero_load(cluster_setup("cpd-1d", fitted, hw, extra), measured)
+        zsetup = cluster_setup("cpd-1d", fitted, hw, extra)
+        out0 = zero_load(zsetup, measured, a.replicas if zsetup.step_cv else 1)
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
            "request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder,
            "l3_write_bytes_s": hw.l3_write_bytes_s, "l3_write_latency_s": hw.l3_write_latency_s,
+           "variation": str(a.variation) if var_src is not cal else str(a.calibration),
+           "step_cv": variation.get("step_cv"), "contention": variation.get("contention"), "replicas": a.replicas,
            "zero_load": out0 if a.overhead.exists() else None,
            "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}

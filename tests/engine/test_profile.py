@@ -61,22 +61,6 @@ def test_calibrate_rejects_bad_contexts(contexts, capsys):
     assert "--contexts" in capsys.readouterr().err
 
 
-def test_profile_from_trace_keeps_single_prefills_and_pure_decodes():
-    from warmpath.engine.profile import profile_from_trace
-
-    steps = [
-        {"t0": 0.0, "t1": 0.5, "tiers_s": 0.1, "items": [[64, 1536]]},          # prefill: 0.4 s
-        {"t0": 1.0, "t1": 1.1, "tiers_s": 0.0, "items": [[1, 1600], [1, 1700]]},  # decode of 2
-        {"t0": 2.0, "t1": 2.3, "items": [[1, 100], [32, 100]]},                 # mixed: left out
-        {"t0": 3.0, "t1": 3.2, "items": [[16, 0], [16, 0]]},                    # two prefills: left out
-        {"t0": 4.0, "t1": 4.0, "items": [[8, 0]]},                              # no time: left out
-    ]
-    p = profile_from_trace(steps)
-    assert [(n, c, round(t, 9)) for n, c, t in p.prefill] == [(64, 1536, 0.4)]
-    assert [(b, c, round(t, 9)) for b, c, t in p.decode] == [(2, 1650, 0.1)]
-    assert p.mixed == []
-
-
 def test_calibrate_rejects_a_file_that_is_not_a_trace(tmp_path, capsys):
     from warmpath.cli import main
 
@@ -84,13 +68,3 @@ def test_calibrate_rejects_a_file_that_is_not_a_trace(tmp_path, capsys):
     bad.write_text('{"t0": 0}\n')
     assert main(["calibrate", "--from-trace", str(bad)]) == 2
     assert "--from-trace" in capsys.readouterr().err
-
-
-def test_read_step_trace_file_or_folder(tmp_path):
-    from warmpath.engine.profile import read_step_trace
-
-    (tmp_path / "a.jsonl").write_text('{"t0": 0, "t1": 1, "items": [[1, 5]]}\n\n')
-    (tmp_path / "b.jsonl").write_text('{"t0": 2, "t1": 3, "items": [[8, 0]]}\n')
-    assert read_step_trace(tmp_path) == {"a": [{"t0": 0, "t1": 1, "items": [[1, 5]]}],
-                                         "b": [{"t0": 2, "t1": 3, "items": [[8, 0]]}]}
-    assert list(read_step_trace(tmp_path / "b.jsonl")) == ["b"]

@@ -55,6 +55,14 @@ def test_request_overhead_defaults_by_hardware(tmp_path):
     assert (gpu.request_overhead_s, cpu.request_overhead_s, given.request_overhead_s) == (
         0.0, CPU_REQUEST_OVERHEAD_S, 0.5)
     assert (gpu.transfer_cpu, cpu.transfer_cpu) == (0.0, CPU_TRANSFER_CORES)
+    assert (cpu.step_cv, cpu.contention, cpu.seed) == (0.0, 0.0, 0)
+    # a calibration fitted on served traces carries the steps' scatter and contention
+    cal.write_text(json.dumps({**json.loads(cal.read_text()), "step_cv": 0.045, "contention": 0.05}))
+    traced = setup_from_args(p.parse_args(["sim", "--hardware", "cpu", "--calibration", str(cal), "--seed", "3",
+                                           "--workload", "coding-agent"]))
+    assert (traced.step_cv, traced.contention, traced.seed) == (0.045, 0.05, 3)
+    gpu = setup_from_args(p.parse_args(["sim", "--calibration", str(cal), "--workload", "coding-agent"]))
+    assert (gpu.step_cv, gpu.contention) == (0.0, 0.0)     # measured on this CPU: not for a GPU
 
 
 def test_repro_parser():

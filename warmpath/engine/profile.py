@@ -11,58 +11,16 @@ The fit (least squares) is ``prefill = a0 + a1·t + a2·t·c`` and
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
-from warmpath.engine.step_model import StepModel, fit_linear
+from warmpath.engine.step_model import StepProfile
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.sequence import SamplingParams
 from warmpath.models.loader import LoadedModel
 
 _ONE = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
-
-
-@dataclass
-class StepProfile:
-    prefill: list[tuple[int, int, float]] = field(default_factory=list)     # (tokens, context, s)
-    decode: list[tuple[int, int, float]] = field(default_factory=list)      # (batch, context, s)
-    mixed: list[tuple[int, int, int, float]] = field(default_factory=list)  # (batch, ctx, tokens, s)
-
-    def fit(self) -> StepModel:
-        return StepModel(fit_linear(self.prefill), fit_linear(self.decode))
-
-    def extend(self, other: "StepProfile") -> "StepProfile":
-        """This profile's rows plus ``other``'s."""
-        return StepProfile(self.prefill + other.prefill, self.decode + other.decode, self.mixed + other.mixed)
-
-
-def read_step_trace(path) -> dict[str, list[dict]]:
-    """A ``--step-trace`` file, or a folder of them → each worker's steps (by file name)."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x] for f in files}
-
-
-def profile_from_trace(steps) -> StepProfile:
-    """Rows from a server's step trace (``--step-trace``): one-sequence prefill steps and pure
-    decode steps, timed without their KV-tier work (the simulator charges that separately);
-    mixed and multi-prefill steps are left out."""
-    prof = StepProfile()
-    for s in steps:
-        items = s["items"]
-        t = s["t1"] - s["t0"] - s.get("tiers_s", 0.0)
-        if not items or t <= 0:
-            continue
-        if all(n == 1 for n, _ in items):
-            prof.decode.append((len(items), sum(c for _, c in items) // len(items), t))
-        elif len(items) == 1:
-            prof.prefill.append((items[0][0], items[0][1], t))
-    return prof
 
 
 def _tokens(seed: int, n: int, vocab: int) -> list[int]:

@@ -79,10 +79,13 @@ def setup_from_args(a: argparse.Namespace):
     GIB = 1 << 30
     topo = resolve(a.topology, a.ppd)
     fitted = table = None
+    variation: dict = {}
     if a.calibration is not None:
         try:
             cal = json.loads(a.calibration.read_text())
             fitted, table = StepModel.from_json(cal["step_model"]), PPDTable.from_json(cal["ppd_table"])
+            # measured on served traces (`calibrate --from-trace`): steps' scatter and contention
+            variation = {k: float(cal[k]) for k in ("step_cv", "contention") if cal.get(k) is not None}
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     if a.hardware == "cpu" and fitted is None:
@@ -105,7 +108,8 @@ def setup_from_args(a: argparse.Namespace):
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
                     cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
                     retokenize_miss=a.retokenize_miss,
-                    transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0)
+                    transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0, seed=a.seed,
+                    **(variation if a.hardware == "cpu" else {}))
 
 
 def main(a: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionTable
 from warmpath.router.state import Decision, RequestView, Snapshot
+from warmpath.sim.cpu import SharedCores
 from warmpath.sim.store import SimStore
 from warmpath.sim.worker import SimWorker
 
@@ -65,7 +66,7 @@ class Simulation:
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
                  net_latency_s: float = 2e-4, cpu_cores: int | None = None,
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
-                 transfer_cpu: float = 0.0) -> None:
+                 transfer_cpu: float = 0.0, contention: float = 0.0) -> None:
         self.workers = {w.wid: w for w in workers}
         self.policy, self.ns, self.store, self.index = policy, namespace, store, index
         self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
@@ -75,7 +76,8 @@ class Simulation:
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
         self.transfer_cpu = transfer_cpu   # shared cores: the store's side of a transfer keeps this many busy
-        self.cores = cpu_cores      # workers sharing this many cores (the CPU profile) slow down
+        # the CPU profile: workers (and the store's process) share this many cores
+        self.cpu = SharedCores(cpu_cores, self._at, contention) if cpu_cores else None
         self.sessions = SessionTable()
         self.stats = SimStats()
         self.records: list[Record] = []
@@ -200,42 +202,43 @@ class Simulation:
         w.busy = False
         if got is not None:
             dt, out = got
-            if self.cores:  # processes on shared cores: a step stretches with the others running
-                n = 1 + sum(1 for x in self.workers.values() if x.stepping)
-                load = w.last_load_s   # and its KV loads also with the store's process serving them
-                dt = (dt - load) * max(1.0, n / self.cores) + load * max(1.0, (n + self.transfer_cpu) / self.cores)
-            w.busy = w.stepping = True
-            self._at(self.now + dt, self._step_end, wid, out)
+            w.busy = True
+            if self.cpu is None:
+                self._at(self.now + dt, self._step_end, wid, out)
+            else:   # its KV loads (with the store's process serving them), then its compute
+                load = w.last_load_s
+                self.cpu.run(self.now, wid, [(load, 1.0 + self.transfer_cpu), (dt - load, 1.0)],
+                             lambda: self._step_end(wid, out))
 
     def _step_end(self, wid: str, out) -> None:
         w = self.workers[wid]
-        w.stepping = False
         got, finished, put_s = w.end_step(self.now, out)
-        if self.cores and put_s > 0:   # this engine thread and the store's side, beside the steppers
-            n = 1 + sum(1 for x in self.workers.values() if x.stepping)
-            put_s *= max(1.0, (n + self.transfer_cpu) / self.cores)
         done = {s.request_id for s in finished}
+        firsts = []
         for seq in got:
             req = self._by_seq[seq.request_id]
-            if seq.request_id.endswith("/p"):         # prefill side: first token, then handoff
-                self._prefill_done(req, seq, put_s)
+            if seq.request_id.endswith("/p"):         # prefill side: first token once written through
+                firsts.append((req, seq))
             else:
                 self._decode_token(req, seq, seq.request_id in done)
-        w.busy = False
-        if put_s > 0:   # write-through puts run on the engine thread after the step
-            w.busy = True
-            self._at(self.now + put_s, self._resume, wid)
+        if put_s <= 0:
+            w.busy = False
+            self._resume(wid, firsts)
+        elif self.cpu is None:   # write-through puts run on the engine thread after the step
+            self._at(self.now + put_s, self._resume, wid, firsts)
         else:
-            self._kick(wid)
+            self.cpu.run(self.now, wid, [(put_s, 1.0 + self.transfer_cpu)], lambda: self._resume(wid, firsts))
 
-    def _resume(self, wid: str) -> None:
+    def _resume(self, wid: str, firsts: list) -> None:
         self.workers[wid].busy = False
+        for req, seq in firsts:
+            self._prefill_done(req, seq)
         self._kick(wid)
 
-    def _prefill_done(self, req: Req, seq: Sequence, put_s: float) -> None:
+    def _prefill_done(self, req: Req, seq: Sequence) -> None:
         del self._by_seq[seq.request_id]
         self.workers[req.decision.prefill].forget(seq.request_id)
-        req.first_at = self.now + put_s + self.net + self.overhead
+        req.first_at = self.now + self.net + self.overhead
         req.cached = max(0, seq.num_cached_tokens)
         req.output = [seq.output_token_ids[-1]]
         self.stats.handoff_bytes += (len(req.prompt) // self.ns.block_size) * self.ns.block_size * self.kvb

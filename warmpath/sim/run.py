@@ -20,7 +20,7 @@ from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.sim.cluster import Simulation
 from warmpath.sim.profiles import HardwareProfile, ModelProfile
-from warmpath.sim.step_time import Fitted, Roofline, StepTime
+from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
 from warmpath.sim.store import SharedLink, SimStore
 from warmpath.sim.worker import SimWorker, SimWorkerConfig
 
@@ -55,6 +55,9 @@ class SimSetup:
     request_overhead_s: float = 0.0       # router + HTTP hops on the way to the first token at the client
     retokenize_miss: float = 0.0          # share of answers the client re-tokenizes into other ids
     transfer_cpu: float = 0.0             # with cpu_cores: cores the store's side keeps busy per transfer
+    contention: float = 0.0               # with cpu_cores: slowdown per extra core running (shared caches)
+    step_cv: float = 0.0                  # step-to-step variation of step times (seeded, mean 1)
+    seed: int = 0                         # of that variation
 
     @property
     def gpus(self) -> int:
@@ -72,6 +75,8 @@ def build(s: SimSetup) -> Simulation:
     for wid, role in s.topology.roles():
         tp = s.tp.get(role, 1)
         st = s.step_time or (Fitted(s.fitted) if s.fitted is not None else Roofline(m, hw, tp))
+        if s.step_cv:
+            st = Jittered(st, s.step_cv, f"{s.seed}/{wid}")
         nblocks = s.kv_blocks or int((hw.hbm_gib * tp * 0.9 * GIB - m.weight_bytes) // block_bytes)
         if nblocks <= 0:
             raise ValueError(f"{m.name} does not fit {tp}x {hw.name} (TP{tp}); raise --tp")
@@ -86,7 +91,7 @@ def build(s: SimSetup) -> Simulation:
     mode = s.topology.ppd
     return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
-                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu)
+                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

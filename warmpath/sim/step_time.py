@@ -6,6 +6,8 @@ chunk ``(n, ctx)`` computes ``n`` tokens over ``ctx`` cached ones.
 
 from __future__ import annotations
 
+import math
+import random
 from abc import ABC, abstractmethod
 
 from warmpath.engine.step_model import StepModel
@@ -68,15 +70,29 @@ class Fitted(StepTime):
         self.model = model
 
     def step_s(self, items: list[tuple[int, int]]) -> float:
-        dec = [c for n, c in items if n == 1]
-        pre = [(n, c) for n, c in items if n > 1]
-        t = self.model.decode_s(len(dec), sum(dec) // len(dec)) if dec else 0.0
-        if pre:
-            n = sum(x for x, _ in pre)
-            ctx = sum(c * x for x, c in pre) // n
-            p = self.model.prefill_s(n, ctx)
-            t += p - self.model.prefill_coef[0] if dec else p
-        return t
+        return self.model.step_s(items)
 
     def prefill_tok_s(self) -> float:
         return 2048 / self.model.prefill_s(2048, 0)
+
+
+class Jittered(StepTime):
+    """Another step time times a seeded log-normal factor of mean 1 and coefficient of
+    variation ``cv``: real steps of the same shape vary (measured 3–6% on this machine), and
+    under load that decides which requests collide. Deterministic for ``seed``."""
+
+    def __init__(self, inner: StepTime, cv: float, seed: int | str) -> None:
+        if cv < 0:
+            raise ValueError(f"cv must be >= 0, got {cv}")
+        self.inner, self.cv = inner, cv
+        self.sigma = math.sqrt(math.log1p(cv * cv))
+        self.rng = random.Random(seed)
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        t = self.inner.step_s(items)
+        if self.sigma == 0.0 or t == 0.0:
+            return t
+        return t * math.exp(self.rng.gauss(-self.sigma * self.sigma / 2, self.sigma))
+
+    def prefill_tok_s(self) -> float:
+        return self.inner.prefill_tok_s()

@@ -59,7 +59,6 @@ class SimWorker(ExternalPrefixSource):
         self.cost.bandwidth["L2"].value = cfg.dram_bytes_s
         self.cost.bandwidth["L3"].value = cfg.nic_bytes_s
         self.busy = False          # a step (or its write-through) is in progress or about to start
-        self.stepping = False      # a forward pass is running
         self.now = 0.0
         self._view: WorkerView | None = None
         self._plans: dict[str, tuple[int, int]] = {}
