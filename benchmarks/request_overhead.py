@@ -99,11 +99,12 @@ async def session(http, url: str, s, gap: float, rows: list, t_start: float) -> 
         await asyncio.sleep(gap)
 
 
-async def drive(c, sessions, rate: float, gap: float) -> tuple[list, dict, dict, float]:
+async def drive(c, sessions, rate: float, gap: float, warmup: bool = True) -> tuple[list, dict, dict, float]:
     """Run the sessions (one after another when ``rate`` is 0, else at their start times)."""
     rows: list = []
     async with httpx.AsyncClient(timeout=300) as http:
-        await one(http, c.url, [1, 2, 3, 4], 2, "warmup")
+        if warmup:
+            await one(http, c.url, [1, 2, 3, 4], 2, "warmup")
         u0, t0 = usage(c), time.perf_counter()
         if rate == 0:
             for s in sessions:
@@ -196,6 +197,13 @@ def answer_reuse(rows: list[dict], block: int = 16) -> dict:
     return {"follow_ups": follow, "answer_block_not_reused": missed, "miss_share": missed / follow if follow else None}
 
 
+def per_rate(rows: list[dict]) -> dict:
+    """Client TTFT p50 of one rate point's requests: all, warm, first turns, follow-ups."""
+    pick = {"all": lambda x: True, "warm": lambda x: x["cls"] == "warm",
+            "turn1": lambda x: x["turn"] == 1, "turn2+": lambda x: x["turn"] > 1}
+    return {c: statistics.median(x["client_ttft_s"] for x in rows if ok(x)) for c, ok in pick.items()}
+
+
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares ``y = a + b x``."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -209,8 +217,10 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=16)
     p.add_argument("--seed", type=int, default=1234, help="workload seed (not one of the validation runs')")
     p.add_argument("--gap", type=float, default=0.5, help="idle seconds between requests")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="> 0: sessions/s with the cluster benchmark's arrivals (its seeds) instead of one at a time")
+    p.add_argument("--rate", default="0",
+                   help="> 0: sessions/s with the cluster benchmark's arrivals (its seeds) instead of one at a time; "
+                        "several (0.1,0.15,0.25): one after another on one cluster, as benchmarks/cluster.py runs them "
+                        "(then without a warm-up request)")
     p.add_argument("--duration", type=float, default=90.0, help="with --rate: seconds of arrivals")
     p.add_argument("--step-trace", type=Path, default=None, metavar="DIR",
                    help="trace every engine step and compare it with the calibrated model by overlap")
@@ -222,16 +232,25 @@ def main() -> int:
     trace = ["--step-trace", str(a.step_trace)] if a.step_trace else []
     c = launcher.start(resolve("cpd-1d"), "127.0.0.1", free_port(), real.WORKERS + trace, ["--model", "smollm2"],
                        None, 2.0, 1)
-    if a.rate > 0:   # the validation workload at this rate: benchmarks/cluster.py's sessions and arrivals
-        times = arrival_times(ArrivalConfig(a.rate, a.duration, seed=real.SEED))
-        sessions = real.agent(len(times), real.SEED + int(a.rate * 1000))
-        for s, t in zip(sessions, times):
-            s.start = t
-    else:
-        sessions = real.agent(a.sessions, a.seed)
+    try:
+        rates = [float(x) for x in a.rate.split(",")]
+    except ValueError:
+        p.error(f"--rate: expected sessions/s (comma-separated), got {a.rate!r}")
+    a.rate = rates[0] if len(rates) == 1 else rates
     try:
         real.prime(c.url)
-        rows, u0, u1, wall = asyncio.run(drive(c, sessions, a.rate, a.gap))
+        if rates == [0.0]:
+            rows, u0, u1, wall = asyncio.run(drive(c, real.agent(a.sessions, a.seed), 0.0, a.gap))
+        else:
+            rows, wall = [], 0.0
+            for i, r in enumerate(rates):   # the validation workload: cluster.py's sessions and arrivals
+                times = arrival_times(ArrivalConfig(r, a.duration, seed=real.SEED))
+                sessions = real.agent(len(times), real.SEED + int(r * 1000))
+                for s, t in zip(sessions, times):
+                    s.start = t
+                got, first, u1, w = asyncio.run(drive(c, sessions, r, 0.0, warmup=len(rates) == 1))
+                rows += [{**x, "rate": r} for x in got]
+                u0, wall = (first if i == 0 else u0), wall + w
     finally:
         c.stop()
     split = [r for r in rows if "prefill_worker" in r]
@@ -253,6 +272,8 @@ def main() -> int:
     cpu = sum(v for k, v in spent.items() if k.startswith("cpu:"))
     busy = sum(v for k, v in spent.items() if k.startswith("busy:"))
     out = {"command": " ".join(["python", *sys.argv]), "rate": a.rate, "requests": len(split),
+           "per_rate": {str(r): per_rate([x for x in rows if x.get("rate") == r])
+                        for r in (a.rate if isinstance(a.rate, list) else [])},
            "workload": {"sessions": a.sessions, "seed": a.seed} if a.rate == 0 else
            {"rate": a.rate, "duration": a.duration, "seed": real.SEED},
            "cpu_s": {"wall": wall, "per_process": spent, "total": cpu, "engine_busy": busy,

@@ -55,7 +55,7 @@ def cluster_setup(topology: str, fitted: StepModel, hw, measured: dict) -> SimSe
     return SimSetup(resolve(topology), m, hw, fitted=fitted, kv_blocks=int(0.5 * GIB // (16 * m.kv_bytes_per_token)),
                     l2_gib=0.5, scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=512,
                                                           max_model_len=8192),
-                    cpu_cores=2, store_bytes_s=hw.nic_bytes_s, **measured)
+                    cpu_cores=2, store_bytes_s=hw.nic_bytes_s, l3_gib=2.0, **measured)
 
 
 def simulate_sweep(setup: SimSetup, rates: list[float], duration: float) -> dict[float, dict]:
