@@ -114,7 +114,8 @@ def main() -> int:
     p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_insitu.json"),
                    help="`warmpath calibrate` output (default: isolated steps + the one-at-a-time run's step "
                         "trace, see docs/benchmarks.md; the cluster run's own: .../cluster/calibration.json)")
-    p.add_argument("--repeats", default="", help="more result folders of the same benchmark, comma-separated")
+    p.add_argument("--repeats", default=",".join(f"benchmarks/results/cluster_repeats/run{i}" for i in range(1, 5)),
+                   help="more result folders of the same benchmark, comma-separated")
     p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
                    help="benchmarks/request_overhead.py output (its median per-request overhead)")
     p.add_argument("--answers", type=Path, default=Path("benchmarks/results/answer_retokenize.json"),

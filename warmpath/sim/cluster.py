@@ -222,7 +222,6 @@ class Simulation:
             else:
                 self._decode_token(req, seq, seq.request_id in done)
         if put_s <= 0:
-            w.busy = False
             self._resume(wid, firsts)
         elif self.cpu is None:   # write-through puts run on the engine thread after the step
             self._at(self.now + put_s, self._resume, wid, firsts)
