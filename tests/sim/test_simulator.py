@@ -207,3 +207,26 @@ def test_roofline_numbers():
     assert 2.5 < t1 / t4 < 4
     with pytest.raises(ValueError):
         dataclasses.replace(hw, mfu=0)
+
+
+def test_a_step_that_started_alone_slows_when_another_worker_starts():
+    """Two replicas on one shared core, 0.1 s per step, one token out (one step each). a
+    starts alone at 0; b arrives at 0.05 on the other replica: from then on both advance at
+    half speed, so a ends at 0.05 + 2·0.05 = 0.15, when b has done 0.05 s of its work: it
+    ends alone at 0.2 (first token 0.15 after it arrived). Without sharing both take 0.1."""
+    topo = Topology("two", "replica", {"replica": 2})
+    sim, recs = run(setup(topo, cpu_cores=1), [one_turn("a", 0.0, out=1), one_turn("b", 0.05, out=1, seed=100)])
+    assert {r.sid: round(r.ttft, 9) for r in recs} == {"a": 0.15, "b": 0.15}
+    assert sorted(sim.stats.routed) == ["replica-0", "replica-1"]
+    _, alone = run(setup(topo), [one_turn("a", 0.0, out=1), one_turn("b", 0.05, out=1, seed=100)])
+    assert [round(r.ttft, 9) for r in alone] == [0.1, 0.1]
+
+
+def test_step_scatter_is_seeded():
+    """Steps scatter by step_cv around the model, the same way for the same seed."""
+    topo = Topology("one", "replica", {"replica": 1})
+    sessions = lambda: [one_turn(s, 0.3 * i, seed=100 * i) for i, s in enumerate("abcd")]  # noqa: E731
+    ttfts = lambda **kw: [r.ttft for r in run(setup(topo, **kw), sessions())[1]]  # noqa: E731
+    assert ttfts(step_cv=0.05, seed=1) == ttfts(step_cv=0.05, seed=1)
+    assert ttfts(step_cv=0.05, seed=1) != ttfts(step_cv=0.05, seed=2)
+    assert ttfts(step_cv=0.05, seed=1) != ttfts() == [pytest.approx(0.1)] * 4
