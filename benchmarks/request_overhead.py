@@ -20,6 +20,8 @@ per-request overheads from this file (``warmpath.sim.cli.cpu_profile``).
 
     python benchmarks/request_overhead.py [--sessions 16] [--out FILE]
     python benchmarks/request_overhead.py --rate 0.1 --out FILE   # the same breakdown under load
+    python benchmarks/request_overhead.py --rate 0.1,0.15,0.25 --step-trace DIR --out FILE
+        # the rates one after another on one cluster, as benchmarks/cluster.py runs them
 """
 
 from __future__ import annotations

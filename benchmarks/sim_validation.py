@@ -1,9 +1,12 @@
 """Simulator vs the real cluster on this machine: same workload, topology, rates and seeds.
 
-Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus any
-repeats of it given with ``--repeats``) and replays each on a simulated cluster the way it ran
-(primed, its rates in order). CPU profile: a ``warmpath calibrate --threads 1`` step model, 2
-shared cores, 0.5 GiB L1 + 0.5 GiB L2 per worker, one L3 link (one segment holder), and what
+Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus its
+repeats, ``--repeats``: by default ``cluster_repeats/run1..4``) and replays each on a simulated
+cluster the way it ran (primed, its rates in order), ``--replicas`` times with other seeds of
+the steps' scatter. CPU profile: a ``warmpath calibrate --threads 1`` step model, the scatter
+and contention ``calibrate --from-trace`` measured on served runs (``--variation``), 2 cores
+shared by processor sharing, 0.5 GiB L1 + 0.5 GiB L2 per worker, a 2 GiB store behind one L3
+link (one segment holder), and what
 ``benchmarks/request_overhead.py`` (router/HTTP time, L3 write speed, the holder's CPU) and
 ``benchmarks/answer_retokenize.py`` (answers whose KV the client's re-tokenization loses)
 measured on other runs. For every rate point the first real run served within its SLO (below
@@ -13,6 +16,7 @@ runs, their medians, the real runs' own spread, and a one-request-at-a-time chec
     python benchmarks/sim_validation.py [--results benchmarks/results/cluster]
         [--repeats DIR,DIR] [--overhead benchmarks/results/request_overhead.json]
         [--answers benchmarks/results/answer_retokenize.json] [--calibration FILE]
+        [--variation FILE] [--replicas 5]
 """
 
 from __future__ import annotations
