@@ -1,7 +1,7 @@
 """Simulator vs the real cluster on this machine: same workload, topology, rates and seeds.
 
 Reads the real runs of ``benchmarks/cluster.py`` (``benchmarks/results/cluster``, plus its
-repeats, ``--repeats``: by default ``cluster_repeats/run1..4``) and replays each on a simulated
+repeats, ``--repeats``: by default ``cluster_repeats/run1..6``) and replays each on a simulated
 cluster the way it ran (primed, its rates in order), ``--replicas`` times with other seeds of
 the steps' scatter. CPU profile: a ``warmpath calibrate --threads 1`` step model, the scatter
 and contention ``calibrate --from-trace`` measured on served runs (``--variation``), 2 cores
@@ -118,7 +118,7 @@ def main() -> int:
     p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_insitu.json"),
                    help="`warmpath calibrate` output (default: isolated steps + the one-at-a-time run's step "
                         "trace, see docs/benchmarks.md; the cluster run's own: .../cluster/calibration.json)")
-    p.add_argument("--repeats", default=",".join(f"benchmarks/results/cluster_repeats/run{i}" for i in range(1, 5)),
+    p.add_argument("--repeats", default=",".join(f"benchmarks/results/cluster_repeats/run{i}" for i in range(1, 7)),
                    help="more result folders of the same benchmark, comma-separated")
     p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
                    help="benchmarks/request_overhead.py output (its median per-request overhead)")
