@@ -139,7 +139,7 @@ def main() -> int:
     fitted = StepModel.from_json(cal["step_model"])
     # measured by `calibrate --from-trace` on served runs: steps' scatter and their contention
     var_src = json.loads(a.variation.read_text()) if a.variation and a.variation.exists() else cal
-    variation = {k: var_src[k] for k in ("step_cv", "contention") if var_src.get(k) is not None}
+    variation = {k: max(0.0, var_src[k]) for k in ("step_cv", "contention") if var_src.get(k) is not None}
     hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
     measured = json.loads(a.overhead.read_text()) if a.overhead.exists() else {}
     overhead = measured["overhead_s"]["median"] if measured else 0.0

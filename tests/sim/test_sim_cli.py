@@ -63,6 +63,9 @@ def test_request_overhead_defaults_by_hardware(tmp_path):
     assert (traced.step_cv, traced.contention, traced.seed) == (0.045, 0.05, 3)
     gpu = setup_from_args(p.parse_args(["sim", "--calibration", str(cal), "--workload", "coding-agent"]))
     assert (gpu.step_cv, gpu.contention) == (0.0, 0.0)     # measured on this CPU: not for a GPU
+    cal.write_text(json.dumps({**json.loads(cal.read_text()), "contention": -0.02}))   # noise around none
+    assert setup_from_args(p.parse_args(["sim", "--hardware", "cpu", "--calibration", str(cal),
+                                         "--workload", "coding-agent"])).contention == 0.0
 
 
 def test_repro_parser():

@@ -85,7 +85,8 @@ def setup_from_args(a: argparse.Namespace):
             cal = json.loads(a.calibration.read_text())
             fitted, table = StepModel.from_json(cal["step_model"]), PPDTable.from_json(cal["ppd_table"])
             # measured on served traces (`calibrate --from-trace`): steps' scatter and contention
-            variation = {k: float(cal[k]) for k in ("step_cv", "contention") if cal.get(k) is not None}
+            # (a contention measured below 0 is noise around none)
+            variation = {k: max(0.0, float(cal[k])) for k in ("step_cv", "contention") if cal.get(k) is not None}
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     if a.hardware == "cpu" and fitted is None:
