@@ -230,3 +230,13 @@ def test_step_scatter_is_seeded():
     assert ttfts(step_cv=0.05, seed=1) == ttfts(step_cv=0.05, seed=1)
     assert ttfts(step_cv=0.05, seed=1) != ttfts(step_cv=0.05, seed=2)
     assert ttfts(step_cv=0.05, seed=1) != ttfts() == [pytest.approx(0.1)] * 4
+
+
+def test_summary_reports_the_shared_cores_busy():
+    """One replica on one shared core: the core is busy exactly while the worker steps."""
+    topo = Topology("one", "replica", {"replica": 1})
+    make = lambda n, seed: [one_turn(f"s{i}", 0.0, seed=100 * i) for i in range(n)]  # noqa: E731
+    got = simulate_rate(setup(topo, cpu_cores=1), make, 1.0, 4.0, {}, seed=1)["sim"]
+    assert got["worker_busy"]["replica-0"] > 0
+    assert got["cpu_cores_busy"] == pytest.approx(got["worker_busy"]["replica-0"])
+    assert simulate_rate(setup(topo), make, 1.0, 4.0, {}, seed=1)["sim"]["cpu_cores_busy"] is None

@@ -38,7 +38,7 @@ class SharedCores:
     jobs: dict[str, _Job] = field(default_factory=dict)
     t: float = 0.0
     speed: float = 1.0
-    busy_core_s: float = 0.0         # core-seconds demanded and served (for reports)
+    busy_core_s: float = 0.0         # core-seconds served (the summary's cpu_cores_busy)
     _versions: itertools.count = field(default_factory=itertools.count)   # unique across jobs
 
     def __post_init__(self) -> None:

@@ -127,7 +127,8 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
                     "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
                     "rejected": sim.stats.rejected, "routed": sim.stats.routed,
-                    "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()}}}
+                    "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()},
+                    "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
 
 
 def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
