@@ -46,10 +46,9 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.kv.mooncake_service import free_port  # noqa: E402
-from warmpath.engine.step_trace import read_step_trace  # noqa: E402
+from warmpath.engine.step_trace import overlap, overlaps, read_step_trace  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.models.loader import load_tokenizer  # noqa: E402
-from warmpath.sim.step_time import Fitted  # noqa: E402
 
 
 ENCODE = functools.partial(load_tokenizer().encode, add_special=False)
@@ -142,27 +141,21 @@ def usage(c) -> dict[str, float]:
     return out
 
 
-def _overlap(s: dict, spans: list[tuple[float, float]]) -> float:
-    """Seconds of ``spans`` inside step ``s``, over its length."""
-    return sum(max(0.0, min(s["t1"], b) - max(s["t0"], a)) for a, b in spans) / max(s["t1"] - s["t0"], 1e-9)
-
-
 def stretch(steps: dict[str, list[dict]], fitted: StepModel) -> dict:
     """Each worker's steps (``--step-trace``) against the calibrated step model: median of
     compute seconds over predicted alone, by how many other workers were stepping meanwhile
     (time-weighted, rounded), and with / without another worker's KV-tier transfer (L3 loads
     and puts, at the ends of its steps) overlapping the step by more than 10%."""
-    model = Fitted(fitted)
+    busy = overlaps(steps)
     out = {}
     for w, mine in steps.items():
-        others = [o for v, ss in steps.items() if v != w for o in ss]
-        busy = [(o["t0"], o["t1"]) for o in others]
-        moving = [(o["t0"], o["t0"] + o.get("tiers_s", 0.0)) for o in others if o.get("tiers_s", 0.0) > 0.005]
+        moving = [(o["t0"], o["t0"] + o.get("tiers_s", 0.0)) for v, ss in steps.items() if v != w for o in ss
+                  if o.get("tiers_s", 0.0) > 0.005]
         by: dict[str, dict[str, list]] = {"by_overlap": {}, "by_transfer_overlap": {}}
-        for s in mine:
-            r = (s["exec_s"] / model.step_s([tuple(i) for i in s["items"]]), s["exec_s"])
-            by["by_overlap"].setdefault(str(round(_overlap(s, busy))), []).append(r)
-            by["by_transfer_overlap"].setdefault("yes" if _overlap(s, moving) > 0.1 else "no", []).append(r)
+        for s, k in zip(mine, busy[w]):
+            r = (s["exec_s"] / fitted.step_s([tuple(i) for i in s["items"]]), s["exec_s"])
+            by["by_overlap"].setdefault(str(round(k)), []).append(r)
+            by["by_transfer_overlap"].setdefault("yes" if overlap(s, moving) > 0.1 else "no", []).append(r)
         total = sum(t for _, t in (r for g in by["by_overlap"].values() for r in g))
         out[w] = {kind: {k: {"steps": len(g), "time_share": sum(t for _, t in g) / total,
                              "median_ratio_to_model": statistics.median(x for x, _ in g)}

@@ -228,10 +228,10 @@ class LLMEngine:
         if self.tiers is not None:
             self.tiers.apply_loads()
         items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled] if self._trace else None
-        t_exec = time.perf_counter()
-        tiers_s = t_exec - t0
+        t1 = time.perf_counter()
+        tiers_s = t1 - t0
         result = self.runner.execute(out)
-        t_exec = time.perf_counter() - t_exec
+        exec_s = time.perf_counter() - t1
         self.num_steps += 1
         finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
         if self.tiers is not None:
@@ -263,7 +263,7 @@ class LLMEngine:
         self.busy_seconds += end - start
         if self._trace is not None:   # monotonic clock: comparable across processes on one machine
             now = time.monotonic()
-            self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": t_exec,
+            self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": exec_s,
                                           "tiers_s": tiers_s, "items": items}) + "\n")
         return outputs
 

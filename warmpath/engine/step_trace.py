@@ -26,13 +26,17 @@ def read_step_trace(path) -> dict[str, list[dict]]:
     return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x] for f in files}
 
 
+def overlap(step: dict, spans: list[tuple[float, float]]) -> float:
+    """Seconds of ``spans`` inside ``step``, over its length."""
+    return sum(max(0.0, min(step["t1"], b) - max(step["t0"], a)) for a, b in spans) / max(step["t1"] - step["t0"], 1e-9)
+
+
 def overlaps(steps: dict[str, list[dict]]) -> dict[str, list[float]]:
     """For each worker's steps: seconds of other workers' steps inside it over its length."""
     out = {}
     for w, mine in steps.items():
-        spans = sorted((o["t0"], o["t1"]) for v, ss in steps.items() if v != w for o in ss)
-        out[w] = [sum(max(0.0, min(s["t1"], b) - max(s["t0"], a)) for a, b in spans) / max(s["t1"] - s["t0"], 1e-9)
-                  for s in mine]
+        spans = [(o["t0"], o["t1"]) for v, ss in steps.items() if v != w for o in ss]
+        out[w] = [overlap(s, spans) for s in mine]
     return out
 
 
