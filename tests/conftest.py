@@ -78,7 +78,7 @@ def wait_ready(proc: subprocess.Popen, ready, timeout: float, output) -> None:
 
 @contextlib.contextmanager
 def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None,
-                  procs: list | None = None):
+                  procs: list | None = None, env: dict | None = None):
     """Run ``warmpath serve`` (or ``router``) as a real process on a free port; yields its URL
     (and appends the ``Popen`` to ``procs`` when given, for tests that kill it)."""
     import httpx
@@ -88,7 +88,8 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
     proc = subprocess.Popen(
         [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
          "--port", str(port), *extra, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, **(env or {})})
     if procs is not None:
         procs.append(proc)
     base = f"http://127.0.0.1:{port}"
@@ -101,7 +102,7 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
 
 
 @contextlib.contextmanager
-def cluster_process(topology: str, *args: str, timeout: float = 240):
+def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict | None = None):
     """Run ``warmpath serve --topology T`` (router + workers + Mooncake as processes) on a free
     port; yields the router URL once every worker of the topology is registered."""
     import httpx
@@ -115,7 +116,8 @@ def cluster_process(topology: str, *args: str, timeout: float = 240):
         [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", topology,
          "--host", "127.0.0.1", "--port", str(port), "--heartbeat-s", "1", "--drop-after-s", "10",
          "--l3-gib", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0.25", *args],
-        stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, **(env or {})})
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, lambda: len(httpx.get(base + "/v1/cluster", timeout=2).json()["workers"]) == size,

@@ -8,6 +8,13 @@ import sys
 
 
 
+def _positive(v: str) -> float:
+    x = float(v)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return x
+
+
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument("--model", default="smollm2",
@@ -109,8 +116,11 @@ def _serve(a: argparse.Namespace) -> int:
 
         registration = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role,
                                           f"http://{a.host}:{a.port}", a.heartbeat_s)
+    import os
+
     scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens,
-                        registration=registration)
+                        registration=registration, max_body_bytes=int(a.max_body_mib * (1 << 20)),
+                        fault_injection=os.environ.get("WARMPATH_FAULT_INJECTION") == "1")
     service = None
     if not a.no_l3 and a.kv_store is None:
         service = MooncakeService(host="127.0.0.1", segment_bytes=int(a.l3_gib * (1 << 30))).start()
@@ -133,10 +143,13 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
           f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
-    if sock is None:
-        uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower())
-    else:
-        uvicorn.Server(uvicorn.Config(app, log_level=a.log_level.lower())).run(sockets=[sock])
+    server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower()))
+    app.state.request_exit = lambda: setattr(server, "should_exit", True)
+    server.run(sockets=[sock] if sock is not None else None)
+    if app.state.aengine.error is not None:
+        print(f"warmpath: error: the engine stopped ({app.state.aengine.error!r}); exiting so that "
+              "a supervisor restarts this worker", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -167,7 +180,8 @@ def _router(a: argparse.Namespace) -> int:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     cfg = RouterConfig(a.host, a.port, AdmissionConfig(a.max_in_flight, {"cold": a.cold_queue, "warm": a.warm_queue}),
                        DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
-                       ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s)
+                       ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
+                       max_body_bytes=int(a.max_body_mib * (1 << 20)))
     state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
     print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
@@ -188,6 +202,8 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--default-max-tokens", type=int, default=1024)
+    p.add_argument("--max-body-mib", type=_positive, default=8.0,
+                   help="largest request body accepted (413 beyond)")
     p.add_argument("--router", default=None, required=role_required,
                    help="register with this router (http://host:port)")
     p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
@@ -234,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
+    rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
     rt.set_defaults(fn=_router)
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")

@@ -3,7 +3,9 @@
 Starts a private Mooncake master + store (unless ``--kv-store`` names one), the router on
 the requested port, then every worker on a free loopback port; waits until all workers
 have registered, prints the endpoint, and stops everything on Ctrl-C / SIGTERM (children
-also die with the launcher through ``PR_SET_PDEATHSIG``).
+also die with the launcher through ``PR_SET_PDEATHSIG``). A worker that exits while the
+cluster runs (its engine failed, it was killed) is started again with the same flags, after
+a back-off that doubles with each quick failure (1 s up to 30 s).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class Cluster:
     url: str
     procs: dict = field(default_factory=dict)     # name -> Popen
     service: object | None = None
+    argv: dict = field(default_factory=dict)      # name -> the flags it was started with
+    quiet: bool = True
+    restarts: dict = field(default_factory=dict)  # name -> how many times it was restarted
+    _delay: dict = field(default_factory=dict)    # name -> its last back-off (s)
+    _due: dict = field(default_factory=dict)      # name -> when its restart is due
 
     def stop(self) -> None:
         for name in sorted(self.procs, key=lambda n: n == "router"):   # workers first
@@ -49,6 +56,32 @@ class Cluster:
 
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        self.argv[name] = argv
+        self.procs[name] = _spawn(argv, self.quiet)
+
+    def restart_dead_workers(self, now: float) -> list[str]:
+        """Start again every worker that exited (not the router) once its back-off passed
+        (1 s, doubling up to 30 s while it keeps failing within a minute of its start);
+        returns the names restarted now."""
+        started = []
+        for name in self.dead():
+            if name == "router":
+                continue
+            if name not in self._due:   # just noticed
+                ran = now - getattr(self.procs[name], "started_at", now)
+                prev = self._delay.get(name, 0.0)
+                self._delay[name] = 1.0 if ran > 60 or not prev else min(30.0, 2 * prev)
+                self._due[name] = now + self._delay[name]
+                log.error("worker %s exited with code %s; restarting it in %.0f s",
+                          name, self.procs[name].returncode, self._delay[name])
+            elif now >= self._due[name]:
+                del self._due[name]
+                self.spawn(name, self.argv[name])
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                started.append(name)
+        return started
 
 
 # Mooncake's client logs expected lookup misses as errors when it starts; not worth a user's eye.
@@ -67,6 +100,7 @@ def _spawn(args: list[str], quiet: bool) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
                          stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
                          preexec_fn=_die_with_parent)
+    p.started_at = time.monotonic()
     threading.Thread(target=_copy_stderr, args=(p.stderr,), daemon=True).start()
     return p
 
@@ -84,18 +118,17 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
         kv_store = f"{service.master},{service.metadata}"
     url = f"http://{host}:{port}"
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    c = Cluster(topo, url, service=service)
-    quiet = log_level.upper() not in ("DEBUG", "INFO")
+    c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"))
     try:
         ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
-        c.procs["router"] = _spawn(["--log-level", log_level, "router", "--host", host, "--port", str(port),
-                                    "--policy", topo.policy, *ppd, *router_argv], quiet)
+        c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
+                           "--policy", topo.policy, *ppd, *router_argv])
         per = threads or max(1, (os.cpu_count() or 2) // topo.size)
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
-            c.procs[wid] = _spawn(["--log-level", log_level, "worker", "--role", role, "--router", url,
-                                   "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
-                                   "--threads", str(per), *store, *worker_argv], quiet)
+            c.spawn(wid, ["--log-level", log_level, "worker", "--role", role, "--router", url,
+                          "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
+                          "--threads", str(per), *store, *worker_argv])
         wait_ready(c, timeout_s)
     except BaseException:
         c.stop()
@@ -140,7 +173,9 @@ def run_forever(c: Cluster, model_id: str) -> int:
             if "router" in c.dead():
                 log.error("the router exited; stopping the cluster")
                 return 1
-            time.sleep(0.5)
+            for name in c.restart_dead_workers(time.monotonic()):
+                print(f"warmpath: restarted worker {name} (restart {c.restarts[name]})", flush=True)
+            time.sleep(0.25)
         return 0
     finally:
         print("warmpath: stopping the cluster", flush=True)
@@ -154,7 +189,8 @@ def serve_cluster(a, model_id: str) -> int:
     topo = resolve(a.topology, a.ppd)
     router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
                    str(a.cold_queue), "--warm-queue", str(a.warm_queue),
-                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s)]
+                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
+                   "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
     cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
@@ -169,7 +205,8 @@ def worker_argv(a) -> list[str]:
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
-            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens)]
+            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
+            "--max-body-mib", str(a.max_body_mib)]
     argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []

@@ -15,6 +15,19 @@ from warmpath.engine.sequence import SamplingParams
 log = logging.getLogger(__name__)
 
 
+class RequestFailed(RuntimeError):
+    """This request alone failed inside the engine; the engine goes on."""
+
+
+class EngineFailed(RuntimeError):
+    """The engine thread stopped (an error no single request caused); nothing it held
+    produced output after this, so its unfinished requests may be retried elsewhere."""
+
+
+class InjectedCrash(RuntimeError):
+    """Raised on the engine thread by :meth:`AsyncEngine.inject_crash` (tests, chaos)."""
+
+
 @dataclass
 class RequestHandle:
     """The asyncio side of one request: outputs arrive on ``queue``."""
@@ -30,6 +43,11 @@ class AsyncEngine:
     (add / abort) through a thread-safe queue and receives outputs through
     per-request asyncio queues. ``on_step`` (if given) is called on the engine
     thread after each step with the step's outputs (metrics hook).
+
+    A request whose own data makes a step fail gets :class:`RequestFailed` and the engine
+    goes on; an error no request caused stops the thread: every waiting request gets
+    :class:`EngineFailed`, ``alive`` turns false and ``dead`` (an asyncio event of the loop
+    that called :meth:`start`) is set, so the server can report itself and exit.
     """
 
     def __init__(self, engine: LLMEngine,
@@ -41,9 +59,21 @@ class AsyncEngine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="warmpath-engine", daemon=True)
         self.error: BaseException | None = None
+        self.dead: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
+        """Start the engine thread (call from the event loop that serves requests)."""
+        try:
+            self._loop = asyncio.get_running_loop()
+            self.dead = asyncio.Event()
+        except RuntimeError:
+            self._loop = None
         self._thread.start()
+
+    def inject_crash(self) -> None:
+        """Make the engine thread fail as an engine bug would (fault injection)."""
+        self._cmds.put(("crash",))
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -95,11 +125,17 @@ class AsyncEngine:
             except ValueError as e:
                 self._deliver(rid, e, last=True)
                 return
+            except Exception as e:  # noqa: BLE001 - this request alone; add_request left no trace
+                log.exception("request %s failed on admission", rid)
+                self._deliver(rid, RequestFailed(f"{type(e).__name__}: {e}"), last=True)
+                return
             first = self.engine.take_initial_output(rid)
             if first is not None and not reported:
                 self._deliver(rid, first, last=first.finished)
         elif cmd[0] == "abort":
             self.engine.abort(cmd[1])
+        elif cmd[0] == "crash":
+            raise InjectedCrash("injected engine crash")
 
     def _loop(self) -> None:
         try:
@@ -118,9 +154,17 @@ class AsyncEngine:
                 if self._on_step is not None:
                     self._on_step(outputs)
                 for o in outputs:
-                    self._deliver(o.request_id, o, last=o.finished)
+                    if o.error is not None:
+                        log.error("request %s failed in the engine: %s", o.request_id, o.error)
+                    self._deliver(o.request_id, o if o.error is None else RequestFailed(o.error),
+                                  last=o.finished)
         except BaseException as e:  # noqa: BLE001 - report to every waiting request
             log.exception("engine thread crashed")
             self.error = e
             for rid in list(self._handles):
-                self._deliver(rid, RuntimeError(f"engine failed: {e}"), last=True)
+                self._deliver(rid, EngineFailed(f"engine failed: {type(e).__name__}: {e}"), last=True)
+            if self._loop is not None and self.dead is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self.dead.set)
+                except RuntimeError:   # the loop is closed: nobody is waiting
+                    pass

@@ -76,6 +76,7 @@ class RequestOutput:
     cached_tokens: int
     completion_tokens: int
     queue_time: float | None = None  # arrival → first scheduled (set with the first token)
+    error: str | None = None         # the request failed inside a step (it alone; finished)
 
 
 class LLMEngine:
@@ -151,15 +152,21 @@ class LLMEngine:
             raise ValueError(f"duplicate request id {rid!r}")
         seq = Sequence(rid, list(prompt_token_ids), params, self.namespace.with_salt(cache_salt),
                        arrival_time=arrival_time or time.monotonic())
-        self._seqs[rid] = seq
-        self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
-        if prefix:
-            seq.output_token_ids.extend(prefix)
-            seq.first_token_time = seq.first_scheduled_time = seq.arrival_time
-            self._initial[rid] = self._prefix_output(seq)
-            if self._initial[rid].finished:
-                return rid
-        self.scheduler.add(seq)
+        try:
+            self._seqs[rid] = seq
+            self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
+            if prefix:
+                seq.output_token_ids.extend(prefix)
+                seq.first_token_time = seq.first_scheduled_time = seq.arrival_time
+                self._initial[rid] = self._prefix_output(seq)
+                if self._initial[rid].finished:
+                    return rid
+            self.scheduler.add(seq)
+        except BaseException:   # leave no trace of a request that was not added
+            self._seqs.pop(rid, None)
+            self._detok.pop(rid, None)
+            self._initial.pop(rid, None)
+            raise
         return rid
 
     def _prefix_output(self, seq: Sequence) -> RequestOutput:
@@ -201,6 +208,18 @@ class LLMEngine:
         self._detok.pop(request_id, None)
         self.runner.sampler.release(request_id)
         return True
+
+    def fail(self, request_id: str, error: str) -> RequestOutput | None:
+        """Fail one request (an error its own data caused inside a step): free its blocks
+        and sampler state, leave every other request as it was. ``None`` if unknown."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, "error")
+        self._detok.pop(request_id, None)
+        self.runner.sampler.release(request_id)
+        return RequestOutput(request_id, [], "", True, "error", seq.num_prompt_tokens,
+                             max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -244,21 +263,14 @@ class LLMEngine:
             seq = self._seqs.get(rid)
             if seq is None:
                 continue
-            det = self._detok[rid]
-            done = rid in finished
-            text = det.update(seq.output_token_ids, final=done)
-            if det.stopped and not done:
-                self.scheduler.finish(seq, "stop")
-                done = True
-            outputs.append(RequestOutput(
-                rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
-                seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
-                (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
-                if len(seq.output_token_ids) == 1 else None))
-            if done:
-                self._seqs.pop(rid, None)
-                self._detok.pop(rid, None)
-                self.runner.sampler.release(rid)
+            try:
+                if rid in result.failed:
+                    raise RuntimeError(result.failed[rid])
+                outputs.append(self._output(seq, rid in finished))
+            except Exception as e:  # noqa: BLE001 - this request's fault: fail it alone
+                failed = self.fail(rid, str(e) if rid in result.failed else f"{type(e).__name__}: {e}")
+                if failed is not None:
+                    outputs.append(failed)
         end = time.perf_counter()
         self.busy_seconds += end - start
         if self._trace is not None:   # monotonic clock: comparable across processes on one machine
@@ -266,6 +278,25 @@ class LLMEngine:
             self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": exec_s,
                                           "tiers_s": tiers_s, "items": items}) + "\n")
         return outputs
+
+    def _output(self, seq: Sequence, done: bool) -> RequestOutput:
+        """The output of a sequence that just got a token (forgets it when done)."""
+        rid = seq.request_id
+        det = self._detok[rid]
+        text = det.update(seq.output_token_ids, final=done)
+        if det.stopped and not done:
+            self.scheduler.finish(seq, "stop")
+            done = True
+        out = RequestOutput(
+            rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
+            seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
+            (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
+            if len(seq.output_token_ids) == 1 else None)
+        if done:
+            self._seqs.pop(rid, None)
+            self._detok.pop(rid, None)
+            self.runner.sampler.release(rid)
+        return out
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
                  ) -> list[list[int]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -14,11 +14,13 @@ from warmpath.models.loader import LoadedModel
 
 @dataclass
 class StepResult:
-    """Sampled tokens per request id; ``logits`` rows follow ``sampled_ids`` when asked."""
+    """Sampled tokens per request id; ``logits`` rows follow ``sampled_ids`` when asked;
+    ``failed``: requests whose sampling raised (their token in ``sampled`` is a stand-in)."""
 
     sampled: dict[str, int]
     sampled_ids: list[str]
     logits: torch.Tensor | None = None
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -87,5 +89,5 @@ class ModelRunner:
             return StepResult({}, [])
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
         req_ids = [q.request_id for q in sample_seqs]
-        toks = self.sampler.sample(logits, req_ids, [q.params for q in sample_seqs])
-        return StepResult(dict(zip(req_ids, toks)), req_ids, logits if return_logits else None)
+        toks, failed = self.sampler.sample(logits, req_ids, [q.params for q in sample_seqs])
+        return StepResult(dict(zip(req_ids, toks)), req_ids, logits if return_logits else None, failed)

@@ -32,9 +32,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if self.temperature < 0:
+        if not self.temperature >= 0:   # NaN fails too
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if self.seed is not None and not -(2**63) <= self.seed < 2**63:
+            raise ValueError(f"seed must be a 64-bit signed integer, got {self.seed}")
+        if not 0 < self.top_p <= 1:   # NaN fails too
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")

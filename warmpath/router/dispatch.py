@@ -18,6 +18,10 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
+from pydantic import ValidationError
+
+from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
+from warmpath.protocol.openai import SamplingFields
 from warmpath.router import ppd
 from warmpath.router.state import Decision, RequestView, Snapshot
 
@@ -36,13 +40,19 @@ class UpstreamError(Exception):
         self.status, self.content = status, content
 
 
+def _engine_failed(status: int, content: bytes) -> bool:
+    """A worker whose engine stopped answers 503 ``engine_failed``: nothing was computed for
+    the request, so it may go to another worker."""
+    return status == 503 and b'"engine_failed"' in content
+
+
 @dataclass
 class Trip:
     """What the router learns about one request on its way."""
 
     rv: RequestView
     ids: list[int]
-    body: dict
+    body: SamplingFields          # the client's validated request
     kind: str                     # "chat" | "text"
     cls: str                      # "cold" | "warm"
     arrival: float
@@ -115,8 +125,7 @@ class Dispatcher:
 
     def lost(self, worker: str) -> None:
         """A worker failed: stop routing to it until it registers again."""
-        self.s.registry.workers.pop(worker, None)
-        self.s.drop(worker)
+        self.s.remove(worker, "unreachable")
         self.s.metrics.retries.inc()
 
     async def prefill(self, t: Trip, worker: str) -> dict:
@@ -125,33 +134,38 @@ class Dispatcher:
         self.p.add(worker, t.rv.num_tokens - d.cached_tokens)
         sent = time.monotonic()
         try:
-            r = await self.http.post(self._url(worker, "/internal/prefill"),
-                                     json={"prompt_token_ids": t.ids, "request": t.body})
+            msg = PrefillRequest(prompt_token_ids=t.ids, request=t.body.forwarded())
+            r = await self.http.post(self._url(worker, "/internal/prefill"), json=msg.model_dump())
         except RETRYABLE as e:
             raise WorkerUnreachable(worker) from e
         finally:
             self.p.add(worker, -(t.rv.num_tokens - d.cached_tokens))
+        if _engine_failed(r.status_code, r.content):
+            raise WorkerUnreachable(worker)
         if r.status_code != 200:
             raise UpstreamError(r.status_code, r.content)
-        out = r.json()
+        try:
+            out = PrefillReply.model_validate_json(r.content)
+        except ValidationError as e:
+            raise UpstreamError(502, _bad_gateway(worker, e)) from e
         m = self.s.metrics
-        m.kv_bytes.inc(out["kv_bytes"])
-        m.kv_put_s.inc(max(0.0, out["l3_put_s"]))
-        t.first_token, t.cached_tokens = out["token"], out["cached_tokens"]
+        m.kv_bytes.inc(out.kv_bytes)
+        m.kv_put_s.inc(out.l3_put_s)
+        t.first_token, t.cached_tokens = out.token, out.cached_tokens
         t.first_token_at = time.monotonic()
-        t.timing["prefill"], t.timing["prefill_worker"] = t.first_token_at - sent, out["prefill_s"]
-        t.timing.update(prefill_queue=out["queue_s"], prefill_l3_get=out["l3_get_s"], prefill_l3_put=out["l3_put_s"])
+        t.timing["prefill"], t.timing["prefill_worker"] = t.first_token_at - sent, out.prefill_s
+        t.timing.update(prefill_queue=out.queue_s, prefill_l3_get=out.l3_get_s, prefill_l3_put=out.l3_put_s)
         t.ttft_s = t.first_token_at - t.arrival
-        t.queue_s = (t.admitted - t.arrival) + out["queue_s"]
+        t.queue_s = (t.admitted - t.arrival) + out.queue_s
         m.first_token(t.cls, t.ttft_s, t.queue_s)
         return out
 
     def _payload(self, t: Trip) -> dict:
-        body = dict(t.body)
-        if body.get("stream"):   # the usage chunk tells the router how many tokens went out
-            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return {"kind": t.kind, "prompt_token_ids": t.ids, "request": body,
-                "first_token": t.first_token, "cached_tokens": t.cached_tokens}
+        req = t.body.forwarded()
+        if t.body.stream:   # the usage chunk tells the router how many tokens went out
+            req["stream_options"] = {"include_usage": True}
+        return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req, first_token=t.first_token,
+                               cached_tokens=t.cached_tokens).model_dump(exclude_none=True)
 
     def _got_first(self, t: Trip) -> None:
         if t.ttft_s is None:
@@ -175,11 +189,13 @@ class Dispatcher:
         self.p.add(worker, computed, 0)
         sent = time.monotonic()
         try:
-            if not t.body.get("stream"):
+            if not t.body.stream:
                 try:
                     r = await self.http.post(self._url(worker, "/internal/generate"), json=self._payload(t))
                 except RETRYABLE as e:
                     raise WorkerUnreachable(worker) from e
+                if _engine_failed(r.status_code, r.content):
+                    raise WorkerUnreachable(worker)
                 if r.status_code != 200:
                     raise UpstreamError(r.status_code, r.content)
                 if local and t.ttft_s is None:
@@ -199,6 +215,8 @@ class Dispatcher:
             if up.status_code != 200:
                 content = await up.aread()
                 await up.aclose()
+                if _engine_failed(up.status_code, content):
+                    raise WorkerUnreachable(worker)
                 raise UpstreamError(up.status_code, content)
             lines = up.aiter_lines()
             head: list[str] = []
@@ -212,11 +230,21 @@ class Dispatcher:
             except RETRYABLE as e:
                 await up.aclose()
                 raise WorkerUnreachable(worker) from e
+            if head and '"engine_failed"' in head[-1] and not any(_has_token(x) for x in head[:-1]):
+                await up.aclose()   # its engine stopped before this request got a token
+                raise WorkerUnreachable(worker)
             self._got_first(t)
             t.timing["decode_first"] = time.monotonic() - sent
             return head, lines, up
         finally:
             self.p.add(worker, -computed, 0)
+
+
+def _bad_gateway(worker: str, e: ValidationError) -> bytes:
+    from warmpath.protocol.errors import APIError
+
+    return json.dumps(APIError(502, f"worker {worker} answered a malformed prefill reply: "
+                                    f"{e.errors()[0].get('msg')}").body()).encode()
 
 
 def _has_token(line: str) -> bool:

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from warmpath.router.dispatch import Dispatcher, Planner, Trip, UpstreamError, WorkerUnreachable
 from warmpath.router.state import RequestView
-from warmpath.server.protocol import APIError
+from warmpath.protocol.errors import APIError
 
 
 class RequestFlow:
@@ -84,11 +84,11 @@ class RequestFlow:
             self.planner.add(d.decode, running=-1)
             raise
         headers["Server-Timing"] = t.server_timing()
-        if not t.body.get("stream"):
+        if not t.body.stream:
             self.ended(t, sess)
             return Response(res, media_type="application/json", headers=headers)
         head, lines, up = res
-        want_usage = bool((t.body.get("stream_options") or {}).get("include_usage"))
+        want_usage = t.body.include_usage
 
         def out(line: str) -> bytes | None:
             if line.startswith("data: {") and '"choices": []' in line:  # the usage chunk

@@ -32,6 +32,12 @@ class RouterMetrics:
                               ["stage"], registry=r)
         self.rejected = Counter("warmpath_router_rejected_requests", "Requests refused with 429", registry=r)
         self.retries = Counter("warmpath_router_retries", "Requests re-routed after a worker failed", registry=r)
+        self.dropped = Counter("warmpath_router_workers_dropped", "Workers removed from routing, by why "
+                               "(unhealthy: it reported its engine failed; silent: no heartbeat; "
+                               "unreachable: a request to it failed; replaced: it re-registered)",
+                               ["reason"], registry=r)
+        self.client_errors = Counter("warmpath_router_client_errors", "Requests refused with a 4xx, by status",
+                                     ["status"], registry=r)
         self.ttft = Histogram("warmpath_router_ttft_seconds", "Arrival to first token", ["cls"],
                               buckets=_LAT, registry=r)
         self.queue = Histogram("warmpath_router_queue_seconds",

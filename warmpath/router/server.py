@@ -9,7 +9,7 @@ policy (and, for turn 2+, the PPD switch) where to run it, applies admission con
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -32,7 +32,12 @@ from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
 from warmpath.router.sessions import SessionTable, session_id
 from warmpath.router.state import RequestView
-from warmpath.server.protocol import APIError, bad, parse_common, parse_messages, parse_prompt
+from warmpath.protocol.errors import APIError, bad
+from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
+from warmpath.protocol.internal import Heartbeat, Registration
+from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class RouterConfig:
     request_timeout_s: float = 600.0
     ppd: PPDConfig | None = None          # None: turn 2+ always goes through a prefill worker
     session_idle_s: float = 3600.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 class RouterState:
@@ -68,6 +74,9 @@ class RouterState:
         self.pids: dict[str, int | None] = {}
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
+        """Follow a worker's KV events (replacing the thread of an earlier registration)."""
+        if worker in self.subs:
+            self.subs.pop(worker)[1].set()
         stop = threading.Event()
         sub = KVEventSubscriber(endpoint, replay)
 
@@ -81,6 +90,15 @@ class RouterState:
 
         threading.Thread(target=loop, daemon=True, name=f"events-{worker}").start()
         self.subs[worker] = (sub, stop)
+
+    def remove(self, worker: str, reason: str) -> bool:
+        """Stop routing to a worker (until it registers again); ``False`` if unknown."""
+        if self.registry.workers.pop(worker, None) is None:
+            return False
+        self.drop(worker)
+        self.metrics.dropped.labels(reason).inc()
+        log.warning("dropped worker %s (%s)", worker, reason)
+        return True
 
     def drop(self, worker: str) -> None:
         with self.lock:
@@ -102,6 +120,7 @@ def build_router(state: RouterState) -> FastAPI:
             now = time.monotonic()
             for w in state.registry.expire(now):
                 state.drop(w)
+                state.metrics.dropped.labels("silent").inc()
             state.sessions.expire(now)
 
     @asynccontextmanager
@@ -114,70 +133,74 @@ def build_router(state: RouterState) -> FastAPI:
         await http.aclose()
 
     app = FastAPI(title="warmpath router", lifespan=lifespan)
+    app.router.route_class = JSONRoute
+    app.state.max_body_bytes = state.cfg.max_body_bytes
+    install_error_handlers(
+        app, on_client_error=lambda status: state.metrics.client_errors.labels(str(status)).inc(),
+        headers_for=lambda status: {"Retry-After": str(state.cfg.admission.retry_after_s)}
+        if status == 429 else None)
 
-    @app.exception_handler(APIError)
-    async def _api_error(_req: Request, e: APIError) -> JSONResponse:
-        headers = {"Retry-After": str(state.cfg.admission.retry_after_s)} if e.status == 429 else None
-        return JSONResponse(e.body(), status_code=e.status, headers=headers)
+    async def answers(url: str) -> bool:
+        try:
+            return (await http.get(url + "/health", timeout=1.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     @app.post("/internal/register")
-    async def register(req: Request) -> dict:
+    async def register(b: Registration) -> dict:
         try:
-            b = await req.json()
-            ns = KVNamespace(**b["namespace"])
-            b["worker_id"], b["role"], b["url"]  # noqa: B018 - required fields
-        except (ValueError, KeyError, TypeError) as e:
-            raise bad("body", f"registration needs worker_id, role, url and namespace: {e}") from e
+            ns = KVNamespace(**b.namespace.model_dump())
+        except (ValueError, TypeError) as e:
+            raise bad("namespace", f"namespace: {e}") from e
         if state.namespace is None:
             state.namespace = ns
-            state.kv_bytes_per_token = int(b.get("kv_bytes_per_token") or state.kv_bytes_per_token)
+            state.kv_bytes_per_token = b.kv_bytes_per_token
         elif ns != state.namespace:
-            raise bad("namespace", f"worker {b['worker_id']} serves a different model/KV layout")
+            raise bad("namespace", f"worker {b.worker_id} serves a different model/KV layout")
+        old = state.registry.workers.get(b.worker_id)
+        if old is not None and old.url != b.url and not await answers(old.url):
+            state.remove(b.worker_id, "replaced")   # a restart of a worker that died silently
         try:
-            state.registry.register(b["worker_id"], b["role"], b["url"], time.monotonic(),
-                                    b.get("events_endpoint"), b.get("replay_endpoint"))
+            state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
+                                    b.events_endpoint, b.replay_endpoint)
         except ValueError as e:
-            raise bad("worker_id", str(e)) from e
-        if b.get("events_endpoint"):
-            state.subscribe(b["worker_id"], b["events_endpoint"], b["replay_endpoint"])
-        state.pids[b["worker_id"]] = b.get("pid")
+            raise APIError(409, str(e), param="worker_id") from e
+        if b.events_endpoint:
+            state.subscribe(b.worker_id, b.events_endpoint, b.replay_endpoint or b.events_endpoint)
+        state.pids[b.worker_id] = b.pid
         return {"ok": True}
 
     @app.post("/internal/heartbeat")
-    async def heartbeat(req: Request) -> Response:
-        try:
-            b = await req.json()
-            wid = b.pop("worker_id")
-            known = state.registry.heartbeat(wid, time.monotonic(), **b)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise bad("body", f"heartbeat needs worker_id and load fields: {e}") from e
-        if not known:
-            return JSONResponse({"error": "unknown worker"}, status_code=404)
+    async def heartbeat(b: Heartbeat) -> Response:
+        if not b.healthy:   # its engine failed: stop routing to it now, not after drop_after_s
+            state.remove(b.worker_id, "unhealthy")
+            return JSONResponse({"ok": True})
+        if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
+            raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
         return JSONResponse({"ok": True})
 
-    def tokenize(body: dict, path: str) -> tuple[list[int], list | None]:
-        if path == "chat/completions":
-            msgs = parse_messages(body)
+    def tokenize(body: SamplingFields) -> tuple[list[int], list | None]:
+        if isinstance(body, ChatCompletionRequest):
+            msgs = body.flat_messages()
             try:
                 return state.tok.encode(state.tok.apply_chat_template(msgs), add_special=False), msgs
             except ChatTemplateError as e:
                 raise bad("messages", str(e)) from e
-        if body.get("echo") or body.get("suffix"):
-            raise bad("echo" if body.get("echo") else "suffix", "echo and suffix are not supported")
-        p = parse_prompt(body)
+        p = body.prompt
         return (state.tok.encode(p) if isinstance(p, str) else p), None
 
-    async def handle(req: Request, path: str) -> Response:
+    async def handle(req: Request, body: SamplingFields) -> Response:
         arrival = time.monotonic()
-        try:
-            body = json.loads(await req.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise bad("body", f"malformed JSON body: {e}") from e
-        parsed = parse_common(body)
+        parsed = body
         if parsed.model is not None and parsed.model != state.model_id:
             raise APIError(400, f"model {parsed.model!r} does not exist; available: {state.model_id!r}",
                            param="model", code="model_not_found")
-        ids, msgs = tokenize(body, path)
+        vocab = state.tok.vocab_size
+        if any(t >= vocab for t in parsed.stop_token_ids):
+            raise bad("stop_token_ids", f"token ids must be in [0, {vocab})")
+        ids, msgs = await asyncio.to_thread(tokenize, body)   # a long prompt must not stall the loop
+        if msgs is None and any(t >= vocab for t in ids):
+            raise bad("prompt", f"token ids must be in [0, {vocab})")
         if state.namespace is None or not state.registry.workers:
             raise APIError(503, "no worker registered yet", err_type="server_error")
         ns = state.namespace.with_salt(parsed.cache_salt)
@@ -187,7 +210,7 @@ def build_router(state: RouterState) -> FastAPI:
         rv = RequestView(len(ids), tuple(hash_prefix_blocks(ns, ids)), ns.block_size, sid,
                          turn=(sess.turns + 1) if sess else 1,
                          new_tokens=len(ids) - held if 0 < held < len(ids) else len(ids),
-                         max_tokens=parsed.max_tokens or 128)
+                         max_tokens=parsed.max_new_tokens or 128)
         d = flow.plan(rv, sess)
         cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
         key = id(req)
@@ -223,12 +246,12 @@ def build_router(state: RouterState) -> FastAPI:
             raise
 
     @app.post("/v1/chat/completions")
-    async def chat(req: Request) -> Response:
-        return await handle(req, "chat/completions")
+    async def chat(body: ChatCompletionRequest, req: Request) -> Response:
+        return await handle(req, body)
 
     @app.post("/v1/completions")
-    async def completions(req: Request) -> Response:
-        return await handle(req, "completions")
+    async def completions(body: CompletionRequest, req: Request) -> Response:
+        return await handle(req, body)
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import signal
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from warmpath.engine.async_engine import AsyncEngine, RequestHandle
+from warmpath.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed, RequestHandle
 from warmpath.engine.llm_engine import LLMEngine, RequestOutput
+from warmpath.engine.sequence import SamplingParams
 from warmpath.models.tokenizer import ChatTemplateError
+from warmpath.protocol.errors import APIError, bad
+from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
+from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from warmpath.server.metrics import EngineMetrics
-from warmpath.server.protocol import (APIError, ParsedRequest, bad, make_params, parse_common,
-                                      parse_messages, parse_prompt)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,8 +36,13 @@ class ServerConfig:
     default_max_tokens: int = 1024
     disconnect_poll_s: float = 0.25
     registration: object | None = None   # worker.registration.RegistrationConfig when behind a router
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    exit_on_engine_failure: bool = True  # shut down (exit code 1) so a supervisor restarts the worker
+    fault_injection: bool = False        # POST /internal/fault (tests and chaos runs only)
 
     def __post_init__(self) -> None:
+        if self.max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be > 0, got {self.max_body_bytes}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.default_max_tokens <= 0:
@@ -42,7 +54,7 @@ class _Job:
     rid: str
     kind: str                # "chat" | "text"
     handle: RequestHandle
-    parsed: ParsedRequest
+    parsed: SamplingFields
     prompt_tokens: int
     start: float
     cached_tokens: int | None = None  # reported by the prefill worker of a handoff
@@ -58,85 +70,89 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     from contextlib import asynccontextmanager
 
+    async def on_engine_death() -> None:
+        """The engine thread stopped: tell the router at once, then exit for a restart."""
+        await aengine.dead.wait()
+        detail = f"engine thread stopped: {aengine.error!r}"
+        log.error("%s; reporting unhealthy%s", detail, " and exiting" if cfg.exit_on_engine_failure else "")
+        if cfg.registration is not None:
+            from warmpath.worker.registration import report_unhealthy
+
+            await report_unhealthy(cfg.registration, detail)
+        if cfg.exit_on_engine_failure:   # the CLI's uvicorn server, else a plain SIGTERM
+            getattr(app.state, "request_exit", lambda: os.kill(os.getpid(), signal.SIGTERM))()
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         aengine.start()
-        task = None
+        tasks = [asyncio.create_task(on_engine_death())]
         if cfg.registration is not None:
             from warmpath.worker.registration import register_and_heartbeat
 
-            task = asyncio.create_task(register_and_heartbeat(cfg.registration, engine))
+            tasks.append(asyncio.create_task(register_and_heartbeat(
+                cfg.registration, engine, lambda: aengine.alive)))
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
         aengine.shutdown()
 
     app = FastAPI(title="warmpath", lifespan=lifespan)
+    app.router.route_class = JSONRoute
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
+    app.state.max_body_bytes = cfg.max_body_bytes
+    install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(model_name).inc())
 
-    @app.exception_handler(APIError)
-    async def _api_error(_req: Request, e: APIError) -> JSONResponse:
-        if 400 <= e.status < 500:
-            metrics.rejected.labels(model_name).inc()
-        return JSONResponse(e.body(), status_code=e.status)
-
-    async def _body(req: Request) -> Any:
-        raw = await req.body()
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise bad("body", f"malformed JSON body: {e}") from e
-
-    def _admit(parsed: ParsedRequest, prompt: list[int], kind: str, param: str,
+    def _admit(parsed: SamplingFields, prompt: list[int], kind: str, param: str,
                output_prefix: list[int] | None = None, run_tokens: int | None = None) -> _Job:
         if parsed.model is not None and parsed.model not in aliases:
             raise APIError(400, f"model {parsed.model!r} does not exist; available: {model_name!r}",
                            param="model", code="model_not_found")
         if not aengine.alive:
-            raise APIError(503, "engine is not running", err_type="server_error")
+            raise APIError(503, "engine is not running", code="engine_failed")
         room = engine.max_model_len - len(prompt)
-        max_tokens = parsed.max_tokens or max(1, min(cfg.default_max_tokens, room))
+        max_tokens = parsed.max_new_tokens or max(1, min(cfg.default_max_tokens, room))
         try:
             engine.check_prompt(len(prompt), max_tokens)
         except ValueError as e:
-            field = param if parsed.max_tokens is None or room <= 0 else "max_tokens"
+            field = param if parsed.max_new_tokens is None or room <= 0 else parsed.max_tokens_field
             raise bad(field, f"{field}: {e}") from e
-        if any(t < 0 or t >= engine.loaded.config.vocab_size for t in prompt):
-            raise bad(param, f"token ids must be in [0, {engine.loaded.config.vocab_size})")
-        params = make_params(parsed, run_tokens or max_tokens)
-        if output_prefix and any(not 0 <= t < engine.loaded.config.vocab_size for t in output_prefix):
-            raise bad("first_token", "token ids must be in the vocabulary")
+        vocab = engine.loaded.config.vocab_size
+        if any(t >= vocab for t in prompt):
+            raise bad(param, f"token ids must be in [0, {vocab})")
+        if any(t >= vocab for t in parsed.stop_token_ids):
+            raise bad("stop_token_ids", f"token ids must be in [0, {vocab})")
+        if output_prefix and any(t >= vocab for t in output_prefix):
+            raise bad("first_token", f"token ids must be in [0, {vocab})")
+        try:
+            params = SamplingParams(max_tokens=run_tokens or max_tokens, **parsed.sampling_kwargs())
+        except ValueError as e:
+            raise bad("body", str(e)) from e
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         handle = aengine.add_request(rid, prompt, params, parsed.cache_salt, output_prefix)
         return _Job(rid, kind, handle, parsed, len(prompt), time.monotonic())
 
-    @app.post("/v1/chat/completions")
-    async def chat(req: Request) -> Response:
-        body = await _body(req)
-        parsed = parse_common(body)
-        msgs = parse_messages(body)
-        if tok is None:
-            raise bad("messages", "this model has no tokenizer; send token ids to /v1/completions")
+    def _chat_ids(body: ChatCompletionRequest) -> list[int]:
         try:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True)
+            text = tok.apply_chat_template(body.flat_messages(), add_generation_prompt=True)
         except ChatTemplateError as e:
             raise bad("messages", str(e)) from e
-        job = _admit(parsed, tok.encode(text, add_special=False), "chat", "messages")
-        return await _respond(req, job)
+        return tok.encode(text, add_special=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, req: Request) -> Response:
+        if tok is None:
+            raise bad("messages", "this model has no tokenizer; send token ids to /v1/completions")
+        ids = await asyncio.to_thread(_chat_ids, body)   # a long prompt must not stall the loop
+        return await _respond(req, _admit(body, ids, "chat", "messages"))
 
     @app.post("/v1/completions")
-    async def completions(req: Request) -> Response:
-        body = await _body(req)
-        parsed = parse_common(body)
-        if body.get("echo") or body.get("suffix"):
-            raise bad("echo" if body.get("echo") else "suffix", "echo and suffix are not supported")
-        prompt = parse_prompt(body)
+    async def completions(body: CompletionRequest, req: Request) -> Response:
+        prompt = body.prompt
         if isinstance(prompt, str):
             if tok is None:
                 raise bad("prompt", "this model has no tokenizer; send token ids")
-            prompt = tok.encode(prompt)
-        job = _admit(parsed, prompt, "text", "prompt")
-        return await _respond(req, job)
+            prompt = await asyncio.to_thread(tok.encode, prompt)
+        return await _respond(req, _admit(body, prompt, "text", "prompt"))
 
     def _usage(job: _Job, o: RequestOutput | None) -> dict:
         done = o.completion_tokens if o else 0
@@ -248,9 +264,11 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             return JSONResponse({"status": "error", "detail": "engine thread stopped"}, 503)
         return JSONResponse({"status": "ok"})
 
-    from warmpath.worker.internal import add_internal_routes
+    from warmpath.worker.internal import add_fault_routes, add_internal_routes
 
-    add_internal_routes(app, engine, aengine, _admit, _respond)
+    add_internal_routes(app, engine, aengine, _admit, _respond, _engine_error)
+    if cfg.fault_injection:
+        add_fault_routes(app, aengine)
 
     @app.get("/metrics")
     async def prom() -> Response:
@@ -261,6 +279,12 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
 
 def _engine_error(e: Exception) -> APIError:
+    """What a request's failure inside the engine tells the client (and the router: 503
+    ``engine_failed`` means no token was produced and another worker may take it)."""
     if isinstance(e, ValueError):
         return bad("body", str(e))
-    return APIError(500, str(e), err_type="server_error")
+    if isinstance(e, EngineFailed):
+        return APIError(503, str(e), code="engine_failed")
+    if isinstance(e, RequestFailed):
+        return APIError(500, f"the request failed in the engine: {e}", code="request_failed")
+    return APIError(500, str(e))

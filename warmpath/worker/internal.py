@@ -1,60 +1,40 @@
 """Worker endpoints the router calls in disaggregated topologies (not part of the OpenAI API).
 
-``POST /internal/prefill`` ``{"prompt_token_ids": [...], "request": <the client's body>}``
+``POST /internal/prefill`` (:class:`~warmpath.protocol.internal.PrefillRequest` →
+:class:`~warmpath.protocol.internal.PrefillReply`)
     Runs the prompt to its first token. With write-through (the default for prefill roles)
     every sealed block of the prompt is in L3 before the answer leaves: that is the P→D
-    handoff. Answers ``{"token", "prompt_tokens", "cached_tokens", "queue_s", "prefill_s",
-    "kv_blocks", "kv_bytes", "l3_get_s", "l3_put_s"}`` (the L3 seconds are the worker's while the
-    request ran: other requests' reads and writes in that time are in them too).
+    handoff.
 
-``POST /internal/generate`` ``{"kind": "chat"|"text", "prompt_token_ids", "request",
-"first_token"?, "cached_tokens"?}``
+``POST /internal/generate`` (:class:`~warmpath.protocol.internal.GenerateRequest`)
     The client's OpenAI response (streamed or not). With ``first_token`` this is the decode
     side of a handoff: the token is reported at once, the prompt's blocks come from L3 (or
     are recomputed when missing), generation continues after it. Without it the worker
     computes the prompt itself: a PPD append-prefill on a decode worker, or a replica.
+
+``POST /internal/fault`` (only with fault injection on: tests and chaos runs)
+    ``{"kind": "engine-crash"}`` stops the engine thread as an engine bug would;
+    ``{"kind": "sampler-seed", "seed": N}`` makes sampling fail for requests seeded ``N``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Callable, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
 
 from warmpath.engine.async_engine import AsyncEngine
 from warmpath.engine.llm_engine import LLMEngine
-from warmpath.server.protocol import APIError, bad, parse_common
-
-
-def _ids(body: Any, key: str) -> list[int]:
-    ids = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) for t in ids):
-        raise bad(key, f"{key} must be a non-empty list of token ids")
-    return ids
-
-
-async def _json(req: Request) -> dict:
-    try:
-        body = await req.json()
-    except ValueError as e:
-        raise bad("body", f"malformed JSON body: {e}") from e
-    if not isinstance(body, dict):
-        raise bad("body", "expected a JSON object")
-    return body
-
-
-def _request(body: dict) -> dict:
-    req = body.get("request")
-    if not isinstance(req, dict):
-        raise bad("request", "request must be the client's JSON object")
-    return req
+from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
+from warmpath.protocol.openai import Seed
 
 
 def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
-                        admit: Callable, respond: Callable) -> None:
+                        admit: Callable, respond: Callable, engine_error: Callable) -> None:
     """Register ``/internal/prefill`` and ``/internal/generate`` on a worker's app."""
 
     def l3_seconds() -> tuple[float, float]:
@@ -63,12 +43,10 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
         return (t.l3.stats.read_seconds, t.l3.stats.write_seconds) if t is not None and t.l3 is not None else (0.0, 0.0)
 
     @app.post("/internal/prefill")
-    async def prefill(req: Request) -> Response:
-        body = await _json(req)
-        ids = _ids(body, "prompt_token_ids")
-        parsed = parse_common(_request(body))
+    async def prefill(body: PrefillRequest, req: Request) -> Response:
+        ids = body.prompt_token_ids
         (get0, put0), t0 = l3_seconds(), time.monotonic()
-        job = admit(parsed, ids, "text", "prompt_token_ids", run_tokens=1)
+        job = admit(body.request, ids, "text", "prompt_token_ids", run_tokens=1)
         while True:
             try:
                 item = await asyncio.wait_for(job.handle.queue.get(), 0.25)
@@ -78,31 +56,47 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
                     return Response(status_code=499)
                 continue
             if isinstance(item, Exception):
-                status = 400 if isinstance(item, ValueError) else 500
-                raise APIError(status, str(item), err_type="server_error" if status == 500 else
-                               "invalid_request_error")
+                raise engine_error(item)
             break
         blocks = len(ids) // engine.cfg.block_size
         block_bytes = engine.tiers.block_bytes if engine.tiers is not None else 0
         get1, put1 = l3_seconds()
-        return JSONResponse({"token": item.new_token_ids[-1], "prompt_tokens": len(ids),
-                             "cached_tokens": item.cached_tokens, "queue_s": item.queue_time or 0.0,
-                             "prefill_s": time.monotonic() - t0, "kv_blocks": blocks,
-                             "kv_bytes": blocks * block_bytes, "l3_get_s": get1 - get0, "l3_put_s": put1 - put0})
+        reply = PrefillReply(token=item.new_token_ids[-1], prompt_tokens=len(ids),
+                             cached_tokens=item.cached_tokens, queue_s=item.queue_time or 0.0,
+                             prefill_s=time.monotonic() - t0, kv_blocks=blocks,
+                             kv_bytes=blocks * block_bytes, l3_get_s=max(0.0, get1 - get0),
+                             l3_put_s=max(0.0, put1 - put0))
+        return JSONResponse(reply.model_dump())
 
     @app.post("/internal/generate")
-    async def generate(req: Request) -> Response:
-        body = await _json(req)
-        ids = _ids(body, "prompt_token_ids")
-        parsed = parse_common(_request(body))
-        kind = body.get("kind")
-        if kind not in ("chat", "text"):
-            raise bad("kind", "kind must be 'chat' or 'text'")
-        first = body.get("first_token")
-        if first is not None and not isinstance(first, int):
-            raise bad("first_token", "first_token must be a token id")
-        job = admit(parsed, ids, kind, "prompt_token_ids",
+    async def generate(body: GenerateRequest, req: Request) -> Response:
+        first = body.first_token
+        job = admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
                     output_prefix=[first] if first is not None else None)
-        if isinstance(body.get("cached_tokens"), int):
-            job.cached_tokens = body["cached_tokens"]
+        if body.cached_tokens is not None:
+            job.cached_tokens = body.cached_tokens
         return await respond(req, job)
+
+
+class Fault(BaseModel):
+    """A fault to inject (see the module docstring)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    kind: Literal["engine-crash", "sampler-seed"]
+    seed: Seed | None = None
+
+
+def add_fault_routes(app: FastAPI, aengine: AsyncEngine) -> None:
+    """``POST /internal/fault``: fault injection (never on unless the operator asks)."""
+
+    @app.post("/internal/fault")
+    async def fault(body: Fault) -> dict:
+        if body.kind == "engine-crash":
+            aengine.inject_crash()
+        else:
+            if body.seed is None:
+                from warmpath.protocol.errors import bad
+
+                raise bad("seed", "'seed' is required for a sampler-seed fault")
+            aengine.engine.runner.sampler.fail_seeds.add(body.seed)
+        return {"ok": True, "kind": body.kind}
