@@ -31,6 +31,13 @@ def test_each_bad_field_is_named(extra, param):
     assert err.status == 400 and err.param == param and err.message.startswith(f"'{param}': ")
 
 
+def test_a_json_integer_beyond_64_bits_is_out_of_range():
+    body = parse_json(b'{"messages": [{"role": "user", "content": "hi"}], "seed": 1208925819614629174706176}')
+    assert first_error(ChatCompletionRequest, body).message == "'seed': integer out of range"
+    assert first_error(ChatCompletionRequest, {"messages": MSG, "seed": 1.5}).message == (
+        "'seed': Input should be a valid integer")
+
+
 def test_in_range_values_pass_and_normalise():
     r = ChatCompletionRequest.model_validate({
         "messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

@@ -118,6 +118,9 @@ def validation_error(errors: list[dict]) -> APIError:
     msg = str(e.get("msg", "invalid value")).removeprefix("Value error, ")
     if e.get("type") == "missing":
         msg = "field required"
+    inp = e.get("input")
+    if e.get("type") == "int_type" and isinstance(inp, float) and inp.is_integer():
+        msg = "integer out of range"   # JSON integers beyond 64 bits arrive as floats
     return APIError(400, f"'{param}': {msg}", param=param)
 
 
