@@ -89,9 +89,10 @@ def l3_totals(worker_url: str) -> dict:
     return out
 
 
-def scrape(url: str) -> dict:
-    """Router counters plus every worker's L3 traffic (cumulative since the cluster started)."""
-    c = httpx.get(url + "/v1/cluster", timeout=10).json()
+def scrape(url: str, headers: dict | None = None) -> dict:
+    """Router counters plus every worker's L3 traffic (cumulative since the cluster started);
+    ``headers``: the cluster's credentials (``Cluster.headers``: worker URLs are shown to them only)."""
+    c = httpx.get(url + "/v1/cluster", timeout=10, headers=headers).json()
     return {"kv_handoff_bytes": c["kv_handoff_bytes"], "ppd_decisions": c["ppd_decisions"],
             "retries": c["retries"], "routed": {w["worker_id"]: w["routed"] for w in c["workers"]},
             "l3": {w["worker_id"]: l3_totals(w["url"]) for w in c["workers"]},
@@ -111,7 +112,7 @@ def run_topology(name: str, ppd: str | None, make, rates: list[float], duration:
             for r in rates:
                 t0 = time.time()
                 res = await run_rate(target, make, r, duration, {}, seed=SEED, encode=encode, quiet=True)
-                res["cluster"] = scrape(c.url)
+                res["cluster"] = scrape(c.url, c.headers)
                 res["meets_slo"] = meets(res["classes"])
                 runs[r] = res
                 cl = res["classes"]

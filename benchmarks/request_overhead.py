@@ -136,7 +136,7 @@ def usage(c) -> dict[str, float]:
     pids.update(mooncake_master=c.service.master_proc.pid, mooncake_holder=c.service.holder_proc.pid)
     out = {f"cpu:{n}": cpu_s(pid) for n, pid in pids.items()}
     out["cpu:client"] = time.process_time()
-    for w in httpx.get(c.url + "/v1/cluster", timeout=10).json()["workers"]:
+    for w in httpx.get(c.url + "/v1/cluster", timeout=10, headers=c.headers).json()["workers"]:
         out[f"busy:{w['worker_id']}"] = busy_s(w["url"])
     return out
 

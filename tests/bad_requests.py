@@ -8,6 +8,8 @@ import concurrent.futures as cf
 
 import httpx
 
+from tests.conftest import AUTH
+
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
 MSG = [{"role": "user", "content": "Name three colours."}]
@@ -83,6 +85,7 @@ PUBLIC = [
     ("truncated JSON", "POST", CHAT, {"content": b'{"messages": [{"role": "us'}, 400, "body"),
     ("JSON array", "POST", CHAT, {"json": [1, 2]}, 400, None),
     ("empty body", "POST", CHAT, {"content": b""}, 400, None),
+    ("prompt of 600K characters", "POST", TEXT, {"json": text(prompt="ab" * 300_000)}, 400, "prompt"),
     ("9 MiB body", "POST", CHAT, {"content": b'{"messages": [{"role": "user", "content": "'
                                             + b"a" * (9 << 20) + b'"}]}'}, 413, None),
     ("unknown route", "POST", "/v1/nope", {"json": {}}, 404, None),
@@ -139,12 +142,13 @@ ROUTER_INTERNAL = [
 
 
 def check(base: str, cases: list) -> list[str]:
-    """Send every case; returns what went wrong (empty when every case got its 4xx)."""
+    """Send every case (``/internal/*`` ones with the cluster token, as the router and the
+    workers do); returns what went wrong (empty when every case got its 4xx)."""
     wrong = []
     with httpx.Client(timeout=60) as c:
         for name, method, path, kw, status, param in cases:
             try:
-                r = c.request(method, base + path, **kw)
+                r = c.request(method, base + path, **kw, headers=AUTH if path.startswith("/internal/") else None)
             except httpx.HTTPError as e:
                 wrong.append(f"{name}: {type(e).__name__}: {e}")
                 continue

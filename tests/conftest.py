@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -13,6 +14,11 @@ import pytest
 import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+# The cluster token of every process these fixtures start (unless a test's env names another):
+# tests send AUTH to a worker's /internal/* and to read worker PIDs/URLs from /v1/cluster.
+CLUSTER_TOKEN = os.environ.setdefault("WARMPATH_TEST_CLUSTER_TOKEN", secrets.token_urlsafe(24))
+AUTH = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +95,7 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
         [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
          "--port", str(port), *extra, *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, **(env or {})})
+        env={**os.environ, "WARMPATH_CLUSTER_TOKEN": CLUSTER_TOKEN, **(env or {})})
     if procs is not None:
         procs.append(proc)
     base = f"http://127.0.0.1:{port}"
@@ -117,10 +123,10 @@ def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict |
          "--host", "127.0.0.1", "--port", str(port), "--heartbeat-s", "1", "--drop-after-s", "10",
          "--l3-gib", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0.25", *args],
         stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, **(env or {})})
+        env={**os.environ, "WARMPATH_CLUSTER_TOKEN": CLUSTER_TOKEN, **(env or {})})
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(proc, lambda: len(httpx.get(base + "/v1/cluster", timeout=2).json()["workers"]) == size,
+        wait_ready(proc, lambda: len(httpx.get(base + "/v1/cluster", timeout=2, headers=AUTH).json()["workers"]) == size,
                    timeout, lambda: (log.seek(0), log.read()[-4000:])[1])
         yield base
     finally:

@@ -63,10 +63,28 @@ def tier_config(a: argparse.Namespace, service=None):
     if not a.no_l3:
         master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
         l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
-                            local_hostname=master.rpartition(":")[0])
+                            local_hostname=advertise_host(a))
     write = a.kv_write_policy or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
-    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=write,
-                      load_policy=a.load_policy, events_port=a.kv_events_port)
+    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=write, load_policy=a.load_policy,
+                      events_host=a.host, events_port=a.kv_events_port,
+                      events_advertise_host=advertise_host(a),
+                      events_token=getattr(a, "cluster_token", None))
+
+
+def advertise_host(a: argparse.Namespace) -> str:
+    """The address other hosts reach this worker at: ``--advertise-host``, else ``--host``
+    unless it is a wildcard, else the local address of the route to the router (or the
+    Mooncake master); 127.0.0.1 when nothing says otherwise."""
+    from warmpath.cluster.netaddr import is_wildcard, route_source
+
+    if getattr(a, "advertise_host", None):
+        return a.advertise_host
+    if not is_wildcard(a.host):
+        return a.host
+    for peer in (getattr(a, "router", None), getattr(a, "kv_store", None)):
+        if peer and (src := route_source(peer)):
+            return src
+    return "127.0.0.1"
 
 
 def engine_config(a: argparse.Namespace, tiers=None):
@@ -95,6 +113,11 @@ def _serve(a: argparse.Namespace) -> int:
         return serve_cluster(a, _model_id(a.model))
     import uvicorn
 
+    from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
+
+    a.cluster_token, a.api_key = cluster_token(a.cluster_token), list(api_keys(a.api_key))
+    warn_if_open(a.host, a.cluster_token, "this worker")
+
     from warmpath.engine.llm_engine import LLMEngine
     from warmpath.server.app import ServerConfig, build_app
 
@@ -112,15 +135,18 @@ def _serve(a: argparse.Namespace) -> int:
         a.port = sock.getsockname()[1]
     registration = None
     if a.router:
+        from warmpath.cluster.netaddr import url_host
         from warmpath.worker.registration import RegistrationConfig
 
         registration = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role,
-                                          f"http://{a.host}:{a.port}", a.heartbeat_s)
+                                          f"http://{url_host(advertise_host(a))}:{a.port}", a.heartbeat_s,
+                                          cluster_token=a.cluster_token)
     import os
 
     scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens,
-                        registration=registration, max_body_bytes=int(a.max_body_mib * (1 << 20)),
-                        fault_injection=os.environ.get("WARMPATH_FAULT_INJECTION") == "1")
+                        registration=registration, max_body_bytes=int(a.max_body_mib * (1 << 20)), max_waiting=a.max_waiting,
+                        fault_injection=os.environ.get("WARMPATH_FAULT_INJECTION") == "1",
+                        cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
     service = None
     if not a.no_l3 and a.kv_store is None:
         service = MooncakeService(host="127.0.0.1", segment_bytes=int(a.l3_gib * (1 << 30))).start()
@@ -170,8 +196,11 @@ def _router(a: argparse.Namespace) -> int:
     from warmpath.router.policy import POLICIES
     from warmpath.router.ppd import PPDConfig, PPDTable
     from warmpath.router.registry import DiscoveryConfig
+    from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
     from warmpath.router.server import RouterConfig, RouterState, build_router
 
+    token = cluster_token(a.cluster_token)
+    warn_if_open(a.host, token, "the router")
     table = None
     if a.calibration:
         try:
@@ -181,7 +210,8 @@ def _router(a: argparse.Namespace) -> int:
     cfg = RouterConfig(a.host, a.port, AdmissionConfig(a.max_in_flight, {"cold": a.cold_queue, "warm": a.warm_queue}),
                        DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
                        ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
-                       max_body_bytes=int(a.max_body_mib * (1 << 20)))
+                       max_body_bytes=int(a.max_body_mib * (1 << 20)),
+                       cluster_token=token, api_keys=api_keys(a.api_key))
     state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
     print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
@@ -196,14 +226,31 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
+def _auth_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("authentication")
+    g.add_argument("--cluster-token", default=None, metavar="SECRET",
+                   help="shared secret of the router and its workers, required on /internal/* and the KV "
+                        "event sockets (default: $WARMPATH_CLUSTER_TOKEN; none: they are open; "
+                        "serve --topology generates one); prefer the variable: flags show in ps")
+    g.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1/* (repeatable; default: "
+                        "$WARMPATH_API_KEY, several separated by commas; none: open)")
+
+
 def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
     from warmpath.router.state import ROLES
 
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and KV events)")
+    p.add_argument("--advertise-host", default=None,
+                   help="address the router and other hosts reach this worker at (HTTP URL, KV event "
+                        "endpoints, Mooncake client); default: --host, or for 0.0.0.0 the local address "
+                        "of the route to the router")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--default-max-tokens", type=int, default=1024)
     p.add_argument("--max-body-mib", type=_positive, default=8.0,
                    help="largest request body accepted (413 beyond)")
+    p.add_argument("--max-waiting", type=int, default=4096,
+                   help="requests waiting in the scheduler beyond which new ones get 429")
     p.add_argument("--router", default=None, required=role_required,
                    help="register with this router (http://host:port)")
     p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
@@ -211,6 +258,7 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
     p.add_argument("--step-trace", default=None, metavar="DIR",
                    help="append every engine step (monotonic start/end, compute seconds, (tokens, context) "
                         "per sequence) to DIR/<worker-id>.jsonl")
+    _auth_args(p)
     _engine_args(p)
 
 
@@ -251,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
     rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
+    _auth_args(rt)
     rt.set_defaults(fn=_router)
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
@@ -261,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from warmpath.sim.repro import add_parser as add_repro
 
+    from warmpath.cluster.store import add_parser as add_store
+
+    add_store(sub)
     add_calibrate(sub)
     add_bench(sub)
     add_sim(sub)

@@ -8,13 +8,13 @@ import time
 
 import httpx
 
-from tests.conftest import cluster_process, free_port, metric, serve_process
+from tests.conftest import AUTH, cluster_process, free_port, metric, serve_process
 
 M = "SmolLM2-135M-Instruct"
 
 
 def cluster(base):
-    return httpx.get(base + "/v1/cluster", timeout=5).json()
+    return httpx.get(base + "/v1/cluster", timeout=5, headers=AUTH).json()   # with worker PIDs and URLs
 
 
 def worker(base, wid):

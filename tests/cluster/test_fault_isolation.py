@@ -9,13 +9,13 @@ import time
 import httpx
 
 from tests.bad_requests import PUBLIC, ROUTER_INTERNAL, WORKER_INTERNAL, battery_beside_greedy, greedy_stream
-from tests.conftest import cluster_process, metric
+from tests.conftest import AUTH, cluster_process, metric
 
 HEARTBEAT_S = 1.0   # cluster_process runs the workers with --heartbeat-s 1
 
 
 def workers(base):
-    return {w["worker_id"]: w for w in httpx.get(base + "/v1/cluster", timeout=5).json()["workers"]}
+    return {w["worker_id"]: w for w in httpx.get(base + "/v1/cluster", timeout=5, headers=AUTH).json()["workers"]}
 
 
 def wait_for(pred, timeout):
@@ -41,7 +41,8 @@ def test_bad_input_everywhere_then_an_engine_death_and_its_restart():
         # Kill the warm-tier worker's engine thread: it reports itself, the router drops it.
         old_pid = ws["prefill-0"]["pid"]
         t0 = time.monotonic()
-        assert httpx.post(ws["prefill-0"]["url"] + "/internal/fault", json={"kind": "engine-crash"}).status_code == 200
+        assert httpx.post(ws["prefill-0"]["url"] + "/internal/fault", json={"kind": "engine-crash"},
+                          headers=AUTH).status_code == 200
         wait_for(lambda: "prefill-0" not in workers(base), timeout=5)
         assert time.monotonic() - t0 <= HEARTBEAT_S
         assert metric(base, "warmpath_router_workers_dropped_total", reason="unhealthy") == 1
@@ -59,7 +60,7 @@ def test_bad_input_everywhere_then_an_engine_death_and_its_restart():
             f = pool.submit(httpx.post, base + "/v1/completions", timeout=300,
                             json={"prompt": cold, "max_tokens": 4, "temperature": 0, "ignore_eos": True})
             wait_for(lambda: workers(base)["pre-prefill-0"]["router_queued_prefill_tokens"] > 0, timeout=30)
-            httpx.post(ws["pre-prefill-0"]["url"] + "/internal/fault", json={"kind": "engine-crash"})
+            httpx.post(ws["pre-prefill-0"]["url"] + "/internal/fault", json={"kind": "engine-crash"}, headers=AUTH)
             r = f.result()
         assert r.status_code == 200 and r.headers["x-warmpath-worker"] == "prefill-0", r.text
         assert r.json()["usage"]["completion_tokens"] == 4

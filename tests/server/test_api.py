@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import serve_process
+from tests.conftest import AUTH, serve_process
 from warmpath.models.loader import load_tokenizer
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
@@ -185,12 +185,13 @@ def test_internal_prefill_then_generate_continues_after_the_handed_off_token(ser
                                     max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
     prompt = load_tokenizer().encode("The capital of France is")
     req = {"max_tokens": 8, "temperature": 0, "ignore_eos": True}
-    pre = httpx.post(server + "/internal/prefill", json={"prompt_token_ids": prompt, "request": req}, timeout=60)
+    pre = httpx.post(server + "/internal/prefill", json={"prompt_token_ids": prompt, "request": req}, timeout=60,
+                     headers=AUTH)
     assert pre.status_code == 200
     p = pre.json()
     assert p["prompt_tokens"] == len(prompt) and p["kv_blocks"] == len(prompt) // 16
     assert p["l3_get_s"] == p["l3_put_s"] == 0.0   # this server has no L3
-    gen = httpx.post(server + "/internal/generate", timeout=60, json={
+    gen = httpx.post(server + "/internal/generate", timeout=60, headers=AUTH, json={
         "kind": "text", "prompt_token_ids": prompt, "request": req, "first_token": p["token"], "cached_tokens": 3})
     body = gen.json()
     assert body["choices"][0]["text"] == ref.choices[0].text
@@ -208,7 +209,7 @@ def test_internal_prefill_then_generate_continues_after_the_handed_off_token(ser
      "first_token"),
 ])
 def test_internal_endpoints_reject_bad_input(server, path, body, param):
-    r = httpx.post(server + path, json=body, timeout=10)
+    r = httpx.post(server + path, json=body, timeout=10, headers=AUTH)
     assert r.status_code == 400 and r.json()["error"]["param"] == param
-    bad = httpx.post(server + path, content=b"{nope", timeout=10)
+    bad = httpx.post(server + path, content=b"{nope", timeout=10, headers=AUTH)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.bad_requests import MSG, PUBLIC, WORKER_INTERNAL, battery_beside_greedy, greedy_stream
-from tests.conftest import free_port, serve_process, stop_group
+from tests.conftest import AUTH, free_port, serve_process, stop_group
 
 FAULTS = {"WARMPATH_FAULT_INJECTION": "1"}
 
@@ -30,7 +30,8 @@ def test_every_bad_request_gets_its_4xx_and_a_greedy_request_beside_is_unchanged
 
 def test_a_request_that_fails_inside_a_step_fails_alone(worker):
     before = greedy_stream(worker)
-    assert httpx.post(worker + "/internal/fault", json={"kind": "sampler-seed", "seed": 777}).status_code == 200
+    assert httpx.post(worker + "/internal/fault", json={"kind": "sampler-seed", "seed": 777},
+                      headers=AUTH).status_code == 200
     poison = {"messages": MSG, "max_tokens": 30, "temperature": 0.7, "seed": 777}
     with cf.ThreadPoolExecutor(3) as pool:
         beside = pool.submit(greedy_stream, worker)
@@ -56,7 +57,7 @@ def test_an_engine_crash_fails_in_flight_requests_with_503_and_the_process_exits
                                json={"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True,
                                      "temperature": 0})
             time.sleep(1.0)
-            httpx.post(base + "/internal/fault", json={"kind": "engine-crash"})
+            httpx.post(base + "/internal/fault", json={"kind": "engine-crash"}, headers=AUTH)
             r = long.result()
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_failed"
         assert procs[0].wait(timeout=30) == 1                      # exits for its supervisor to restart

@@ -6,18 +6,25 @@ have registered, prints the endpoint, and stops everything on Ctrl-C / SIGTERM (
 also die with the launcher through ``PR_SET_PDEATHSIG``). A worker that exits while the
 cluster runs (its engine failed, it was killed) is started again with the same flags, after
 a back-off that doubles with each quick failure (1 s up to 30 s).
+
+Every process gets the cluster token (``--cluster-token`` / ``WARMPATH_CLUSTER_TOKEN``, or a
+random one made here) through its environment, never its argv (argv shows in ``ps``); the
+API keys go to the router only, the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+
+from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 
 import httpx
 
@@ -40,6 +47,15 @@ class Cluster:
     restarts: dict = field(default_factory=dict)  # name -> how many times it was restarted
     _delay: dict = field(default_factory=dict)    # name -> its last back-off (s)
     _due: dict = field(default_factory=dict)      # name -> when its restart is due
+    token: str | None = field(default=None, repr=False)      # the cluster token of every process
+    api_keys: tuple = field(default=(), repr=False)          # the router's API keys
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What reads ``/v1/cluster`` in full (worker PIDs and URLs) and calls ``/internal/*``
+        is an API key when there are any, else the cluster token."""
+        secret = self.api_keys[0] if self.api_keys else self.token
+        return {"Authorization": f"Bearer {secret}"} if secret else {}
 
     def stop(self) -> None:
         for name in sorted(self.procs, key=lambda n: n == "router"):   # workers first
@@ -59,7 +75,9 @@ class Cluster:
 
     def spawn(self, name: str, argv: list[str]) -> None:
         self.argv[name] = argv
-        self.procs[name] = _spawn(argv, self.quiet)
+        env = {CLUSTER_TOKEN_ENV: self.token} if self.token else {}
+        env[API_KEY_ENV] = ",".join(self.api_keys) if name == "router" else ""   # workers: none
+        self.procs[name] = _spawn(argv, self.quiet, env)
 
     def restart_dead_workers(self, now: float) -> list[str]:
         """Start again every worker that exited (not the router) once its back-off passed
@@ -95,8 +113,8 @@ def _copy_stderr(pipe) -> None:
             sys.stderr.flush()
 
 
-def _spawn(args: list[str], quiet: bool) -> subprocess.Popen:
-    env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR")}
+def _spawn(args: list[str], quiet: bool, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **(env or {})}
     p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
                          stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
                          preexec_fn=_die_with_parent)
@@ -107,9 +125,10 @@ def _spawn(args: list[str], quiet: bool) -> subprocess.Popen:
 
 def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_argv: list[str],
           kv_store: str | None, l3_gib: float, threads: int | None, log_level: str = "WARNING",
-          timeout_s: float = 300.0) -> Cluster:
+          timeout_s: float = 300.0, token: str | None = None, api_keys: tuple = ()) -> Cluster:
     """Start everything and wait until every worker is registered; raises ``RuntimeError``
-    (after stopping what started) when a process dies or the wait times out."""
+    (after stopping what started) when a process dies or the wait times out. Without a
+    ``token`` a random one secures this cluster's own processes (``Cluster.headers``)."""
     service = None
     if kv_store is None and l3_gib > 0:
         from warmpath.kv.mooncake_service import MooncakeService
@@ -118,7 +137,8 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
         kv_store = f"{service.master},{service.metadata}"
     url = f"http://{host}:{port}"
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"))
+    c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"),
+                token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys))
     try:
         ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
         c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
@@ -143,7 +163,8 @@ def wait_ready(c: Cluster, timeout_s: float) -> None:
         if c.dead():
             raise RuntimeError(f"process(es) {c.dead()} exited during startup (see their output above)")
         try:
-            got = {w["worker_id"] for w in httpx.get(c.url + "/v1/cluster", timeout=2).json()["workers"]}
+            got = {w["worker_id"] for w in httpx.get(c.url + "/v1/cluster", timeout=2,
+                                                     headers=c.headers).json()["workers"]}
             if want <= got:
                 return
         except (httpx.HTTPError, ValueError, KeyError):
@@ -193,9 +214,12 @@ def serve_cluster(a, model_id: str) -> int:
                    "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
+    from warmpath.protocol.auth import api_keys, cluster_token
+
     cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
                     0 if a.no_l3 else a.l3_gib, a.threads,
-                    log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING")
+                    log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
+                    token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
     return run_forever(cluster, model_id)
 
 

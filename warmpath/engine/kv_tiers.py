@@ -36,6 +36,8 @@ class TierConfig:
     events: bool = True
     events_host: str = "127.0.0.1"
     events_port: int = 0                 # 0 = a free port
+    events_advertise_host: str | None = None   # the address announced to the router (default: events_host)
+    events_token: str | None = field(default=None, repr=False)   # subscribers must present it (ZeroMQ PLAIN)
 
     def __post_init__(self) -> None:
         if self.l2_gib < 0:
@@ -78,7 +80,9 @@ class TieredKV(ExternalPrefixSource):
         self.l3 = MooncakeL3(cfg.l3, self.block_bytes, self.dtype_name, self.block_shape) if cfg.l3 else None
         self.cost = LoadCostModel(cfg.load_policy)
         self.stats = TierStats()
-        self.events = KVEventPublisher(worker_id, cfg.events_host, cfg.events_port) if cfg.events else None
+        self.events = KVEventPublisher(worker_id, cfg.events_host, cfg.events_port,
+                                       advertise_host=cfg.events_advertise_host,
+                                       token=cfg.events_token) if cfg.events else None
         self._pending_events: list = []
         self._plans: dict[str, tuple[int, int]] = {}
         self._loads: list[_Load] = []

@@ -11,12 +11,18 @@ lora_id|None, medium]``, ``["BlockRemoved", [hash, ...], medium]`` or
 Replay: a DEALER sends ``seq`` (8 bytes) to the ROUTER endpoint and gets every buffered
 batch from that seq on as ``[seq, payload]`` frames, then ``[-1 (8 bytes), b""]``.
 
+With a cluster token both publisher sockets require ZeroMQ's PLAIN mechanism (user
+``warmpath``, password the token), checked by a ZAP handler in the publisher's own context:
+a peer without the token completes no handshake and receives nothing. (PLAIN is
+authentication, not encryption: the token and the events cross the network in clear.)
+
 NOTE: no torch here.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ import msgpack
 import zmq
 
 END = (-1).to_bytes(8, "big", signed=True)
+PLAIN_USER = "warmpath"
 
 
 @dataclass(frozen=True)
@@ -69,27 +76,45 @@ def decode_event(e: list):
 
 
 class KVEventPublisher:
-    """PUB + replay ROUTER on ``host`` (ports 0 = pick free ones).
+    """PUB + replay ROUTER bound on ``host`` (ports 0 = pick free ones); the endpoints it
+    announces name ``advertise_host`` (default ``host``): bind ``0.0.0.0``, advertise the
+    address other hosts reach this one at.
 
     ``publish`` is called from one thread (the engine's); replay is served on its own.
     """
 
     def __init__(self, worker_id: str, host: str = "127.0.0.1", port: int = 0, replay_port: int = 0,
-                 buffer_batches: int = 10000, topic: bytes = b"kv-events") -> None:
+                 buffer_batches: int = 10000, topic: bytes = b"kv-events",
+                 advertise_host: str | None = None, token: str | None = None) -> None:
         self.worker_id, self.topic = worker_id, topic
-        self.ctx = zmq.Context.instance()
+        self._auth = None
+        if token:   # a context of its own: its ZAP handler judges only these sockets
+            from zmq.auth.thread import ThreadAuthenticator
+
+            self.ctx = zmq.Context()
+            zap_log = logging.getLogger(__name__ + ".zap")   # pyzmq logs the password at DEBUG
+            zap_log.setLevel(max(zap_log.getEffectiveLevel(), logging.INFO))
+            self._auth = ThreadAuthenticator(self.ctx, log=zap_log)
+            self._auth.start()
+            self._auth.configure_plain(domain="*", passwords={PLAIN_USER: token})
+        else:
+            self.ctx = zmq.Context.instance()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.plain_server = bool(token)
         self.port = self._bind(self.pub, host, port)
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
+        self.router.plain_server = bool(token)
         self.replay_port = self._bind(self.router, host, replay_port)
-        self.endpoint = f"tcp://{host}:{self.port}"
-        self.replay_endpoint = f"tcp://{host}:{self.replay_port}"
+        adv = advertise_host or host
+        self.endpoint = f"tcp://{adv}:{self.port}"
+        self.replay_endpoint = f"tcp://{adv}:{self.replay_port}"
         self._buf: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=buffer_batches)
         self._lock = threading.Lock()
         self._seq = 0
         self._stop = threading.Event()
+        self.malformed = 0   # replay requests ignored because they were not one
         self._thread = threading.Thread(target=self._serve_replay, daemon=True, name="kv-events-replay")
         self._thread.start()
 
@@ -119,7 +144,11 @@ class KVEventPublisher:
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            ident, _, start = self.router.recv_multipart()
+            frames = self.router.recv_multipart()
+            if len(frames) != 3 or len(frames[2]) != 8:   # not a replay request: ignore it
+                self.malformed += 1
+                continue
+            ident, _, start = frames
             first = int.from_bytes(start, "big", signed=True)
             with self._lock:
                 batches = [b for b in self._buf if b[0] >= first]
@@ -132,36 +161,48 @@ class KVEventPublisher:
         self._thread.join(timeout=2)
         self.pub.close()
         self.router.close()
+        if self._auth is not None:
+            self._auth.stop()
+            self.ctx.term()
 
 
 class KVEventSubscriber:
     """Reads a publisher's batches in order, asking for a replay when it sees a gap."""
 
-    def __init__(self, endpoint: str, replay_endpoint: str, topic: bytes = b"kv-events") -> None:
+    def __init__(self, endpoint: str, replay_endpoint: str, topic: bytes = b"kv-events",
+                 token: str | None = None) -> None:
         self.ctx = zmq.Context.instance()
+        self.token = token
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, topic)
         self.sub.setsockopt(zmq.LINGER, 0)
+        self._credentials(self.sub)
         self.sub.connect(endpoint)
         self.replay_endpoint = replay_endpoint
         self.next_seq = 0
         self.replays = 0
+        self.malformed = 0   # batches skipped because they could not be decoded
 
     def replay(self, start: int, timeout_ms: int = 2000) -> list[tuple[int, list, str]]:
         """Fetch buffered batches from ``start`` on."""
         d = self.ctx.socket(zmq.DEALER)
         d.setsockopt(zmq.LINGER, 0)
+        self._credentials(d)
         d.connect(self.replay_endpoint)
         d.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
         out = []
         try:
             while d.poll(timeout_ms):
-                _, seq_b, payload = d.recv_multipart()
-                if seq_b == END:
+                frames = d.recv_multipart()
+                if len(frames) == 3 and frames[1] == END:
                     break
-                ts, events, worker = msgpack.unpackb(payload, raw=False)
-                out.append((int.from_bytes(seq_b, "big", signed=True),
-                            [decode_event(e) for e in events], worker))
+                try:
+                    _, seq_b, payload = frames
+                    ts, events, worker = msgpack.unpackb(payload, raw=False)
+                    out.append((int.from_bytes(seq_b, "big", signed=True),
+                                [decode_event(e) for e in events], worker))
+                except Exception:  # noqa: BLE001 - skip what cannot be decoded
+                    self.malformed += 1
         finally:
             d.close()
         self.replays += 1
@@ -171,8 +212,15 @@ class KVEventSubscriber:
         """Batches received since the last call, in sequence order, gaps filled by replay."""
         out = []
         while self.sub.poll(timeout_ms if not out else 0):
-            _, seq_b, payload = self.sub.recv_multipart()
-            seq = int.from_bytes(seq_b, "big", signed=True)
+            frames = self.sub.recv_multipart()
+            try:
+                _, seq_b, payload = frames
+                seq = int.from_bytes(seq_b, "big", signed=True)
+                ts, events, worker = msgpack.unpackb(payload, raw=False)
+                decoded = [decode_event(e) for e in events]
+            except Exception:  # noqa: BLE001 - a malformed batch is skipped, not fatal
+                self.malformed += 1
+                continue
             if seq < self.next_seq:
                 continue
             if seq > self.next_seq:
@@ -180,10 +228,13 @@ class KVEventSubscriber:
                     if self.next_seq <= item[0] < seq:
                         out.append(item)
                         self.next_seq = item[0] + 1
-            ts, events, worker = msgpack.unpackb(payload, raw=False)
-            out.append((seq, [decode_event(e) for e in events], worker))
+            out.append((seq, decoded, worker))
             self.next_seq = seq + 1
         return out
+
+    def _credentials(self, sock) -> None:
+        if self.token:
+            sock.plain_username, sock.plain_password = PLAIN_USER.encode(), self.token.encode()
 
     def close(self) -> None:
         self.sub.close()

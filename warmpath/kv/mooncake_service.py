@@ -59,6 +59,8 @@ class MooncakeService:
     log_dir: Path | None = None
     rpc_port: int = 0
     http_port: int = 0
+    external_master: str | None = None      # segment only: lend memory to this master ("host:port")
+    external_metadata: str | None = None    # ... and its metadata URL
 
     def __post_init__(self) -> None:
         self.master_proc: subprocess.Popen | None = None
@@ -66,11 +68,11 @@ class MooncakeService:
 
     @property
     def master(self) -> str:
-        return f"{self.host}:{self.rpc_port}"
+        return self.external_master or f"{self.host}:{self.rpc_port}"
 
     @property
     def metadata(self) -> str:
-        return f"http://{self.host}:{self.http_port}/metadata"
+        return self.external_metadata or f"http://{self.host}:{self.http_port}/metadata"
 
     def _log(self, name: str):
         if self.log_dir is None:
@@ -101,7 +103,10 @@ class MooncakeService:
         raise RuntimeError("mooncake_master did not start listening")
 
     def start(self) -> "MooncakeService":
-        self.start_master()
+        """Start the master (unless ``external_master``) and the segment holder (unless
+        ``segment_bytes`` is 0); the holder announces itself as ``host``."""
+        if self.external_master is None:
+            self.start_master()
         if self.segment_bytes > 0:
             env = dict(os.environ, MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "ERROR"))
             self.holder_proc = subprocess.Popen(

@@ -78,12 +78,17 @@ class BoundedRequest(Request):
 
 class JSONRoute(APIRoute):
     """An ``APIRoute`` that reads bodies through :class:`BoundedRequest` and parses them as
-    JSON even when the client forgot ``Content-Type: application/json`` (curl ``-d``)."""
+    JSON even when the client forgot ``Content-Type: application/json`` (curl ``-d``).
+    Its guards (``warmpath.protocol.auth``: dependencies marked ``before_body``) run before
+    the body is read."""
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
+        guards = [d.dependency for d in self.dependencies if getattr(d.dependency, "before_body", False)]
 
         async def bounded(request: Request):
+            for g in guards:
+                await g(request)
             if request.method in ("POST", "PUT", "PATCH"):
                 scope = request.scope
                 scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"]

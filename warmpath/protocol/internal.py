@@ -83,6 +83,7 @@ class Registration(BaseModel):
     namespace: Namespace
     pid: int | None = Field(None, ge=0, le=2**31)
     kv_bytes_per_token: int = Field(46080, ge=1, le=1 << 30)
+    max_model_len: int | None = Field(None, ge=1, le=1 << 24)
     events_endpoint: ZmqEndpoint | None = None
     replay_endpoint: ZmqEndpoint | None = None
 

@@ -19,6 +19,7 @@ Seed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 ShortStr = Annotated[str, StringConstraints(max_length=512)]
 StopStr = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 MAX_STOP = 16
+MAX_CHARS_PER_TOKEN = 64   # a prompt longer than this × the context window cannot fit it
 MAX_STOP_TOKEN_IDS = 64
 
 
@@ -29,6 +30,15 @@ def _finite(default: float, ge: float | None = None, le: float | None = None, gt
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
+
+
+def check_prompt_chars(chars: int, max_model_len: int | None, param: str) -> None:
+    """Refuse, before tokenizing, a prompt too long for any tokenization to fit the context."""
+    if max_model_len and chars > MAX_CHARS_PER_TOKEN * max_model_len:
+        from warmpath.protocol.errors import bad
+
+        raise bad(param, f"the prompt has {chars} characters: more than {MAX_CHARS_PER_TOKEN} per token "
+                         f"of the {max_model_len}-token context window, it cannot fit")
 
 
 class SamplingFields(BaseModel):
@@ -134,6 +144,9 @@ class ChatCompletionRequest(SamplingFields):
     def flat_messages(self) -> list[dict[str, str]]:
         return [m.flat() for m in self.messages]
 
+    def prompt_chars(self) -> int:
+        return sum(len(m["content"]) for m in self.flat_messages())
+
 
 class CompletionRequest(SamplingFields):
     """``POST /v1/completions``: one prompt, as text or token ids (no batches)."""
@@ -144,6 +157,9 @@ class CompletionRequest(SamplingFields):
              | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)])
     echo: bool = False
     suffix: str | None = None
+
+    def prompt_chars(self) -> int:
+        return len(self.prompt) if isinstance(self.prompt, str) else 0
 
     @field_validator("prompt", mode="after")
     @classmethod

@@ -12,6 +12,7 @@ ends with an OpenAI-shaped error event.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -123,6 +124,26 @@ class Dispatcher:
             raise WorkerUnreachable(worker)
         return rec.url + path
 
+    async def _unless_lost(self, worker: str, aw):
+        """Await ``aw`` unless ``worker`` is dropped first (no heartbeat, unhealthy): then
+        :class:`WorkerUnreachable`, so a request stuck on a host that vanished (a cut link
+        leaves a kept-alive connection silent) is retried elsewhere instead of waiting for
+        the request timeout."""
+        gone = self.s.gone_event(worker)
+        task = asyncio.ensure_future(aw)
+        waiter = asyncio.ensure_future(gone.wait())
+        try:
+            done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            waiter.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise WorkerUnreachable(worker)
+
     def lost(self, worker: str) -> None:
         """A worker failed: stop routing to it until it registers again."""
         self.s.remove(worker, "unreachable")
@@ -135,7 +156,8 @@ class Dispatcher:
         sent = time.monotonic()
         try:
             msg = PrefillRequest(prompt_token_ids=t.ids, request=t.body.forwarded())
-            r = await self.http.post(self._url(worker, "/internal/prefill"), json=msg.model_dump())
+            r = await self._unless_lost(worker, self.http.post(self._url(worker, "/internal/prefill"),
+                                                               json=msg.model_dump()))
         except RETRYABLE as e:
             raise WorkerUnreachable(worker) from e
         finally:
@@ -191,7 +213,8 @@ class Dispatcher:
         try:
             if not t.body.stream:
                 try:
-                    r = await self.http.post(self._url(worker, "/internal/generate"), json=self._payload(t))
+                    r = await self._unless_lost(worker, self.http.post(
+                        self._url(worker, "/internal/generate"), json=self._payload(t)))
                 except RETRYABLE as e:
                     raise WorkerUnreachable(worker) from e
                 if _engine_failed(r.status_code, r.content):
@@ -207,37 +230,44 @@ class Dispatcher:
                 t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
                 t.timing["decode"] = time.monotonic() - sent
                 return r.content
-            try:
-                up = await self.http.send(self.http.build_request(
-                    "POST", self._url(worker, "/internal/generate"), json=self._payload(t)), stream=True)
-            except RETRYABLE as e:
-                raise WorkerUnreachable(worker) from e
-            if up.status_code != 200:
-                content = await up.aread()
-                await up.aclose()
-                if _engine_failed(up.status_code, content):
-                    raise WorkerUnreachable(worker)
-                raise UpstreamError(up.status_code, content)
-            lines = up.aiter_lines()
-            head: list[str] = []
-            try:
-                async for line in lines:
-                    if not line:
-                        continue
-                    head.append(line)
-                    if line == "data: [DONE]" or _has_token(line):
-                        break
-            except RETRYABLE as e:
-                await up.aclose()
-                raise WorkerUnreachable(worker) from e
-            if head and '"engine_failed"' in head[-1] and not any(_has_token(x) for x in head[:-1]):
-                await up.aclose()   # its engine stopped before this request got a token
-                raise WorkerUnreachable(worker)
+            head, lines, up = await self._unless_lost(worker, self._open_stream(t, worker))
             self._got_first(t)
             t.timing["decode_first"] = time.monotonic() - sent
             return head, lines, up
         finally:
             self.p.add(worker, -computed, 0)
+
+    async def _open_stream(self, t: Trip, worker: str):
+        """Send a streamed ``/internal/generate`` and read until the first token (retryable
+        failures before it raise :class:`WorkerUnreachable`)."""
+        try:
+            up = await self.http.send(self.http.build_request(
+                "POST", self._url(worker, "/internal/generate"), json=self._payload(t)), stream=True)
+        except RETRYABLE as e:
+            raise WorkerUnreachable(worker) from e
+        try:
+            if up.status_code != 200:
+                content = await up.aread()
+                if _engine_failed(up.status_code, content):
+                    raise WorkerUnreachable(worker)
+                raise UpstreamError(up.status_code, content)
+            lines = up.aiter_lines()
+            head: list[str] = []
+            async for line in lines:
+                if not line:
+                    continue
+                head.append(line)
+                if line == "data: [DONE]" or _has_token(line):
+                    break
+            if head and '"engine_failed"' in head[-1] and not any(_has_token(x) for x in head[:-1]):
+                raise WorkerUnreachable(worker)   # its engine stopped before this request got a token
+        except RETRYABLE as e:
+            await up.aclose()
+            raise WorkerUnreachable(worker) from e
+        except BaseException:
+            await up.aclose()
+            raise
+        return head, lines, up
 
 
 def _bad_gateway(worker: str, e: ValidationError) -> bytes:

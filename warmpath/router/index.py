@@ -21,6 +21,7 @@ from warmpath.router.state import PrefixHit
 class GlobalKVIndex:
     stale_after_s: float = 30.0
     ttl_s: float = 120.0
+    max_approx_blocks: int = 1 << 20          # per worker; the oldest routed hints go first
     local: dict[str, dict[bytes, set[str]]] = field(default_factory=lambda: defaultdict(dict))
     l3: set[bytes] = field(default_factory=set)
     approx: dict[str, dict[bytes, float]] = field(default_factory=lambda: defaultdict(dict))
@@ -52,7 +53,10 @@ class GlobalKVIndex:
         """The router sent these blocks to ``worker`` (used while its events are stale)."""
         d = self.approx[worker]
         for h in hashes:
+            d.pop(h, None)                     # re-inserted last: dict order is LRU order
             d[h] = now + self.ttl_s
+        while len(d) > self.max_approx_blocks:
+            del d[next(iter(d))]
 
     def drop_worker(self, worker: str) -> None:
         """Forget a dead worker's entries."""

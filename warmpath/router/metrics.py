@@ -36,6 +36,9 @@ class RouterMetrics:
                                "(unhealthy: it reported its engine failed; silent: no heartbeat; "
                                "unreachable: a request to it failed; replaced: it re-registered)",
                                ["reason"], registry=r)
+        self.thread_errors = Counter("warmpath_router_thread_errors", "Errors survived by background loops "
+                                     "(events: a KV event batch skipped; expire: an expiry pass)",
+                                     ["loop"], registry=r)
         self.client_errors = Counter("warmpath_router_client_errors", "Requests refused with a 4xx, by status",
                                      ["status"], registry=r)
         self.ttft = Histogram("warmpath_router_ttft_seconds", "Arrival to first token", ["cls"],

@@ -13,10 +13,10 @@ import logging
 import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from warmpath.kv.events import KVEventSubscriber
@@ -32,10 +32,12 @@ from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
 from warmpath.router.sessions import SessionTable, session_id
 from warmpath.router.state import RequestView
+from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
 from warmpath.protocol.internal import Heartbeat, Registration
-from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
+from warmpath.protocol.openai import (ChatCompletionRequest, CompletionRequest, SamplingFields,
+                                      check_prompt_chars)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class RouterConfig:
     ppd: PPDConfig | None = None          # None: turn 2+ always goes through a prefill worker
     session_idle_s: float = 3600.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
+    api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
 
 
 class RouterState:
@@ -66,26 +70,33 @@ class RouterState:
         self.metrics = RouterMetrics()
         self.namespace: KVNamespace | None = None
         self.kv_bytes_per_token = 46080
+        self.max_model_len: int | None = None     # learnt from the first registration
         self.lock = threading.Lock()
         self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
         self.routed: dict[str, int] = {}
         self.waiters: dict[int, asyncio.Event] = {}
         self.mid_stream_failures = 0
         self.pids: dict[str, int | None] = {}
+        self.gone: dict[str, asyncio.Event] = {}
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
         """Follow a worker's KV events (replacing the thread of an earlier registration)."""
         if worker in self.subs:
             self.subs.pop(worker)[1].set()
         stop = threading.Event()
-        sub = KVEventSubscriber(endpoint, replay)
+        sub = KVEventSubscriber(endpoint, replay, token=self.cfg.cluster_token)
 
         def loop() -> None:
             while not stop.is_set():
-                batches = sub.poll(200)
-                with self.lock:
-                    for _, events, _ in batches:
-                        self.index.apply(worker, events, time.monotonic())
+                try:
+                    batches = sub.poll(200)
+                    with self.lock:
+                        for _, events, _ in batches:
+                            self.index.apply(worker, events, time.monotonic())
+                except Exception:  # noqa: BLE001 - a malformed batch must not end the thread
+                    log.exception("KV events of %s: batch skipped", worker)
+                    self.metrics.thread_errors.labels("events").inc()
+                    stop.wait(0.2)
             sub.close()
 
         threading.Thread(target=loop, daemon=True, name=f"events-{worker}").start()
@@ -100,7 +111,17 @@ class RouterState:
         log.warning("dropped worker %s (%s)", worker, reason)
         return True
 
+    def gone_event(self, worker: str) -> asyncio.Event:
+        """Set when ``worker`` is dropped (requests waiting on it give up and retry)."""
+        ev = self.gone.get(worker)
+        if ev is None:
+            ev = self.gone[worker] = asyncio.Event()
+        return ev
+
     def drop(self, worker: str) -> None:
+        """Forget a worker's index entries, sessions and event thread; wake the requests
+        that wait on it (call on the event loop)."""
+        self.gone_event(worker).set()
         with self.lock:
             self.index.drop_worker(worker)
         self.sessions.forget_worker(worker)
@@ -109,7 +130,9 @@ class RouterState:
 
 
 def build_router(state: RouterState) -> FastAPI:
+    token = state.cfg.cluster_token
     http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5),
+                             headers={"Authorization": f"Bearer {token}"} if token else None,
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
     planner = Planner(state)
     flow = RequestFlow(state, planner, Dispatcher(state, planner, http))
@@ -117,11 +140,15 @@ def build_router(state: RouterState) -> FastAPI:
     async def expire_loop() -> None:
         while True:
             await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for w in state.registry.expire(now):
-                state.drop(w)
-                state.metrics.dropped.labels("silent").inc()
-            state.sessions.expire(now)
+            try:
+                now = time.monotonic()
+                for w in state.registry.expire(now):
+                    state.drop(w)
+                    state.metrics.dropped.labels("silent").inc()
+                state.sessions.expire(now)
+            except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
+                log.exception("router expiry pass failed")
+                state.metrics.thread_errors.labels("expire").inc()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -146,7 +173,10 @@ def build_router(state: RouterState) -> FastAPI:
         except httpx.HTTPError:
             return False
 
-    @app.post("/internal/register")
+    internal = [Depends(require_cluster_token(token))]
+    public = [Depends(require_api_key(state.cfg.api_keys))]
+
+    @app.post("/internal/register", dependencies=internal)
     async def register(b: Registration) -> dict:
         try:
             ns = KVNamespace(**b.namespace.model_dump())
@@ -155,6 +185,7 @@ def build_router(state: RouterState) -> FastAPI:
         if state.namespace is None:
             state.namespace = ns
             state.kv_bytes_per_token = b.kv_bytes_per_token
+            state.max_model_len = b.max_model_len
         elif ns != state.namespace:
             raise bad("namespace", f"worker {b.worker_id} serves a different model/KV layout")
         old = state.registry.workers.get(b.worker_id)
@@ -165,12 +196,13 @@ def build_router(state: RouterState) -> FastAPI:
                                     b.events_endpoint, b.replay_endpoint)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
+        state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
         if b.events_endpoint:
             state.subscribe(b.worker_id, b.events_endpoint, b.replay_endpoint or b.events_endpoint)
         state.pids[b.worker_id] = b.pid
         return {"ok": True}
 
-    @app.post("/internal/heartbeat")
+    @app.post("/internal/heartbeat", dependencies=internal)
     async def heartbeat(b: Heartbeat) -> Response:
         if not b.healthy:   # its engine failed: stop routing to it now, not after drop_after_s
             state.remove(b.worker_id, "unhealthy")
@@ -198,6 +230,8 @@ def build_router(state: RouterState) -> FastAPI:
         vocab = state.tok.vocab_size
         if any(t >= vocab for t in parsed.stop_token_ids):
             raise bad("stop_token_ids", f"token ids must be in [0, {vocab})")
+        check_prompt_chars(body.prompt_chars(), state.max_model_len,
+                           "messages" if isinstance(body, ChatCompletionRequest) else "prompt")
         ids, msgs = await asyncio.to_thread(tokenize, body)   # a long prompt must not stall the loop
         if msgs is None and any(t >= vocab for t in ids):
             raise bad("prompt", f"token ids must be in [0, {vocab})")
@@ -245,34 +279,57 @@ def build_router(state: RouterState) -> FastAPI:
             flow.release()
             raise
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=public)
     async def chat(body: ChatCompletionRequest, req: Request) -> Response:
         return await handle(req, body)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=public)
     async def completions(body: CompletionRequest, req: Request) -> Response:
         return await handle(req, body)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=public)
     async def models() -> dict:
         return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
 
     @app.get("/health")
     async def health() -> dict:
+        """Liveness: the router process answers."""
         return {"status": "ok", "workers": len(state.registry.workers)}
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
+        probe = RequestView(1, (), 16)
+        try:
+            d = state.policy.route(probe, planner.snapshot(probe, None))
+        except LookupError as e:
+            return JSONResponse({"status": "not ready", "detail": str(e)}, status_code=503)
+        return JSONResponse({"status": "ready", "workers": len(state.registry.workers),
+                             "path": [w for w in (d.prefill, d.decode) if w]})
 
     @app.get("/metrics")
     async def prom() -> Response:
         return Response(state.metrics.render(state.admission.in_flight, state.admission.waiting()),
                         media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/cluster")
-    async def cluster() -> dict:
+    def trusted(req: Request) -> bool:
+        """May this request see PIDs and internal URLs? (An API key; without API keys, the
+        cluster token; with neither configured, anyone.)"""
+        keys = state.cfg.api_keys or ((token,) if token else ())
+        return not keys or matches(bearer(req), keys)
+
+    @app.get("/v1/cluster", dependencies=public)
+    async def cluster(req: Request) -> dict:
+        full = trusted(req)
+
         def worker(w: str, r) -> dict:
             load = planner.load.get(w, [0, 0])
-            return {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
-                    "router_queued_prefill_tokens": load[0], "router_running": load[1],
-                    "indexed_blocks": len(state.index.local.get(w, {}))}
+            out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
+                   "router_queued_prefill_tokens": load[0], "router_running": load[1],
+                   "indexed_blocks": len(state.index.local.get(w, {}))}
+            if not full:
+                del out["url"], out["pid"]
+            return out
         m = state.metrics
         return {"policy": state.policy.name, "ppd": state.cfg.ppd.mode if state.cfg.ppd else None,
                 "workers": [worker(w, r) for w, r in state.registry.workers.items()],

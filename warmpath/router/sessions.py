@@ -30,13 +30,22 @@ class SessionState:
 
 @dataclass
 class SessionTable:
+    """Sessions by id, least recently seen first; at most ``max_sessions`` (the least
+    recently seen one is forgotten to make room: its next turn starts a new session)."""
+
     idle_s: float = 3600.0
+    max_sessions: int = 100_000
     sessions: dict[str, SessionState] = field(default_factory=dict)
+    evicted: int = 0
 
     def touch(self, sid: str, now: float) -> SessionState:
-        s = self.sessions.get(sid)
+        s = self.sessions.pop(sid, None)     # re-inserted last: dict order is LRU order
         if s is None or now - s.last_seen > self.idle_s:
-            s = self.sessions[sid] = SessionState()
+            s = SessionState()
+            while len(self.sessions) >= self.max_sessions:
+                del self.sessions[next(iter(self.sessions))]
+                self.evicted += 1
+        self.sessions[sid] = s
         s.last_seen = now
         return s
 

@@ -9,19 +9,21 @@ import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from warmpath.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed, RequestHandle
 from warmpath.engine.llm_engine import LLMEngine, RequestOutput
 from warmpath.engine.sequence import SamplingParams
 from warmpath.models.tokenizer import ChatTemplateError
+from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
-from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
+from warmpath.protocol.openai import (ChatCompletionRequest, CompletionRequest, SamplingFields,
+                                      check_prompt_chars)
 from warmpath.server.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -37,10 +39,15 @@ class ServerConfig:
     disconnect_poll_s: float = 0.25
     registration: object | None = None   # worker.registration.RegistrationConfig when behind a router
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_waiting: int = 4096              # requests queued in the scheduler beyond which we answer 429
     exit_on_engine_failure: bool = True  # shut down (exit code 1) so a supervisor restarts the worker
     fault_injection: bool = False        # POST /internal/fault (tests and chaos runs only)
+    cluster_token: str | None = field(default=None, repr=False)   # required on /internal/* (None: open)
+    api_keys: tuple[str, ...] = field(default=(), repr=False)     # one required on /v1/* (none: open)
 
     def __post_init__(self) -> None:
+        if self.max_waiting <= 0:
+            raise ValueError(f"max_waiting must be > 0, got {self.max_waiting}")
         if self.max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be > 0, got {self.max_body_bytes}")
         if not 0 <= self.port < 65536:
@@ -101,6 +108,8 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
     app.state.max_body_bytes = cfg.max_body_bytes
     install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(model_name).inc())
+    public = [Depends(require_api_key(cfg.api_keys))]
+    internal = [Depends(require_cluster_token(cfg.cluster_token))]
 
     def _admit(parsed: SamplingFields, prompt: list[int], kind: str, param: str,
                output_prefix: list[int] | None = None, run_tokens: int | None = None) -> _Job:
@@ -109,6 +118,9 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                            param="model", code="model_not_found")
         if not aengine.alive:
             raise APIError(503, "engine is not running", code="engine_failed")
+        if len(engine.scheduler.waiting) >= cfg.max_waiting:
+            raise APIError(429, f"the worker's waiting queue is full ({cfg.max_waiting} requests); "
+                                "retry later", headers={"Retry-After": "1"})
         room = engine.max_model_len - len(prompt)
         max_tokens = parsed.max_new_tokens or max(1, min(cfg.default_max_tokens, room))
         try:
@@ -138,19 +150,21 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise bad("messages", str(e)) from e
         return tok.encode(text, add_special=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=public)
     async def chat(body: ChatCompletionRequest, req: Request) -> Response:
         if tok is None:
             raise bad("messages", "this model has no tokenizer; send token ids to /v1/completions")
+        check_prompt_chars(body.prompt_chars(), engine.max_model_len, "messages")
         ids = await asyncio.to_thread(_chat_ids, body)   # a long prompt must not stall the loop
         return await _respond(req, _admit(body, ids, "chat", "messages"))
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=public)
     async def completions(body: CompletionRequest, req: Request) -> Response:
         prompt = body.prompt
         if isinstance(prompt, str):
             if tok is None:
                 raise bad("prompt", "this model has no tokenizer; send token ids")
+            check_prompt_chars(len(prompt), engine.max_model_len, "prompt")
             prompt = await asyncio.to_thread(tok.encode, prompt)
         return await _respond(req, _admit(body, prompt, "text", "prompt"))
 
@@ -252,11 +266,20 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
                 aengine.abort(job.rid)
                 _finish(job, ttft, last, "abort")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=public)
     async def models() -> dict:
         return {"object": "list", "data": [{
             "id": model_name, "object": "model", "created": 0, "owned_by": "warmpath",
             "max_model_len": engine.max_model_len}]}
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        """Readiness: the engine runs and its waiting queue has room."""
+        if not aengine.alive:
+            return JSONResponse({"status": "not ready", "detail": "engine thread stopped"}, 503)
+        if len(engine.scheduler.waiting) >= cfg.max_waiting:
+            return JSONResponse({"status": "not ready", "detail": "waiting queue full"}, 503)
+        return JSONResponse({"status": "ready"})
 
     @app.get("/health")
     async def health() -> Response:
@@ -266,9 +289,9 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
 
     from warmpath.worker.internal import add_fault_routes, add_internal_routes
 
-    add_internal_routes(app, engine, aengine, _admit, _respond, _engine_error)
+    add_internal_routes(app, engine, aengine, _admit, _respond, _engine_error, dependencies=internal)
     if cfg.fault_injection:
-        add_fault_routes(app, aengine)
+        add_fault_routes(app, aengine, dependencies=internal)
 
     @app.get("/metrics")
     async def prom() -> Response:

@@ -34,15 +34,17 @@ from warmpath.protocol.openai import Seed
 
 
 def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
-                        admit: Callable, respond: Callable, engine_error: Callable) -> None:
-    """Register ``/internal/prefill`` and ``/internal/generate`` on a worker's app."""
+                        admit: Callable, respond: Callable, engine_error: Callable,
+                        dependencies: list | None = None) -> None:
+    """Register ``/internal/prefill`` and ``/internal/generate`` on a worker's app
+    (``dependencies``: the cluster-token check)."""
 
     def l3_seconds() -> tuple[float, float]:
         """This worker's cumulative L3 (read, write) seconds."""
         t = engine.tiers
         return (t.l3.stats.read_seconds, t.l3.stats.write_seconds) if t is not None and t.l3 is not None else (0.0, 0.0)
 
-    @app.post("/internal/prefill")
+    @app.post("/internal/prefill", dependencies=dependencies)
     async def prefill(body: PrefillRequest, req: Request) -> Response:
         ids = body.prompt_token_ids
         (get0, put0), t0 = l3_seconds(), time.monotonic()
@@ -68,7 +70,7 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
                              l3_put_s=max(0.0, put1 - put0))
         return JSONResponse(reply.model_dump())
 
-    @app.post("/internal/generate")
+    @app.post("/internal/generate", dependencies=dependencies)
     async def generate(body: GenerateRequest, req: Request) -> Response:
         first = body.first_token
         job = admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
@@ -86,10 +88,10 @@ class Fault(BaseModel):
     seed: Seed | None = None
 
 
-def add_fault_routes(app: FastAPI, aengine: AsyncEngine) -> None:
+def add_fault_routes(app: FastAPI, aengine: AsyncEngine, dependencies: list | None = None) -> None:
     """``POST /internal/fault``: fault injection (never on unless the operator asks)."""
 
-    @app.post("/internal/fault")
+    @app.post("/internal/fault", dependencies=dependencies)
     async def fault(body: Fault) -> dict:
         if body.kind == "engine-crash":
             aengine.inject_crash()

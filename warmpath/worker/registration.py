@@ -23,6 +23,11 @@ class RegistrationConfig:
     role: str
     advertise_url: str              # how the router reaches this worker
     heartbeat_s: float = 10.0
+    cluster_token: str | None = dataclasses.field(default=None, repr=False)   # sent as a Bearer token
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return {"Authorization": f"Bearer {self.cluster_token}"} if self.cluster_token else None
 
     def __post_init__(self) -> None:
         if not self.router_url.startswith("http"):
@@ -48,7 +53,7 @@ async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
     when the router could not be told (it drops us after ``drop_after_s`` anyway)."""
     hb = Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024])
     try:
-        async with httpx.AsyncClient(timeout=2) as http:
+        async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
             r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
         return r.status_code in (200, 404)
     except httpx.HTTPError as e:
@@ -65,10 +70,10 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
         worker_id=cfg.worker_id, role=cfg.role, url=cfg.advertise_url,
         namespace=dataclasses.asdict(engine.namespace), pid=os.getpid(),
         kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
-        events_endpoint=ev.endpoint if ev else None,
+        max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
         replay_endpoint=ev.replay_endpoint if ev else None).model_dump()
     registered = False
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():
             try:
                 if not registered:
@@ -82,5 +87,8 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
                     registered = r.status_code == 200
             except httpx.HTTPError as e:
                 log.info("router not reachable yet (%s)", e)
+                registered = False
+            except Exception:  # noqa: BLE001 - the heartbeat must outlive any one bad pass
+                log.exception("heartbeat pass failed; retrying")
                 registered = False
             await asyncio.sleep(cfg.heartbeat_s if registered else 0.5)
