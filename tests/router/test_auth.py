@@ -153,3 +153,24 @@ def test_cluster_view_without_credentials_shows_no_pids_or_urls():
             assert "4242" not in r.text and "127.0.0.1:1" not in r.text
         (w,) = httpx.get(router + "/v1/cluster", headers=AUTH).json()["workers"]
         assert w["pid"] == 4242 and w["url"] == "http://127.0.0.1:1"
+
+
+def test_bench_target_sends_its_api_key(stack):
+    """``warmpath bench --api-key`` against a router with keys: the key opens /v1/*."""
+    import asyncio
+
+    from warmpath.bench.runner import OpenAITarget
+
+    router, _ = stack
+
+    async def model(key):
+        t = OpenAITarget(router, api_key=key)
+        try:
+            return await t.resolve_model()
+        finally:
+            await t.http.aclose()
+
+    assert asyncio.run(model(ROUTER_KEYS[0])) == "SmolLM2-135M-Instruct"
+    with pytest.raises(httpx.HTTPStatusError) as e:
+        asyncio.run(model(None))
+    assert e.value.response.status_code == 401

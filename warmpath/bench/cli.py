@@ -17,6 +17,8 @@ def add_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmark an OpenAI-compatible endpoint")
     tgt = b.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000")
+    b.add_argument("--api-key", default=None,
+                     help="for a server started with API keys (default: $WARMPATH_API_KEY's first key)")
     tgt.add_argument("--sim", metavar="CONFIG.json", type=Path,
                      help="benchmark the simulator instead of a server: a JSON object of `warmpath sim` "
                           "flags, e.g. {\"topology\": \"cpd-1d\", \"hardware\": \"b200\", \"tp\": \"prefill=4\"}")
@@ -71,7 +73,10 @@ async def _bench(a: argparse.Namespace) -> dict:
         tok = load_tokenizer()
         encode = None if a.no_retokenize else functools.partial(tok.encode, add_special=False)
         decode = functools.partial(tok.decode, skip_special=False) if a.text_prompts else None
-    target = OpenAITarget(a.url, a.model, a.timeout, decode)
+    import os
+
+    key = a.api_key or (os.environ.get("WARMPATH_API_KEY", "").split(",")[0].strip() or None)
+    target = OpenAITarget(a.url, a.model, a.timeout, decode, api_key=key)
     try:
         rates = ([float(x) for x in a.rates.split(",")] if a.rates else
                  [a.rate] if a.rate else [None] if (a.concurrency or fixed is not None) else None)

@@ -51,14 +51,16 @@ class OpenAITarget(BenchTarget):
     """Any OpenAI-compatible server: streaming ``/v1/completions`` with token-id prompts."""
 
     def __init__(self, url: str, model: str | None = None, timeout_s: float = 30.0,
-                 decode: Callable[[list[int]], str] | None = None) -> None:
-        """``decode`` given: prompts are sent as text (for servers without token-id prompts)."""
+                 decode: Callable[[list[int]], str] | None = None, api_key: str | None = None) -> None:
+        """``decode`` given: prompts are sent as text (for servers without token-id prompts);
+        ``api_key``: sent as ``Authorization: Bearer`` (servers started with API keys)."""
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.timeout_s = timeout_s
         self.decode = decode
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
-                                      limits=httpx.Limits(max_connections=2000, max_keepalive_connections=200))
+                                      limits=httpx.Limits(max_connections=2000, max_keepalive_connections=200),
+                                      headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
 
     async def resolve_model(self) -> str:
         if self.model is None:
