@@ -85,6 +85,7 @@ PUBLIC = [
     ("truncated JSON", "POST", CHAT, {"content": b'{"messages": [{"role": "us'}, 400, "body"),
     ("JSON array", "POST", CHAT, {"json": [1, 2]}, 400, None),
     ("empty body", "POST", CHAT, {"content": b""}, 400, None),
+    ("prompt of 9,000 token ids", "POST", TEXT, {"json": text(prompt=[7] * 9000)}, 400, "prompt"),
     ("prompt of 600K characters", "POST", TEXT, {"json": text(prompt="ab" * 300_000)}, 400, "prompt"),
     ("9 MiB body", "POST", CHAT, {"content": b'{"messages": [{"role": "user", "content": "'
                                             + b"a" * (9 << 20) + b'"}]}'}, 413, None),
@@ -142,13 +143,14 @@ ROUTER_INTERNAL = [
 
 
 def check(base: str, cases: list) -> list[str]:
-    """Send every case (``/internal/*`` ones with the cluster token, as the router and the
-    workers do); returns what went wrong (empty when every case got its 4xx)."""
+    """Send every case with the cluster token (as the router and the workers do: a worker
+    behind a router wants it on /v1/* too; a router without API keys ignores it); returns
+    what went wrong (empty when every case got its 4xx)."""
     wrong = []
     with httpx.Client(timeout=60) as c:
         for name, method, path, kw, status, param in cases:
             try:
-                r = c.request(method, base + path, **kw, headers=AUTH if path.startswith("/internal/") else None)
+                r = c.request(method, base + path, **kw, headers=AUTH)
             except httpx.HTTPError as e:
                 wrong.append(f"{name}: {type(e).__name__}: {e}")
                 continue

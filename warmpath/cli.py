@@ -107,6 +107,10 @@ def engine_config(a: argparse.Namespace, tiers=None):
 
 
 def _serve(a: argparse.Namespace) -> int:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", a.worker_id):
+        raise ValueError(f"--worker-id must be 1-64 of A-Z a-z 0-9 . _ -, got {a.worker_id!r}")
     if a.cmd == "serve" and a.topology != "single":
         from warmpath.cluster.launcher import serve_cluster
 
@@ -169,7 +173,8 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
           f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower()))
+    server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
+                                           timeout_graceful_shutdown=10))
     app.state.request_exit = lambda: setattr(server, "should_exit", True)
     server.run(sockets=[sock] if sock is not None else None)
     if app.state.aengine.error is not None:

@@ -60,6 +60,12 @@ def test_a_failing_row_fails_that_request_alone():
     assert toks[0] == alone[0]
 
 
+def test_a_tiny_temperature_samples_the_argmax_instead_of_failing():
+    lg = logits(5, n=1)
+    toks, errors = Sampler(torch.device("cpu")).sample(lg, ["t"], [SamplingParams(temperature=1e-300, seed=1)])
+    assert errors == {} and toks == [int(lg[0].argmax())]
+
+
 @pytest.mark.parametrize("kw,msg", [({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature"),
                                     ({"top_p": 0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_k": -2}, "top_k"),
                                     ({"stop": ("",)}, "stop"), ({"seed": 2**80}, "seed"),

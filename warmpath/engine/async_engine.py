@@ -100,6 +100,10 @@ class AsyncEngine:
         if early is not None:
             handle.queue.put_nowait(early)
         self._cmds.put(("add", request_id, prompt, params, cache_salt, output_prefix, early is not None))
+        # The engine thread may have died between the caller's ``alive`` check and now, after
+        # it failed the handles it knew: whoever pops the handle first delivers the failure.
+        if self.error is not None and self._handles.pop(request_id, None) is not None:
+            handle.queue.put_nowait(EngineFailed(f"engine failed: {type(self.error).__name__}: {self.error}"))
         return handle
 
     def abort(self, request_id: str) -> None:

@@ -45,7 +45,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Temperature 0, or so close to it (< 1e-5, as vLLM) that dividing float32 logits
+        by it would overflow: the argmax either way."""
+        return self.temperature < 1e-5
 
 
 class SeqStatus(enum.Enum):

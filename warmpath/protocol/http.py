@@ -31,13 +31,15 @@ _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
 
 def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``obj`` nests at most ``limit`` containers deep (iterative: no recursion)."""
+    if not isinstance(obj, (dict, list)):
+        return True
     stack = [(obj, 1)]
     while stack:
         o, d = stack.pop()
-        if isinstance(o, (dict, list)):
-            if d > limit:
-                return False
-            stack.extend((c, d + 1) for c in (o.values() if isinstance(o, dict) else o))
+        if d > limit:
+            return False
+        stack.extend((c, d + 1) for c in (o.values() if isinstance(o, dict) else o)
+                     if isinstance(c, (dict, list)))   # containers only: a flat array costs nothing
     return True
 
 

@@ -35,7 +35,7 @@ from warmpath.router.state import RequestView
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
-from warmpath.protocol.internal import Heartbeat, Registration
+from warmpath.protocol.internal import MAX_PROMPT_IDS, Heartbeat, Registration
 from warmpath.protocol.openai import (ChatCompletionRequest, CompletionRequest, SamplingFields,
                                       check_prompt_chars)
 
@@ -189,14 +189,16 @@ def build_router(state: RouterState) -> FastAPI:
         elif ns != state.namespace:
             raise bad("namespace", f"worker {b.worker_id} serves a different model/KV layout")
         old = state.registry.workers.get(b.worker_id)
-        if old is not None and old.url != b.url and not await answers(old.url):
+        if old is not None and (old.url == b.url and state.pids.get(b.worker_id) != b.pid
+                                or old.url != b.url and not await answers(old.url)):
             state.remove(b.worker_id, "replaced")   # a restart of a worker that died silently
         try:
             state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
                                     b.events_endpoint, b.replay_endpoint)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
-        state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
+        if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
+            state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
         if b.events_endpoint:
             state.subscribe(b.worker_id, b.events_endpoint, b.replay_endpoint or b.events_endpoint)
         state.pids[b.worker_id] = b.pid
@@ -235,6 +237,10 @@ def build_router(state: RouterState) -> FastAPI:
         ids, msgs = await asyncio.to_thread(tokenize, body)   # a long prompt must not stall the loop
         if msgs is None and any(t >= vocab for t in ids):
             raise bad("prompt", f"token ids must be in [0, {vocab})")
+        limit = min(state.max_model_len or MAX_PROMPT_IDS, MAX_PROMPT_IDS)
+        if len(ids) >= limit:
+            param = "messages" if msgs is not None else "prompt"
+            raise bad(param, f"{param}: the prompt has {len(ids)} tokens; the context window is {limit} tokens")
         if state.namespace is None or not state.registry.workers:
             raise APIError(503, "no worker registered yet", err_type="server_error")
         ns = state.namespace.with_salt(parsed.cache_salt)
@@ -261,7 +267,11 @@ def build_router(state: RouterState) -> FastAPI:
                 if not state.admission.cancel(key):
                     flow.release()  # we had already been given the slot: hand it on
                 raise
-            d = flow.plan(rv, sess)  # the cluster moved on while we waited
+            try:
+                d = flow.plan(rv, sess)  # the cluster moved on while we waited
+            except BaseException:
+                flow.release()
+                raise
         t = Trip(rv, ids, body, "chat" if msgs is not None else "text", cls, arrival,
                  admitted=time.monotonic(), decision=d)
         t.timing["route"] = t.admitted - arrival

@@ -108,7 +108,10 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
     app.state.max_body_bytes = cfg.max_body_bytes
     install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(model_name).inc())
-    public = [Depends(require_api_key(cfg.api_keys))]
+    # Behind a router with no keys of its own, a worker's /v1/* needs the cluster token: the
+    # router's API keys must not be bypassed by calling a worker directly.
+    behind_router = cfg.registration is not None and cfg.cluster_token
+    public = [Depends(require_api_key(cfg.api_keys or ((cfg.cluster_token,) if behind_router else ())))]
     internal = [Depends(require_cluster_token(cfg.cluster_token))]
 
     def _admit(parsed: SamplingFields, prompt: list[int], kind: str, param: str,
