@@ -127,9 +127,11 @@ def test_admission_and_failures_in_a_disaggregated_cluster():
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == text
 
 
-def test_stale_index_entry_is_recomputed_with_the_same_answer(smollm):
-    """The router's index says a worker holds a prefix it lost (it restarted): the worker
-    recomputes and the answer does not change."""
+def test_restarted_worker_loses_its_index_entries_and_recomputes_the_same_answer(smollm):
+    """A worker SIGKILLed and started again at the same address: its re-registration tells
+    the router the old process is gone (a new pid), so the router forgets the blocks the
+    dead process held instead of routing on stale hints; the new one recomputes the prompt
+    and the answer does not change."""
     rport, wport = free_port(), free_port()
     router = f"http://127.0.0.1:{rport}"
     prompt = smollm.tokenizer.encode("Stale routing hints must never change answers. " * 40)[:300]
@@ -144,8 +146,10 @@ def test_stale_index_entry_is_recomputed_with_the_same_answer(smollm):
             os.killpg(procs[0].pid, signal.SIGKILL)
             procs[0].wait()
         with serve_process(*wargs, command="worker", port=wport):
-            wait_for(lambda: worker(router, "w1") and worker(router, "w1")["indexed_blocks"] >= 18)
+            wait_for(lambda: metric(router, "warmpath_router_workers_dropped_total", reason="replaced") == 1)
+            assert worker(router, "w1")["indexed_blocks"] == 0       # nothing of the dead process
             again = httpx.post(router + "/v1/completions", json=body, timeout=120)
             assert again.headers["x-warmpath-worker"] == "w1"
             assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
             assert again.json()["choices"][0]["text"] == first["choices"][0]["text"]
+            wait_for(lambda: worker(router, "w1")["indexed_blocks"] >= 18)   # the new process's blocks
