@@ -20,24 +20,24 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from warmpath.kv.events import KVEventSubscriber
-from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
-from warmpath.models.tokenizer import ChatTemplateError, TextTokenizer
+from warmpath.kv.hashing import KVNamespace
+from warmpath.models.tokenizer import TextTokenizer
 from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.dispatch import Dispatcher, Planner, Trip
+from warmpath.router.dispatch import Dispatcher, Planner
 from warmpath.router.flow import RequestFlow
+from warmpath.router.handler import RequestHandler
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.metrics import RouterMetrics
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
-from warmpath.router.sessions import SessionTable, session_id
+from warmpath.router.sessions import SessionTable
 from warmpath.router.state import RequestView
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
-from warmpath.protocol.internal import MAX_PROMPT_IDS, Heartbeat, Registration
-from warmpath.protocol.openai import (ChatCompletionRequest, CompletionRequest, SamplingFields,
-                                      check_prompt_chars)
+from warmpath.protocol.internal import Heartbeat, Registration
+from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger(__name__)
 
@@ -130,29 +130,17 @@ class RouterState:
 
 
 def build_router(state: RouterState) -> FastAPI:
+    """The router's app: the OpenAI API, the workers' registration and heartbeats, status."""
     token = state.cfg.cluster_token
     http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5),
                              headers={"Authorization": f"Bearer {token}"} if token else None,
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
     planner = Planner(state)
-    flow = RequestFlow(state, planner, Dispatcher(state, planner, http))
-
-    async def expire_loop() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                now = time.monotonic()
-                for w in state.registry.expire(now):
-                    state.drop(w)
-                    state.metrics.dropped.labels("silent").inc()
-                state.sessions.expire(now)
-            except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
-                log.exception("router expiry pass failed")
-                state.metrics.thread_errors.labels("expire").inc()
+    handle = RequestHandler(state, RequestFlow(state, planner, Dispatcher(state, planner, http)))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        task = asyncio.create_task(expire_loop())
+        task = asyncio.create_task(_expire_loop(state))
         yield
         task.cancel()
         for w in list(state.subs):
@@ -166,15 +154,48 @@ def build_router(state: RouterState) -> FastAPI:
         app, on_client_error=lambda status: state.metrics.client_errors.labels(str(status)).inc(),
         headers_for=lambda status: {"Retry-After": str(state.cfg.admission.retry_after_s)}
         if status == 429 else None)
+    public = [Depends(require_api_key(state.cfg.api_keys))]
+
+    @app.post("/v1/chat/completions", dependencies=public)
+    async def chat(body: ChatCompletionRequest, req: Request) -> Response:
+        return await handle(req, body)
+
+    @app.post("/v1/completions", dependencies=public)
+    async def completions(body: CompletionRequest, req: Request) -> Response:
+        return await handle(req, body)
+
+    @app.get("/v1/models", dependencies=public)
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
+
+    _add_worker_routes(app, state, http, [Depends(require_cluster_token(token))])
+    _add_status_routes(app, state, planner, public)
+    return app
+
+
+async def _expire_loop(state: RouterState) -> None:
+    """Drop workers silent past ``drop_after_s`` and idle sessions, once a second."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            now = time.monotonic()
+            for w in state.registry.expire(now):
+                state.drop(w)
+                state.metrics.dropped.labels("silent").inc()
+            state.sessions.expire(now)
+        except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
+            log.exception("router expiry pass failed")
+            state.metrics.thread_errors.labels("expire").inc()
+
+
+def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient, internal: list) -> None:
+    """``/internal/register`` and ``/internal/heartbeat`` (the cluster token required)."""
 
     async def answers(url: str) -> bool:
         try:
             return (await http.get(url + "/health", timeout=1.0)).status_code == 200
         except httpx.HTTPError:
             return False
-
-    internal = [Depends(require_cluster_token(token))]
-    public = [Depends(require_api_key(state.cfg.api_keys))]
 
     @app.post("/internal/register", dependencies=internal)
     async def register(b: Registration) -> dict:
@@ -213,93 +234,10 @@ def build_router(state: RouterState) -> FastAPI:
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
         return JSONResponse({"ok": True})
 
-    def tokenize(body: SamplingFields) -> tuple[list[int], list | None]:
-        if isinstance(body, ChatCompletionRequest):
-            msgs = body.flat_messages()
-            try:
-                return state.tok.encode(state.tok.apply_chat_template(msgs), add_special=False), msgs
-            except ChatTemplateError as e:
-                raise bad("messages", str(e)) from e
-        p = body.prompt
-        return (state.tok.encode(p) if isinstance(p, str) else p), None
 
-    async def handle(req: Request, body: SamplingFields) -> Response:
-        arrival = time.monotonic()
-        parsed = body
-        if parsed.model is not None and parsed.model != state.model_id:
-            raise APIError(400, f"model {parsed.model!r} does not exist; available: {state.model_id!r}",
-                           param="model", code="model_not_found")
-        vocab = state.tok.vocab_size
-        if any(t >= vocab for t in parsed.stop_token_ids):
-            raise bad("stop_token_ids", f"token ids must be in [0, {vocab})")
-        check_prompt_chars(body.prompt_chars(), state.max_model_len,
-                           "messages" if isinstance(body, ChatCompletionRequest) else "prompt")
-        ids, msgs = await asyncio.to_thread(tokenize, body)   # a long prompt must not stall the loop
-        if msgs is None and any(t >= vocab for t in ids):
-            raise bad("prompt", f"token ids must be in [0, {vocab})")
-        limit = min(state.max_model_len or MAX_PROMPT_IDS, MAX_PROMPT_IDS)
-        if len(ids) >= limit:
-            param = "messages" if msgs is not None else "prompt"
-            raise bad(param, f"{param}: the prompt has {len(ids)} tokens; the context window is {limit} tokens")
-        if state.namespace is None or not state.registry.workers:
-            raise APIError(503, "no worker registered yet", err_type="server_error")
-        ns = state.namespace.with_salt(parsed.cache_salt)
-        sid = session_id(parsed.user, req.headers.get("x-session-id"), msgs)
-        sess = state.sessions.touch(sid, arrival) if sid else None
-        held = sess.context_tokens if sess else 0
-        rv = RequestView(len(ids), tuple(hash_prefix_blocks(ns, ids)), ns.block_size, sid,
-                         turn=(sess.turns + 1) if sess else 1,
-                         new_tokens=len(ids) - held if 0 < held < len(ids) else len(ids),
-                         max_tokens=parsed.max_new_tokens or 128)
-        d = flow.plan(rv, sess)
-        cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
-        key = id(req)
-        verdict = state.admission.offer(key, d.tier if d.tier in ("cold", "warm") else cls)
-        if verdict == "rejected":
-            state.metrics.rejected.inc()
-            raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
-        if verdict == "queued":
-            ev = state.waiters[key] = asyncio.Event()
-            try:
-                await ev.wait()
-            except asyncio.CancelledError:  # the client left while waiting
-                state.waiters.pop(key, None)
-                if not state.admission.cancel(key):
-                    flow.release()  # we had already been given the slot: hand it on
-                raise
-            try:
-                d = flow.plan(rv, sess)  # the cluster moved on while we waited
-            except BaseException:
-                flow.release()
-                raise
-        t = Trip(rv, ids, body, "chat" if msgs is not None else "text", cls, arrival,
-                 admitted=time.monotonic(), decision=d)
-        t.timing["route"] = t.admitted - arrival
-        if sess is not None:
-            sess.turns += 1
-        m = state.metrics
-        m.requests.labels(d.tier, cls).inc()
-        if d.ppd:
-            m.ppd.labels(d.ppd).inc()
-        m.prefix.labels("cached").inc(d.cached_tokens)
-        m.prefix.labels("computed").inc(rv.num_tokens - d.cached_tokens)
-        try:
-            return await flow.run(t, sess)
-        except BaseException:
-            flow.release()
-            raise
-
-    @app.post("/v1/chat/completions", dependencies=public)
-    async def chat(body: ChatCompletionRequest, req: Request) -> Response:
-        return await handle(req, body)
-
-    @app.post("/v1/completions", dependencies=public)
-    async def completions(body: CompletionRequest, req: Request) -> Response:
-        return await handle(req, body)
-
-    @app.get("/v1/models", dependencies=public)
-    async def models() -> dict:
-        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
+def _add_status_routes(app: FastAPI, state: RouterState, planner: Planner, public: list) -> None:
+    """``/health``, ``/ready``, ``/metrics`` and ``/v1/cluster``."""
+    token = state.cfg.cluster_token
 
     @app.get("/health")
     async def health() -> dict:
@@ -349,5 +287,3 @@ def build_router(state: RouterState) -> FastAPI:
                 "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
                 "admission": {"in_flight": state.admission.in_flight, "waiting": state.admission.waiting(),
                               "rejected": state.admission.rejected}}
-
-    return app

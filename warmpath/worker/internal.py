@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, Literal
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from warmpath.engine.async_engine import AsyncEngine
-from warmpath.engine.llm_engine import LLMEngine
+from warmpath.server.front import WorkerFront, engine_error
 from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
 from warmpath.protocol.openai import Seed
 
 
-def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
-                        admit: Callable, respond: Callable, engine_error: Callable,
-                        dependencies: list | None = None) -> None:
+def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | None = None) -> None:
     """Register ``/internal/prefill`` and ``/internal/generate`` on a worker's app
     (``dependencies``: the cluster-token check)."""
+    engine, aengine = front.engine, front.aengine
 
     def l3_seconds() -> tuple[float, float]:
         """This worker's cumulative L3 (read, write) seconds."""
@@ -48,7 +47,7 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
     async def prefill(body: PrefillRequest, req: Request) -> Response:
         ids = body.prompt_token_ids
         (get0, put0), t0 = l3_seconds(), time.monotonic()
-        job = admit(body.request, ids, "text", "prompt_token_ids", run_tokens=1)
+        job = front.admit(body.request, ids, "text", "prompt_token_ids", run_tokens=1)
         while True:
             try:
                 item = await asyncio.wait_for(job.handle.queue.get(), 0.25)
@@ -73,11 +72,11 @@ def add_internal_routes(app: FastAPI, engine: LLMEngine, aengine: AsyncEngine,
     @app.post("/internal/generate", dependencies=dependencies)
     async def generate(body: GenerateRequest, req: Request) -> Response:
         first = body.first_token
-        job = admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
+        job = front.admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
                     output_prefix=[first] if first is not None else None)
         if body.cached_tokens is not None:
             job.cached_tokens = body.cached_tokens
-        return await respond(req, job)
+        return await front.respond(req, job)
 
 
 class Fault(BaseModel):
