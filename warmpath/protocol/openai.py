@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
+                      model_validator)
 
 INT32_MAX = 2**31 - 1
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
@@ -30,6 +31,13 @@ def _finite(default: float, ge: float | None = None, le: float | None = None, gt
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
+
+
+def refuse_set(v: Any, info: ValidationInfo) -> Any:
+    """A field this engine does not implement may only be absent, zero or false."""
+    if v:
+        raise ValueError(f"'{info.field_name}' is not supported (only its default)")
+    return v
 
 
 def check_prompt_chars(chars: int, max_model_len: int | None, param: str) -> None:
@@ -67,19 +75,10 @@ class SamplingFields(BaseModel):
     user: ShortStr | None = None
     cache_salt: ShortStr | None = None
 
-    @field_validator("presence_penalty", "frequency_penalty", mode="after")
+    @field_validator("presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", mode="after")
     @classmethod
-    def _no_penalty(cls, v: float) -> float:
-        if v != 0:
-            raise ValueError("penalties are not supported (only 0)")
-        return v
-
-    @field_validator("logprobs", "top_logprobs", mode="after")
-    @classmethod
-    def _no_logprobs(cls, v: Any) -> Any:
-        if v:
-            raise ValueError("logprobs are not supported")
-        return v
+    def _unsupported(cls, v: Any, info: ValidationInfo) -> Any:
+        return refuse_set(v, info)
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -170,7 +169,5 @@ class CompletionRequest(SamplingFields):
 
     @field_validator("echo", "suffix", mode="after")
     @classmethod
-    def _unsupported(cls, v: Any) -> Any:
-        if v:
-            raise ValueError("'echo' and 'suffix' are not supported")
-        return v
+    def _no_echo(cls, v: Any, info: ValidationInfo) -> Any:
+        return refuse_set(v, info)
