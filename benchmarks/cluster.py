@@ -36,7 +36,7 @@ from warmpath.bench.sweep import run_rate, write_results
 from warmpath.bench.workload import coding_agent, long_conversations, repo_contexts
 from warmpath.cluster import launcher
 from warmpath.cluster.topology import resolve
-from warmpath.kv.mooncake_service import free_port
+from warmpath.procs import free_port
 from warmpath.models.loader import load_tokenizer
 
 WORKERS = ["--kv-cache-gib", "0.5", "--l2-gib", "0.5", "--heartbeat-s", "2", "--threads", "1"]

@@ -19,7 +19,7 @@ os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from warmpath.engine.kv_tiers import TierConfig  # noqa: E402
+from warmpath.engine.tiered_kv import TierConfig  # noqa: E402
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine  # noqa: E402
 from warmpath.engine.scheduler import SchedulerConfig  # noqa: E402
 from warmpath.engine.sequence import Sequence  # noqa: E402

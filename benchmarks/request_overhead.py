@@ -45,7 +45,7 @@ import cluster as real  # noqa: E402  (the cluster benchmark's workload and work
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
-from warmpath.kv.mooncake_service import free_port  # noqa: E402
+from warmpath.procs import free_port  # noqa: E402
 from warmpath.engine.step_trace import overlap, overlaps, read_step_trace  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.models.loader import load_tokenizer  # noqa: E402

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from warmpath.kv.mooncake_service import free_port
+from warmpath.procs import free_port
 from warmpath.models.loader import smollm2_gguf_path
 
 

@@ -56,7 +56,7 @@ def parse_kv_store(spec: str):
 
 
 def tier_config(a: argparse.Namespace, service=None):
-    from warmpath.engine.kv_tiers import TierConfig
+    from warmpath.engine.tiered_kv import TierConfig
     from warmpath.kv.mooncake_store import MooncakeConfig
 
     l3 = None
@@ -123,7 +123,7 @@ def _serve(a: argparse.Namespace) -> int:
     warn_if_open(a.host, a.cluster_token, "this worker")
 
     from warmpath.engine.llm_engine import LLMEngine
-    from warmpath.server.app import ServerConfig, build_app
+    from warmpath.worker.app import ServerConfig, build_app
 
     from warmpath.kv.mooncake_service import MooncakeService
     from warmpath.kv.mooncake_store import quiet_mooncake_logs
@@ -202,7 +202,7 @@ def _router(a: argparse.Namespace) -> int:
     from warmpath.router.ppd import PPDConfig, PPDTable
     from warmpath.router.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
-    from warmpath.router.server import RouterConfig, RouterState, build_router
+    from warmpath.router.app import RouterConfig, RouterState, build_router
 
     token = cluster_token(a.cluster_token)
     warn_if_open(a.host, token, "the router")
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_store(sub)
     add_calibrate(sub)
-    add_bench(sub)
+    add_bench(sub, fn=_bench)
     add_sim(sub)
     add_repro(sub)
     a = p.parse_args(argv)
@@ -334,6 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"warmpath: error: {e}", file=sys.stderr)
         return 2
+
+
+def _bench(a: argparse.Namespace) -> int:
+    """`warmpath bench`; with ``--sim`` the sweep runs in the simulator."""
+    from warmpath.bench.cli import main as bench_main
+
+    if a.sim:
+        from warmpath.sim.cli import bench_sweep
+
+        return bench_main(a, bench_sweep)
+    return bench_main(a)
 
 
 if __name__ == "__main__":

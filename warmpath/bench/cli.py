@@ -13,7 +13,7 @@ from warmpath.bench.sweep import max_rate_from_sweep, run_rate, search_max_rate,
 from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, fn=None) -> None:
     b = sub.add_parser("bench", help="benchmark an OpenAI-compatible endpoint")
     tgt = b.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000")
@@ -47,10 +47,10 @@ def add_parser(sub) -> None:
                    help="send prompts as text (decoded with the SmolLM2 tokenizer) instead of token ids")
     b.add_argument("--out", type=Path, default=Path("bench_out"))
     b.add_argument("--quiet", action="store_true")
-    b.set_defaults(fn=main)
+    b.set_defaults(fn=fn or main)
 
 
-def _factory(a: argparse.Namespace):
+def workload_factory(a: argparse.Namespace):
     if a.trace is not None:
         if not a.trace.is_file():
             raise ValueError(f"--trace: file not found: {a.trace}")
@@ -65,7 +65,7 @@ def _factory(a: argparse.Namespace):
 
 async def _bench(a: argparse.Namespace) -> dict:
     slo = parse_slo(a.slo)
-    make, fixed = _factory(a)
+    make, fixed = workload_factory(a)
     encode = decode = None
     if not a.no_retokenize or a.text_prompts:
         from warmpath.models.loader import load_tokenizer
@@ -110,42 +110,14 @@ async def _bench(a: argparse.Namespace) -> dict:
         await target.close()
 
 
-def _sim(a: argparse.Namespace) -> dict:
-    """The same sweep against the simulator (``--sim CONFIG.json``)."""
-    import json
-
-    from warmpath.sim.cli import add_parser as add_sim
-    from warmpath.sim.cli import setup_from_args
-    from warmpath.sim.run import sweep
-
-    try:
-        conf = json.loads(a.sim.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--sim {a.sim}: expected a JSON object of `warmpath sim` flags ({e})") from e
-    p = argparse.ArgumentParser()
-    add_sim(p.add_subparsers())
-    argv = ["sim", "--workload", "coding-agent"]
-    for k, v in conf.items():
-        argv += [f"--{k.replace('_', '-')}", str(v)]
-    sa = p.parse_args(argv)
-    if sa.calibration is not None:
-        sa.calibration = Path(sa.calibration)
-    setup = setup_from_args(sa)
-    make, fixed = _factory(a)
-    if fixed is not None:
-        return sweep(setup, lambda n, seed: fixed, [1.0], a.duration, parse_slo(a.slo), f"sim:{a.sim}",
-                     str(a.trace), a.ramp, a.seed, fixed_arrivals=True)
-    rates = [float(x) for x in a.rates.split(",")] if a.rates else [a.rate] if a.rate else None
-    if rates is None:
-        raise ValueError("--sim needs --rate or --rates (no closed loop in the simulator)")
-    return sweep(setup, make, rates, a.duration, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp, a.seed)
-
-
-def main(a: argparse.Namespace) -> int:
+def main(a: argparse.Namespace, sim_sweep=None) -> int:
+    """Run the sweep (against the simulator with ``--sim``: ``sim_sweep(a)``), write and print it."""
     import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    summary = _sim(a) if a.sim else asyncio.run(_bench(a))
+    if a.sim and sim_sweep is None:
+        raise ValueError("--sim: no simulator given")
+    summary = sim_sweep(a) if a.sim else asyncio.run(_bench(a))
     write_results(a.out, summary)
     from warmpath.bench.plots import plot_summaries
 

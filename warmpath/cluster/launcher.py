@@ -29,7 +29,7 @@ from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 import httpx
 
 from warmpath.cluster.topology import Topology
-from warmpath.kv.mooncake_service import _die_with_parent
+from warmpath.procs import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def _spawn(args: list[str], quiet: bool, env: dict | None = None) -> subprocess.
     env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **(env or {})}
     p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
                          stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
-                         preexec_fn=_die_with_parent)
+                         preexec_fn=die_with_parent)
     p.started_at = time.monotonic()
     threading.Thread(target=_copy_stderr, args=(p.stderr,), daemon=True).start()
     return p

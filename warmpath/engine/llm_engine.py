@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from warmpath.engine.block_manager import BlockManager
-from warmpath.engine.kv_tiers import TierConfig, TieredKV
+from warmpath.engine.tiered_kv import TierConfig, TieredKV
 from warmpath.engine.detokenizer import IncrementalDetokenizer
 from warmpath.engine.model_runner import ModelRunner
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig

@@ -18,25 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM this child when the process that started it dies (Linux).
-
-    NOTE: Mooncake's client installs its own SIGTERM handler that exits without running
-    Python cleanup, so a worker killed by a signal could not stop its children itself.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+from warmpath.procs import die_with_parent, free_port
 
 
 def master_binary() -> str:
@@ -89,7 +71,7 @@ class MooncakeService:
                f"--metrics_port={free_port(self.host)}", "--enable_metric_reporting=false"]
         self.master_proc = subprocess.Popen(cmd, stdout=self._log("mooncake_master"),
                                             stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
+                                            preexec_fn=die_with_parent)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.master_proc.poll() is not None:
@@ -113,7 +95,7 @@ class MooncakeService:
                 [sys.executable, "-m", "warmpath.kv.mooncake_service", "--master", self.master,
                  "--metadata", self.metadata, "--host", self.host, "--segment-bytes", str(self.segment_bytes)],
                 stdout=subprocess.PIPE, stderr=self._log("mooncake_holder"), env=env, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)
             line = self.holder_proc.stdout.readline().decode().strip()
             if line != "ready":
                 self.stop()

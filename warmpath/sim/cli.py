@@ -149,3 +149,33 @@ def main(a: argparse.Namespace) -> int:
               f"{res['sim']['events_per_s']:.0f} events/s")
     print(f"{setup.gpus} GPUs; wall {time.perf_counter() - t0:.1f} s; wrote {a.out / 'summary.json'}")
     return 0
+
+
+def bench_sweep(a: argparse.Namespace) -> dict:
+    """The same sweep against the simulator (``--sim CONFIG.json``)."""
+
+    from warmpath.bench.cli import workload_factory
+    from warmpath.bench.metrics import parse_slo
+    from warmpath.sim.run import sweep
+
+    try:
+        conf = json.loads(a.sim.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--sim {a.sim}: expected a JSON object of `warmpath sim` flags ({e})") from e
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    argv = ["sim", "--workload", "coding-agent"]
+    for k, v in conf.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    sa = p.parse_args(argv)
+    if sa.calibration is not None:
+        sa.calibration = Path(sa.calibration)
+    setup = setup_from_args(sa)
+    make, fixed = workload_factory(a)
+    if fixed is not None:
+        return sweep(setup, lambda n, seed: fixed, [1.0], a.duration, parse_slo(a.slo), f"sim:{a.sim}",
+                     str(a.trace), a.ramp, a.seed, fixed_arrivals=True)
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [a.rate] if a.rate else None
+    if rates is None:
+        raise ValueError("--sim needs --rate or --rates (no closed loop in the simulator)")
+    return sweep(setup, make, rates, a.duration, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp, a.seed)

@@ -18,7 +18,8 @@ from warmpath.engine.sequence import Sequence
 from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import BlockRemoved, BlockStored
 from warmpath.kv.lru_index import LRUSlotIndex
-from warmpath.kv.tiers import ExternalPrefixSource, LoadCostModel
+from warmpath.engine.tier_rules import ExternalPrefixSource
+from warmpath.kv.load_cost import LoadCostModel
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.state import WorkerView
 from warmpath.sim.step_time import StepTime

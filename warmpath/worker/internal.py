@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from warmpath.engine.async_engine import AsyncEngine
-from warmpath.server.front import WorkerFront, engine_error
+from warmpath.worker.front import WorkerFront, engine_error
 from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
 from warmpath.protocol.openai import Seed
 

@@ -33,7 +33,7 @@ class EngineMetrics:
         self.query_tokens = Gauge("warmpath_prefix_cache_query_tokens", "Prompt tokens looked up (total)", lbl, registry=r)
         self.preemptions = Gauge("warmpath_num_preemptions", "Preemptions (total)", lbl, registry=r)
         self.model = model_name
-        from warmpath.server.tier_metrics import TierCollector
+        from warmpath.worker.tier_metrics import TierCollector
 
         r.register(TierCollector(engine, model_name))
 

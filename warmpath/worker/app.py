@@ -19,8 +19,8 @@ from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, check_prompt_chars
-from warmpath.server.front import WorkerFront
-from warmpath.server.metrics import EngineMetrics
+from warmpath.worker.front import WorkerFront
+from warmpath.worker.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from warmpath.engine.llm_engine import RequestOutput
 from warmpath.engine.sequence import SamplingParams
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.openai import SamplingFields
-from warmpath.server.metrics import EngineMetrics
+from warmpath.worker.metrics import EngineMetrics
 
 
 @dataclass

@@ -22,7 +22,8 @@ from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import BlockRemoved, BlockStored, KVEventPublisher
 from warmpath.kv.host_pool import HostKVPool
 from warmpath.kv.mooncake_store import MooncakeConfig, MooncakeL3
-from warmpath.kv.tiers import ExternalPrefixSource, LoadCostModel
+from warmpath.engine.tier_rules import ExternalPrefixSource
+from warmpath.kv.load_cost import LoadCostModel
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from warmpath.engine.kv_tiers import TierConfig
+from warmpath.engine.tiered_kv import TierConfig
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
 from warmpath.engine.sequence import SamplingParams
 from warmpath.kv.mooncake_service import MooncakeService
