@@ -46,17 +46,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--worker-id", default="worker")
 
 
-def parse_kv_store(spec: str):
-    """``host:port[,http://...]`` → (master, metadata URL)."""
-    master, _, meta = spec.partition(",")
-    host, sep, port = master.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--kv-store: expected HOST:PORT[,METADATA_URL], got {spec!r}")
-    return master, meta or f"http://{host}:8080/metadata"
-
-
 def tier_config(a: argparse.Namespace, service=None):
     from warmpath.engine.tiered_kv import TierConfig
+    from warmpath.cluster.netaddr import parse_kv_store
     from warmpath.kv.mooncake_store import MooncakeConfig
 
     l3 = None
@@ -202,7 +194,8 @@ def _router(a: argparse.Namespace) -> int:
     from warmpath.router.ppd import PPDConfig, PPDTable
     from warmpath.router.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
-    from warmpath.router.app import RouterConfig, RouterState, build_router
+    from warmpath.router.app import build_router
+    from warmpath.router.state import RouterConfig, RouterState
 
     token = cluster_token(a.cluster_token)
     warn_if_open(a.host, token, "the router")
@@ -243,7 +236,7 @@ def _auth_args(p: argparse.ArgumentParser) -> None:
 
 
 def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
-    from warmpath.router.state import ROLES
+    from warmpath.router.views import ROLES
 
     p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and KV events)")
     p.add_argument("--advertise-host", default=None,

@@ -7,7 +7,7 @@ import pytest
 from warmpath.engine.profile import profile_engine
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.ppd import CTX_REP, PPDConfig, bucket_of, decide, table_from_model
-from warmpath.router.state import RequestView, WorkerView
+from warmpath.router.views import RequestView, WorkerView
 
 
 def test_fit_recovers_exact_coefficients():

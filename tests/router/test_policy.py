@@ -2,7 +2,7 @@ import pytest
 
 from warmpath.router.estimate import estimate
 from warmpath.router.policy import CPDConfig, CPDPolicy, PDPolicy, ReplicaPolicy
-from warmpath.router.state import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16)
 

@@ -3,7 +3,7 @@ import pytest
 from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.ppd import Cell, PPDConfig, PPDTable, bucket_of, decide
 from warmpath.router.sessions import SessionTable, session_id
-from warmpath.router.state import RequestView, WorkerView
+from warmpath.router.views import RequestView, WorkerView
 
 D = WorkerView("d", "decode", running=2, prefill_tok_s=500.0)
 

@@ -45,3 +45,12 @@ def url_host(host: str) -> str:
         return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
     except ValueError:
         return host
+
+
+def parse_kv_store(spec: str):
+    """``host:port[,http://...]`` → (master, metadata URL)."""
+    master, _, meta = spec.partition(",")
+    host, sep, port = master.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--kv-store: expected HOST:PORT[,METADATA_URL], got {spec!r}")
+    return master, meta or f"http://{host}:8080/metadata"

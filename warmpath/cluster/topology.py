@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from warmpath.router.state import ROLES
+from warmpath.router.views import ROLES
 
 PPD_MODES = ("off", "x0", "x1", "dynamic")
 

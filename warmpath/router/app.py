@@ -1,132 +1,35 @@
 """The router process: OpenAI API in front of registered workers, cache-aware via KV events.
 
 It tokenizes each request the way the workers do, hashes its blocks with the shared module,
-looks the prefix up in the global index (fed by every worker's KV events), asks the routing
-policy (and, for turn 2+, the PPD switch) where to run it, applies admission control
-(429 + Retry-After), and runs it through the workers (``dispatch.py``).
+looks the prefix up in the global index (fed by every worker's KV events), plans it
+(``plan.py``: the routing policy, the PPD switch for turn 2+), applies admission control
+(429 + Retry-After), and runs it through the workers (``flow.py``; HTTP in ``dispatch.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from warmpath.kv.events import KVEventSubscriber
 from warmpath.kv.hashing import KVNamespace
-from warmpath.models.tokenizer import TextTokenizer
-from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.dispatch import Dispatcher, Planner
-from warmpath.router.flow import RequestFlow
-from warmpath.router.handler import RequestHandler
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.metrics import RouterMetrics
-from warmpath.router.policy import RoutingPolicy
-from warmpath.router.ppd import PPDConfig, PPDTable
-from warmpath.router.registry import DiscoveryConfig, Registry
-from warmpath.router.sessions import SessionTable
-from warmpath.router.state import RequestView
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
-from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
+from warmpath.protocol.http import JSONRoute, install_error_handlers
 from warmpath.protocol.internal import Heartbeat, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
+from warmpath.router.dispatch import WorkerClient
+from warmpath.router.flow import RequestFlow
+from warmpath.router.handler import RequestHandler
+from warmpath.router.state import RouterState
+from warmpath.router.views import RequestView
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RouterConfig:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    admission: AdmissionConfig = AdmissionConfig()
-    discovery: DiscoveryConfig = DiscoveryConfig()
-    request_timeout_s: float = 600.0
-    ppd: PPDConfig | None = None          # None: turn 2+ always goes through a prefill worker
-    session_idle_s: float = 3600.0
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
-    api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
-
-
-class RouterState:
-    """Everything the router knows; the HTTP handlers and the event threads share it."""
-
-    def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig,
-                 ppd_table: PPDTable | None = None):
-        self.policy, self.tok, self.model_id, self.cfg = policy, tokenizer, model_id, cfg
-        self.ppd_table = ppd_table or PPDTable()
-        self.registry = Registry(cfg.discovery)
-        self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
-        self.sessions = SessionTable(cfg.session_idle_s)
-        self.admission = Admission(cfg.admission)
-        self.metrics = RouterMetrics()
-        self.namespace: KVNamespace | None = None
-        self.kv_bytes_per_token = 46080
-        self.max_model_len: int | None = None     # learnt from the first registration
-        self.lock = threading.Lock()
-        self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
-        self.routed: dict[str, int] = {}
-        self.waiters: dict[int, asyncio.Event] = {}
-        self.mid_stream_failures = 0
-        self.pids: dict[str, int | None] = {}
-        self.gone: dict[str, asyncio.Event] = {}
-
-    def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
-        """Follow a worker's KV events (replacing the thread of an earlier registration)."""
-        if worker in self.subs:
-            self.subs.pop(worker)[1].set()
-        stop = threading.Event()
-        sub = KVEventSubscriber(endpoint, replay, token=self.cfg.cluster_token)
-
-        def loop() -> None:
-            while not stop.is_set():
-                try:
-                    batches = sub.poll(200)
-                    with self.lock:
-                        for _, events, _ in batches:
-                            self.index.apply(worker, events, time.monotonic())
-                except Exception:  # noqa: BLE001 - a malformed batch must not end the thread
-                    log.exception("KV events of %s: batch skipped", worker)
-                    self.metrics.thread_errors.labels("events").inc()
-                    stop.wait(0.2)
-            sub.close()
-
-        threading.Thread(target=loop, daemon=True, name=f"events-{worker}").start()
-        self.subs[worker] = (sub, stop)
-
-    def remove(self, worker: str, reason: str) -> bool:
-        """Stop routing to a worker (until it registers again); ``False`` if unknown."""
-        if self.registry.workers.pop(worker, None) is None:
-            return False
-        self.drop(worker)
-        self.metrics.dropped.labels(reason).inc()
-        log.warning("dropped worker %s (%s)", worker, reason)
-        return True
-
-    def gone_event(self, worker: str) -> asyncio.Event:
-        """Set when ``worker`` is dropped (requests waiting on it give up and retry)."""
-        ev = self.gone.get(worker)
-        if ev is None:
-            ev = self.gone[worker] = asyncio.Event()
-        return ev
-
-    def drop(self, worker: str) -> None:
-        """Forget a worker's index entries, sessions and event thread; wake the requests
-        that wait on it (call on the event loop)."""
-        self.gone_event(worker).set()
-        with self.lock:
-            self.index.drop_worker(worker)
-        self.sessions.forget_worker(worker)
-        if worker in self.subs:
-            self.subs.pop(worker)[1].set()
 
 
 def build_router(state: RouterState) -> FastAPI:
@@ -135,8 +38,8 @@ def build_router(state: RouterState) -> FastAPI:
     http = httpx.AsyncClient(timeout=httpx.Timeout(state.cfg.request_timeout_s, connect=5),
                              headers={"Authorization": f"Bearer {token}"} if token else None,
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-    planner = Planner(state)
-    handle = RequestHandler(state, RequestFlow(state, planner, Dispatcher(state, planner, http)))
+    client = WorkerClient(http, lambda w: (r := state.registry.workers.get(w)) and r.url, state.gone_event)
+    handle = RequestHandler(state, RequestFlow(state, client))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -169,7 +72,7 @@ def build_router(state: RouterState) -> FastAPI:
         return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
 
     _add_worker_routes(app, state, http, [Depends(require_cluster_token(token))])
-    _add_status_routes(app, state, planner, public)
+    _add_status_routes(app, state, public)
     return app
 
 
@@ -235,7 +138,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         return JSONResponse({"ok": True})
 
 
-def _add_status_routes(app: FastAPI, state: RouterState, planner: Planner, public: list) -> None:
+def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
     """``/health``, ``/ready``, ``/metrics`` and ``/v1/cluster``."""
     token = state.cfg.cluster_token
 
@@ -249,7 +152,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, planner: Planner, publi
         """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
         probe = RequestView(1, (), 16)
         try:
-            d = state.policy.route(probe, planner.snapshot(probe, None))
+            d = state.planner.plan(probe, state.snapshot(probe, None))
         except LookupError as e:
             return JSONResponse({"status": "not ready", "detail": str(e)}, status_code=503)
         return JSONResponse({"status": "ready", "workers": len(state.registry.workers),
@@ -271,9 +174,9 @@ def _add_status_routes(app: FastAPI, state: RouterState, planner: Planner, publi
         full = trusted(req)
 
         def worker(w: str, r) -> dict:
-            load = planner.load.get(w, [0, 0])
+            load = state.load.of(w)
             out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
-                   "router_queued_prefill_tokens": load[0], "router_running": load[1],
+                   "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {}))}
             if not full:
                 del out["url"], out["pid"]

@@ -1,30 +1,23 @@
-"""One request's trip through the cluster: plan, prefill (+ handoff), decode, relay.
+"""HTTP to the workers, and nothing else: ``/internal/prefill`` and ``/internal/generate``
+with typed messages, failures sorted into retryable (:class:`WorkerUnreachable`: nothing
+reached the client) and not (:class:`UpstreamError`: relay the worker's answer).
 
-* Disaggregated (``cpd``, ``pd``): the prefill worker runs the prompt to its first token and
-  writes the prompt's blocks through to L3; the decode worker gets (prompt, first token),
-  reports the token at once, loads the blocks and generates the rest.
-* PPD local (turn 2+): the session's decode worker runs the append-prefill itself.
-* ``replica``: one worker does both.
-
-Failures before the client saw a token are retried once elsewhere; after that the stream
-ends with an OpenAI-shaped error event.
+``RequestFlow`` (``flow.py``) decides what to call and keeps the books.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
 
 import httpx
-
+import orjson
+from httpx_sse import EventSource, ServerSentEvent
 from pydantic import ValidationError
 
+from warmpath.protocol.errors import APIError
 from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
-from warmpath.protocol.openai import SamplingFields
-from warmpath.router import ppd
-from warmpath.router.state import Decision, RequestView, Snapshot
 
 RETRYABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
 
@@ -47,91 +40,61 @@ def _engine_failed(status: int, content: bytes) -> bool:
     return status == 503 and b'"engine_failed"' in content
 
 
+def chunk(ev: ServerSentEvent) -> dict | None:
+    """The JSON object an SSE event carries (``None`` for ``[DONE]`` or non-JSON data)."""
+    if not ev.data.startswith("{"):
+        return None
+    try:
+        out = orjson.loads(ev.data)
+    except orjson.JSONDecodeError:
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def carries_token(ev: ServerSentEvent) -> bool:
+    """Whether an event ends the wait for the first token: generated text, a finish, an
+    error, or the end of the stream (not the chat role chunk)."""
+    if ev.data == "[DONE]":
+        return True
+    c = chunk(ev)
+    if c is None:
+        return False
+    return "error" in c or any((x.get("delta") or {}).get("content") or x.get("text") or x.get("finish_reason")
+                               for x in c.get("choices") or [])
+
+
 @dataclass
-class Trip:
-    """What the router learns about one request on its way."""
+class UpstreamStream:
+    """An open ``/internal/generate`` stream: the events up to the first token, the rest."""
 
-    rv: RequestView
-    ids: list[int]
-    body: SamplingFields          # the client's validated request
-    kind: str                     # "chat" | "text"
-    cls: str                      # "cold" | "warm"
-    arrival: float
-    admitted: float = 0.0
-    decision: Decision | None = None
-    first_token: int | None = None
-    cached_tokens: int | None = None
-    ttft_s: float | None = None
-    queue_s: float = 0.0
-    completion_tokens: int = 0
-    first_token_at: float | None = None
-    timing: dict[str, float] = field(default_factory=dict)   # seconds per stage (Server-Timing)
+    head: list[ServerSentEvent]
+    rest: AsyncIterator[ServerSentEvent]
+    response: httpx.Response
 
-    def server_timing(self) -> str:
-        """The ``Server-Timing`` header value (milliseconds per stage, as the spec has it)."""
-        return ", ".join(f"{k};dur={v * 1000:.1f}" for k, v in self.timing.items())
+    async def close(self) -> None:
+        await self.response.aclose()
 
 
-class Planner:
-    """Builds snapshots (router-tracked load over heartbeat speeds) and asks the policies."""
+class WorkerClient:
+    """Calls workers by id (``url_of`` → base URL or ``None`` once dropped); a call gives up
+    with :class:`WorkerUnreachable` when ``gone_of(worker)`` is set meanwhile."""
 
-    def __init__(self, state) -> None:
-        self.s = state
-        self.load: dict[str, list[int]] = {}       # worker -> [queued prefill tokens, running]
-
-    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0) -> None:
-        x = self.load.setdefault(worker, [0, 0])
-        x[0] = max(0, x[0] + prefill_tokens)
-        x[1] = max(0, x[1] + running)
-
-    def snapshot(self, rv: RequestView, session) -> Snapshot:
-        s, now = self.s, time.monotonic()
-        with s.lock:
-            views = [replace(v, queued_prefill_tokens=self.load.get(v.worker_id, [0, 0])[0],
-                             running=self.load.get(v.worker_id, [0, 0])[1]) for v in s.registry.views()]
-            hits = {w.worker_id: s.index.lookup(w.worker_id, rv.block_hashes, now) for w in views}
-        return Snapshot(views, hits, session.decode_worker if session else None,
-                        kv_bytes_per_token=s.kv_bytes_per_token)
-
-    def plan(self, rv: RequestView, session, allow_local: bool = True) -> Decision:
-        """Routing decision; PPD may turn a turn-2+ request into a local append-prefill
-        (``Decision.ppd`` says which way the PPD switch went; the caller counts it once)."""
-        snap = self.snapshot(rv, session)
-        d = self.s.policy.route(rv, snap)          # LookupError when nobody can take it
-        cfg = self.s.cfg.ppd
-        if (d.prefill == d.decode or rv.turn < 2 or cfg is None or session is None
-                or d.decode != session.decode_worker):
-            return d
-        views = {w.worker_id: w for w in snap.workers}
-        dw, pw = views[d.decode], views[d.prefill]
-        choice = ppd.decide(cfg, self.s.ppd_table, rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
-        if not (choice.local and allow_local):
-            return replace(d, ppd="remote")
-        hit = snap.hits.get(dw.worker_id)
-        cached = min(rv.num_tokens - 1, hit.local_blocks * rv.block_size) if hit else 0
-        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason, ppd="local")
-
-
-class Dispatcher:
-    """Runs a planned request against the workers (HTTP), with retries and accounting."""
-
-    def __init__(self, state, planner: Planner, http: httpx.AsyncClient) -> None:
-        self.s, self.p, self.http = state, planner, http
+    def __init__(self, http: httpx.AsyncClient, url_of: Callable[[str], str | None],
+                 gone_of: Callable[[str], asyncio.Event]) -> None:
+        self.http, self.url_of, self.gone_of = http, url_of, gone_of
 
     def _url(self, worker: str, path: str) -> str:
-        rec = self.s.registry.workers.get(worker)
-        if rec is None:
+        base = self.url_of(worker)
+        if base is None:
             raise WorkerUnreachable(worker)
-        return rec.url + path
+        return base + path
 
     async def _unless_lost(self, worker: str, aw):
-        """Await ``aw`` unless ``worker`` is dropped first (no heartbeat, unhealthy): then
-        :class:`WorkerUnreachable`, so a request stuck on a host that vanished (a cut link
-        leaves a kept-alive connection silent) is retried elsewhere instead of waiting for
-        the request timeout."""
-        gone = self.s.gone_event(worker)
+        """Await ``aw`` unless ``worker`` is dropped first (no heartbeat, unhealthy): a
+        request stuck on a host that vanished (a cut link leaves a kept-alive connection
+        silent) is then retried elsewhere instead of waiting for the request timeout."""
         task = asyncio.ensure_future(aw)
-        waiter = asyncio.ensure_future(gone.wait())
+        waiter = asyncio.ensure_future(self.gone_of(worker).wait())
         try:
             done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -144,105 +107,40 @@ class Dispatcher:
         task.cancel()
         raise WorkerUnreachable(worker)
 
-    def lost(self, worker: str) -> None:
-        """A worker failed: stop routing to it until it registers again."""
-        self.s.remove(worker, "unreachable")
-        self.s.metrics.retries.inc()
-
-    async def prefill(self, t: Trip, worker: str) -> dict:
-        """Prompt → first token on a prefill worker; its blocks land in L3 (the handoff)."""
-        d = t.decision
-        self.p.add(worker, t.rv.num_tokens - d.cached_tokens)
-        sent = time.monotonic()
+    async def _post(self, worker: str, path: str, payload: dict) -> httpx.Response:
         try:
-            msg = PrefillRequest(prompt_token_ids=t.ids, request=t.body.forwarded())
-            r = await self._unless_lost(worker, self.http.post(self._url(worker, "/internal/prefill"),
-                                                               json=msg.model_dump()))
+            r = await self._unless_lost(worker, self.http.post(self._url(worker, path), json=payload))
         except RETRYABLE as e:
             raise WorkerUnreachable(worker) from e
-        finally:
-            self.p.add(worker, -(t.rv.num_tokens - d.cached_tokens))
         if _engine_failed(r.status_code, r.content):
             raise WorkerUnreachable(worker)
         if r.status_code != 200:
             raise UpstreamError(r.status_code, r.content)
+        return r
+
+    async def prefill(self, worker: str, msg: PrefillRequest) -> PrefillReply:
+        """Prompt → first token on a prefill worker (its blocks written through to L3)."""
+        r = await self._post(worker, "/internal/prefill", msg.model_dump())
         try:
-            out = PrefillReply.model_validate_json(r.content)
+            return PrefillReply.model_validate_json(r.content)
         except ValidationError as e:
-            raise UpstreamError(502, _bad_gateway(worker, e)) from e
-        m = self.s.metrics
-        m.kv_bytes.inc(out.kv_bytes)
-        m.kv_put_s.inc(out.l3_put_s)
-        t.first_token, t.cached_tokens = out.token, out.cached_tokens
-        t.first_token_at = time.monotonic()
-        t.timing["prefill"], t.timing["prefill_worker"] = t.first_token_at - sent, out.prefill_s
-        t.timing.update(prefill_queue=out.queue_s, prefill_l3_get=out.l3_get_s, prefill_l3_put=out.l3_put_s)
-        t.ttft_s = t.first_token_at - t.arrival
-        t.queue_s = (t.admitted - t.arrival) + out.queue_s
-        m.first_token(t.cls, t.ttft_s, t.queue_s)
-        return out
+            err = APIError(502, f"worker {worker} answered a malformed prefill reply: {e.errors()[0].get('msg')}")
+            raise UpstreamError(502, orjson.dumps(err.body())) from e
 
-    def _payload(self, t: Trip) -> dict:
-        req = t.body.forwarded()
-        if t.body.stream:   # the usage chunk tells the router how many tokens went out
-            req["stream_options"] = {"include_usage": True}
-        return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req, first_token=t.first_token,
-                               cached_tokens=t.cached_tokens).model_dump(exclude_none=True)
+    async def generate(self, worker: str, msg: GenerateRequest) -> httpx.Response:
+        """A non-streamed ``/internal/generate`` (status 200, else raised)."""
+        return await self._post(worker, "/internal/generate", msg.model_dump(exclude_none=True))
 
-    def _got_first(self, t: Trip) -> None:
-        if t.ttft_s is None:
-            t.first_token_at = time.monotonic()
-            t.ttft_s = t.first_token_at - t.arrival
-            t.queue_s = t.admitted - t.arrival
-            self.s.metrics.first_token(t.cls, t.ttft_s, t.queue_s)
+    async def stream(self, worker: str, msg: GenerateRequest) -> UpstreamStream:
+        """Open a streamed ``/internal/generate`` and read it up to the first token; any
+        failure before that token is retryable."""
+        return await self._unless_lost(worker, self._open(worker, msg))
 
-    def finished(self, t: Trip) -> None:
-        """Record TPOT once the last token went out."""
-        n = t.completion_tokens
-        if n > 1 and t.first_token_at is not None:
-            self.s.metrics.tpot.labels(t.cls).observe((time.monotonic() - t.first_token_at) / (n - 1))
-
-    async def generate(self, t: Trip, worker: str):
-        """Non-streaming: the response body. Streaming: ``(first lines, line iterator,
-        upstream)``; the first lines already hold a token, so a failure before them is
-        retryable (raised as :class:`WorkerUnreachable`)."""
-        local = t.first_token is None
-        computed = t.rv.num_tokens - (t.decision.cached_tokens if local else t.rv.num_tokens)
-        self.p.add(worker, computed, 0)
-        sent = time.monotonic()
+    async def _open(self, worker: str, msg: GenerateRequest) -> UpstreamStream:
+        req = self.http.build_request("POST", self._url(worker, "/internal/generate"),
+                                      json=msg.model_dump(exclude_none=True))
         try:
-            if not t.body.stream:
-                try:
-                    r = await self._unless_lost(worker, self.http.post(
-                        self._url(worker, "/internal/generate"), json=self._payload(t)))
-                except RETRYABLE as e:
-                    raise WorkerUnreachable(worker) from e
-                if _engine_failed(r.status_code, r.content):
-                    raise WorkerUnreachable(worker)
-                if r.status_code != 200:
-                    raise UpstreamError(r.status_code, r.content)
-                if local and t.ttft_s is None:
-                    t.admitted = t.admitted or sent
-                    ttft = (sent - t.arrival) + float(r.headers.get("x-warmpath-ttft-s", 0.0))
-                    t.first_token_at, t.ttft_s = t.arrival + ttft, ttft
-                    t.queue_s = (t.admitted - t.arrival) + float(r.headers.get("x-warmpath-queue-s", 0.0))
-                    self.s.metrics.first_token(t.cls, t.ttft_s, t.queue_s)
-                t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
-                t.timing["decode"] = time.monotonic() - sent
-                return r.content
-            head, lines, up = await self._unless_lost(worker, self._open_stream(t, worker))
-            self._got_first(t)
-            t.timing["decode_first"] = time.monotonic() - sent
-            return head, lines, up
-        finally:
-            self.p.add(worker, -computed, 0)
-
-    async def _open_stream(self, t: Trip, worker: str):
-        """Send a streamed ``/internal/generate`` and read until the first token (retryable
-        failures before it raise :class:`WorkerUnreachable`)."""
-        try:
-            up = await self.http.send(self.http.build_request(
-                "POST", self._url(worker, "/internal/generate"), json=self._payload(t)), stream=True)
+            up = await self.http.send(req, stream=True)
         except RETRYABLE as e:
             raise WorkerUnreachable(worker) from e
         try:
@@ -251,15 +149,13 @@ class Dispatcher:
                 if _engine_failed(up.status_code, content):
                     raise WorkerUnreachable(worker)
                 raise UpstreamError(up.status_code, content)
-            lines = up.aiter_lines()
-            head: list[str] = []
-            async for line in lines:
-                if not line:
-                    continue
-                head.append(line)
-                if line == "data: [DONE]" or _has_token(line):
+            events = EventSource(up).aiter_sse()
+            head: list[ServerSentEvent] = []
+            async for ev in events:
+                head.append(ev)
+                if carries_token(ev):
                     break
-            if head and '"engine_failed"' in head[-1] and not any(_has_token(x) for x in head[:-1]):
+            if head and b"engine_failed" in head[-1].data.encode() and not any(map(carries_token, head[:-1])):
                 raise WorkerUnreachable(worker)   # its engine stopped before this request got a token
         except RETRYABLE as e:
             await up.aclose()
@@ -267,23 +163,4 @@ class Dispatcher:
         except BaseException:
             await up.aclose()
             raise
-        return head, lines, up
-
-
-def _bad_gateway(worker: str, e: ValidationError) -> bytes:
-    from warmpath.protocol.errors import APIError
-
-    return json.dumps(APIError(502, f"worker {worker} answered a malformed prefill reply: "
-                                    f"{e.errors()[0].get('msg')}").body()).encode()
-
-
-def _has_token(line: str) -> bool:
-    """Whether an SSE data line carries generated text (not the chat role chunk)."""
-    if not line.startswith("data: {"):
-        return False
-    try:
-        ch = json.loads(line[6:]).get("choices") or []
-    except json.JSONDecodeError:
-        return False
-    return any((c.get("delta") or {}).get("content") or c.get("text") or c.get("finish_reason")
-               for c in ch) or "error" in line[6:40]
+        return UpstreamStream(head, events, up)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmpath.router.state import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 
 @dataclass(frozen=True)

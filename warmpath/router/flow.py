@@ -1,120 +1,180 @@
-"""The router's request flow after admission: prefill (+ handoff) then decode, with the
-retry rules, the relay of the worker's stream, and the session / load bookkeeping."""
+"""The owner of a request's trip through the router: plan, admission, prefill (+ handoff),
+decode, retries, and every book kept on the way (timing, metrics, load, sessions).
+
+* Disaggregated (``cpd``, ``pd``): the prefill worker runs the prompt to its first token and
+  writes the prompt's blocks through to L3; the decode worker gets (prompt, first token),
+  reports the token at once, loads the blocks and generates the rest.
+* PPD local (turn 2+): the session's decode worker runs the append-prefill itself.
+* ``replica``: one worker does both.
+
+Failures before the client saw a token are retried once elsewhere; after that the stream
+ends with an OpenAI-shaped error event (``relay.py``). HTTP is ``dispatch.WorkerClient``'s.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from dataclasses import replace
 
-import httpx
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
-from warmpath.router.dispatch import Dispatcher, Planner, Trip, UpstreamError, WorkerUnreachable
-from warmpath.router.state import RequestView
 from warmpath.protocol.errors import APIError
+from warmpath.protocol.internal import GenerateRequest, PrefillRequest
+from warmpath.protocol.openai import SamplingFields
+from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
+from warmpath.router.relay import relay
+from warmpath.router.sessions import SessionState
+from warmpath.router.state import RouterState
+from warmpath.router.trip import Trip
+from warmpath.router.views import Decision, RequestView
 
 
 class RequestFlow:
-    """Runs admitted requests; ``release`` gives the admission slot back (exactly once)."""
+    """Runs requests; every admitted request gives its slot back exactly once."""
 
-    def __init__(self, state, planner: Planner, disp: Dispatcher) -> None:
-        self.state, self.planner, self.disp = state, planner, disp
+    def __init__(self, state: RouterState, client: WorkerClient) -> None:
+        self.s, self.client = state, client
 
-    def release(self) -> None:
-        nxt = self.state.admission.release()
-        if nxt is not None and nxt in self.state.waiters:
-            self.state.waiters.pop(nxt).set()
-
-    def plan(self, rv: RequestView, sess, allow_local: bool = True):
+    def plan(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True) -> Decision:
         try:
-            return self.planner.plan(rv, sess, allow_local)
+            return self.s.planner.plan(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local)
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
 
-    async def run(self, t: Trip, sess) -> Response:
+    async def serve(self, key: int, rv: RequestView, sess: SessionState | None, ids: list[int],
+                    body: SamplingFields, kind: str, arrival: float) -> Response:
+        """Plan, admit (429 / wait), then run the request to its response."""
+        d = await self._admit(key, rv, sess, self.plan(rv, sess))
+        t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
+        t.timing["route"] = t.admitted - arrival
+        if sess is not None:
+            sess.turns += 1
+        self._count(d, rv)
+        try:
+            return await self._run(t, sess)
+        except BaseException:
+            self.s.release()
+            raise
+
+    async def _admit(self, key: int, rv: RequestView, sess: SessionState | None, d: Decision) -> Decision:
+        """Take an in-flight slot (429 when the queues are full too); a request that waited
+        is planned again, since the cluster moved on meanwhile."""
+        s = self.s
+        verdict = s.admission.offer(key, d.cls)
+        if verdict == "rejected":
+            s.metrics.rejected.inc()
+            raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
+        if verdict != "queued":
+            return d
+        ev = s.waiters[key] = asyncio.Event()
+        try:
+            await ev.wait()
+        except asyncio.CancelledError:  # the client left while waiting
+            s.waiters.pop(key, None)
+            if not s.admission.cancel(key):
+                s.release()  # we had already been given the slot: hand it on
+            raise
+        try:
+            return self.plan(rv, sess)
+        except BaseException:
+            s.release()
+            raise
+
+    def _count(self, d: Decision, rv: RequestView) -> None:
+        m = self.s.metrics
+        m.requests.labels(d.tier, d.cls).inc()
+        if d.ppd:
+            m.ppd.labels(d.ppd).inc()
+        m.prefix.labels("cached").inc(d.cached_tokens)
+        m.prefix.labels("computed").inc(rv.num_tokens - d.cached_tokens)
+
+    async def _run(self, t: Trip, sess: SessionState | None) -> Response:
         """Prefill (when disaggregated) then decode; one retry elsewhere before any token."""
+        s = self.s
         for attempt in range(2):
             d = t.decision
-            self.state.routed[d.decode] = self.state.routed.get(d.decode, 0) + 1
             try:
                 if t.first_token is None:  # the worker computing the prompt will hold its blocks
-                    with self.state.lock:
-                        self.state.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
-                if t.first_token is None and d.prefill not in (None, d.decode):
-                    self.state.routed[d.prefill] = self.state.routed.get(d.prefill, 0) + 1
-                    await self.disp.prefill(t, d.prefill)
-                return await self.decode(t, sess)
+                    with s.lock:
+                        s.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
+                    if d.prefill not in (None, d.decode):
+                        await self._prefill(t, d.prefill)
+                return await self._decode(t, sess)
             except WorkerUnreachable as e:
-                self.disp.lost(e.args[0])
+                s.remove(e.args[0], "unreachable")
+                s.metrics.retries.inc()
                 if attempt == 1:
-                    self.state.metrics.failed.labels("route").inc()
+                    s.metrics.failed.labels("route").inc()
                     raise APIError(503, f"no worker could take the request: {e.args[0]} failed",
                                    err_type="server_error") from e
-                if t.first_token is None:
-                    t.decision = self.plan(t.rv, sess, allow_local=False)
-                else:  # the first token exists and its KV is in L3: any decode worker can go on
-                    try:
-                        dec = self.state.policy.decode_for(self.planner.snapshot(t.rv, None)).worker_id
-                    except LookupError as le:
-                        raise APIError(503, str(le), err_type="server_error") from le
-                    t.decision = replace(d, decode=dec)
+                t.decision = self._replan(t, sess)
             except UpstreamError as e:
-                self.state.metrics.failed.labels("upstream").inc()
-                self.release()
+                s.metrics.failed.labels("upstream").inc()
+                s.release()
                 return Response(e.content, status_code=e.status, media_type="application/json")
         raise AssertionError("unreachable")
 
-    def ended(self, t: Trip, sess) -> None:
-        self.planner.add(t.decision.decode, running=-1)
-        self.disp.finished(t)
-        if sess is not None:
-            sess.decode_worker = t.decision.decode
-            sess.context_tokens = t.rv.num_tokens + t.completion_tokens
-        self.release()
+    def _replan(self, t: Trip, sess: SessionState | None) -> Decision:
+        """After a worker failed: plan again (no PPD-local: its decode worker may be the one
+        that failed), or, once the first token exists (its KV is in L3), any decode worker."""
+        if t.first_token is None:
+            return self.plan(t.rv, sess, allow_local=False)
+        try:
+            return replace(t.decision, decode=self.s.planner.decode_for(self.s.snapshot(t.rv, None)))
+        except LookupError as e:
+            raise APIError(503, str(e), err_type="server_error") from e
 
-    async def decode(self, t: Trip, sess) -> Response:
-        d = t.decision
+    async def _prefill(self, t: Trip, worker: str) -> None:
+        self.s.routed[worker] = self.s.routed.get(worker, 0) + 1
+        sent = time.monotonic()
+        with self.s.load.computing(worker, t.rv.num_tokens - t.decision.cached_tokens):
+            reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
+                                                                     request=t.body.forwarded()))
+        t.prefilled(self.s.metrics, reply, sent)
+
+    def _generate_msg(self, t: Trip) -> GenerateRequest:
+        req = t.body.forwarded()
+        if t.body.stream:   # the usage chunk tells the router how many tokens went out
+            req["stream_options"] = {"include_usage": True}
+        p = t.prefill
+        return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req,
+                               first_token=p.token if p else None, cached_tokens=p.cached_tokens if p else None)
+
+    async def _decode(self, t: Trip, sess: SessionState | None) -> Response:
+        s, d = self.s, t.decision
+        s.routed[d.decode] = s.routed.get(d.decode, 0) + 1
         headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
                    "X-Warmpath-Worker": d.prefill or d.decode}
-        self.planner.add(d.decode, running=1)
+        computed = t.rv.num_tokens - d.cached_tokens if t.first_token is None else 0
+        s.load.add(d.decode, running=1)
+        sent = time.monotonic()
         try:
-            res = await self.disp.generate(t, d.decode)
+            with s.load.computing(d.decode, computed):
+                if t.body.stream:
+                    up = await self.client.stream(d.decode, self._generate_msg(t))
+                else:
+                    r = await self.client.generate(d.decode, self._generate_msg(t))
         except BaseException:
-            self.planner.add(d.decode, running=-1)
+            s.load.add(d.decode, running=-1)
             raise
+        if t.body.stream:
+            t.first_token_seen(s.metrics, time.monotonic())
+            t.timing["decode_first"] = time.monotonic() - sent
+            headers["Server-Timing"] = t.server_timing()
+            return relay(s, t, up, lambda: self._ended(t, sess), headers)
+        if t.ttft_s is None:   # computed on the worker: its own TTFT and queue time
+            t.first_token_seen(s.metrics, sent + float(r.headers.get("x-warmpath-ttft-s", 0.0)),
+                               float(r.headers.get("x-warmpath-queue-s", 0.0)))
+        t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
+        t.timing["decode"] = time.monotonic() - sent
         headers["Server-Timing"] = t.server_timing()
-        if not t.body.stream:
-            self.ended(t, sess)
-            return Response(res, media_type="application/json", headers=headers)
-        head, lines, up = res
-        want_usage = t.body.include_usage
+        self._ended(t, sess)
+        return Response(r.content, media_type="application/json", headers=headers)
 
-        def out(line: str) -> bytes | None:
-            if line.startswith("data: {") and '"choices": []' in line:  # the usage chunk
-                t.completion_tokens = json.loads(line[6:]).get("usage", {}).get("completion_tokens", 0)
-                if not want_usage:
-                    return None
-            return (line + "\n\n").encode()
-
-        async def relay():
-            try:
-                for line in head:
-                    if (b := out(line)) is not None:
-                        yield b
-                async for line in lines:
-                    if line and (b := out(line)) is not None:
-                        yield b
-            except httpx.HTTPError as e:
-                # The worker died mid-stream: tokens already went out, so no retry; end the
-                # stream with an OpenAI-shaped error event the client can read.
-                self.state.mid_stream_failures += 1
-                self.state.metrics.failed.labels("stream").inc()
-                err = APIError(502, f"worker {d.decode} failed mid-stream: {type(e).__name__}",
-                               err_type="server_error")
-                yield f"data: {json.dumps(err.body())}\n\ndata: [DONE]\n\n".encode()
-            finally:
-                await up.aclose()
-                self.ended(t, sess)
-
-        return StreamingResponse(relay(), media_type="text/event-stream", headers=headers)
+    def _ended(self, t: Trip, sess: SessionState | None) -> None:
+        self.s.load.add(t.decision.decode, running=-1)
+        t.finished(self.s.metrics)
+        if sess is not None:
+            sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)
+        self.s.release()

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
-from warmpath.router.state import PrefixHit
+from warmpath.router.views import PrefixHit
 
 
 @dataclass

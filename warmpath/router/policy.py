@@ -9,14 +9,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.estimate import best, estimate, least_loaded_decode
-from warmpath.router.state import Decision, RequestView, Snapshot, WorkerView
+from warmpath.router.views import Decision, RequestView, Snapshot, WorkerView
 
 
 class RoutingPolicy(ABC):
     """Picks the prefill and decode workers for one request."""
 
     name: str = ""
+    cold_rule: ColdRule = ColdRule()     # what "cold" means for this policy's metrics and admission
 
     @abstractmethod
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
@@ -44,8 +46,7 @@ class CPDConfig:
     spill_factor: float = 2.0
 
     def __post_init__(self) -> None:
-        if not 0 <= self.cold_threshold <= 1:
-            raise ValueError(f"cold_threshold must be in [0, 1], got {self.cold_threshold}")
+        ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
         if self.spill_factor < 1:
             raise ValueError(f"spill_factor must be >= 1, got {self.spill_factor}")
 
@@ -55,14 +56,15 @@ class CPDPolicy(RoutingPolicy):
 
     def __init__(self, cfg: CPDConfig = CPDConfig()) -> None:
         self.cfg = cfg
+        self.cold_rule = ColdRule(cfg.cold_threshold, cfg.min_cached_tokens)
 
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
         cold_tier, warm_tier = snap.by_role("pre-prefill"), snap.by_role("prefill")
         if not cold_tier and not warm_tier:
             raise LookupError("no healthy prefill worker")
-        cached = max((estimate(w, req, snap).cached_tokens for w in cold_tier + warm_tier), default=0)
+        cached = reuse(req, snap, cold_tier + warm_tier)
         ratio = cached / req.num_tokens
-        cold = ratio < self.cfg.cold_threshold or cached < self.cfg.min_cached_tokens
+        cold = self.cold_rule.is_cold(cached, req.num_tokens)
         dec = self.decode_for(snap)
         if cold and cold_tier:
             w, e = best(cold_tier, req, snap)

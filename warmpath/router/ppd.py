@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from warmpath.router.state import RequestView, WorkerView
+from warmpath.router.views import RequestView, WorkerView
 
 CTX_EDGES = (512, 4096)             # ≤512 / 512–4096 / >4096
 RATIO_EDGES = (0.25, 1.0, 4.0)      # new input tokens / output tokens

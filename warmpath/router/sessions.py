@@ -27,6 +27,12 @@ class SessionState:
     context_tokens: int = 0
     last_seen: float = 0.0
 
+    def turn_ended(self, decode_worker: str | None, prompt_tokens: int, completion_tokens: int) -> None:
+        """The turn's KV now lives on ``decode_worker``: the next turn goes there (PPD)
+        and only its tokens beyond this prompt + answer are new."""
+        self.decode_worker = decode_worker
+        self.context_tokens = prompt_tokens + completion_tokens
+
 
 @dataclass
 class SessionTable:

@@ -1,79 +1,136 @@
-"""Snapshots the routing policies decide on (plain data, no torch, no I/O)."""
+"""The router's shared state: configuration, registered workers, the KV index, sessions,
+admission, load and metrics; the HTTP handlers and the KV event threads share it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+import time
 from dataclasses import dataclass, field
 
-ROLES = ("pre-prefill", "prefill", "decode", "replica")
+from warmpath.kv.events import KVEventSubscriber
+from warmpath.kv.hashing import KVNamespace
+from warmpath.models.tokenizer import TextTokenizer
+from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
+from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.load import LoadBook
+from warmpath.router.metrics import RouterMetrics
+from warmpath.router.plan import Planner
+from warmpath.router.policy import RoutingPolicy
+from warmpath.router.ppd import PPDConfig, PPDTable
+from warmpath.router.registry import DiscoveryConfig, Registry
+from warmpath.router.sessions import SessionTable
+from warmpath.router.views import RequestView, Snapshot
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class WorkerView:
-    """One worker as the router sees it at decision time.
+class RouterConfig:
+    """The router's settings (``warmpath router`` flags)."""
 
-    Speeds are what the worker measured and reported in its heartbeat.
-    """
-
-    worker_id: str
-    role: str
-    queued_prefill_tokens: int = 0     # prompt tokens waiting or being prefilled
-    running: int = 0                   # sequences decoding
-    kv_usage: float = 0.0              # L1 blocks in use (0-1)
-    prefill_tok_s: float = 500.0
-    l2_bytes_s: float = 4e9
-    l3_bytes_s: float = 4e8
-    healthy: bool = True
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
-        if self.prefill_tok_s <= 0:
-            raise ValueError("prefill_tok_s must be > 0")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admission: AdmissionConfig = AdmissionConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    request_timeout_s: float = 600.0
+    ppd: PPDConfig | None = None          # None: turn 2+ always goes through a prefill worker
+    session_idle_s: float = 3600.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
+    api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
 
 
-@dataclass(frozen=True)
-class RequestView:
-    """The request being routed: its block hashes (full blocks) and session."""
+class RouterState:
+    """Everything the router knows; the HTTP handlers and the event threads share it."""
 
-    num_tokens: int
-    block_hashes: tuple[bytes, ...]
-    block_size: int
-    session_id: str | None = None
-    turn: int = 1
-    new_tokens: int | None = None      # turn 2+: tokens not in the session's history
-    max_tokens: int = 128
+    def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig,
+                 ppd_table: PPDTable | None = None):
+        self.tok, self.model_id, self.cfg = tokenizer, model_id, cfg
+        self.planner = Planner(policy, cfg.ppd, ppd_table)
+        self.load = LoadBook()
+        self.registry = Registry(cfg.discovery)
+        self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
+        self.sessions = SessionTable(cfg.session_idle_s)
+        self.admission = Admission(cfg.admission)
+        self.metrics = RouterMetrics()
+        self.namespace: KVNamespace | None = None
+        self.kv_bytes_per_token = 46080
+        self.max_model_len: int | None = None     # learnt from the first registration
+        self.lock = threading.Lock()
+        self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
+        self.routed: dict[str, int] = {}
+        self.waiters: dict[int, asyncio.Event] = {}
+        self.mid_stream_failures = 0
+        self.pids: dict[str, int | None] = {}
+        self.gone: dict[str, asyncio.Event] = {}
 
+    @property
+    def policy(self) -> RoutingPolicy:
+        return self.planner.policy
 
-@dataclass(frozen=True)
-class PrefixHit:
-    """Leading blocks of a request cached for one worker: locally (L1/L2) and in L3."""
+    def snapshot(self, rv: RequestView, session_decode: str | None) -> Snapshot:
+        """The planner's snapshot now: registered workers with router-tracked load, and
+        their prefix hits from the KV index."""
+        now = time.monotonic()
+        with self.lock:
+            return self.planner.snapshot(self.load.views(self.registry.views()),
+                                         lambda w: self.index.lookup(w, rv.block_hashes, now),
+                                         session_decode, self.kv_bytes_per_token)
 
-    local_blocks: int = 0
-    l3_blocks: int = 0                 # after the local ones
+    def release(self) -> None:
+        """A request ended: give its admission slot to the next waiter, if any."""
+        nxt = self.admission.release()
+        if nxt is not None and nxt in self.waiters:
+            self.waiters.pop(nxt).set()
 
+    def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
+        """Follow a worker's KV events (replacing the thread of an earlier registration)."""
+        if worker in self.subs:
+            self.subs.pop(worker)[1].set()
+        stop = threading.Event()
+        sub = KVEventSubscriber(endpoint, replay, token=self.cfg.cluster_token)
 
-@dataclass
-class Snapshot:
-    """Everything a policy may look at: workers, cached prefixes, the session's decode worker."""
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    batches = sub.poll(200)
+                    with self.lock:
+                        for _, events, _ in batches:
+                            self.index.apply(worker, events, time.monotonic())
+                except Exception:  # noqa: BLE001 - a malformed batch must not end the thread
+                    log.exception("KV events of %s: batch skipped", worker)
+                    self.metrics.thread_errors.labels("events").inc()
+                    stop.wait(0.2)
+            sub.close()
 
-    workers: list[WorkerView]
-    hits: dict[str, PrefixHit] = field(default_factory=dict)
-    session_decode_worker: str | None = None
-    kv_bytes_per_token: int = 46080
-    network_bytes_s: float = 1e9
+        threading.Thread(target=loop, daemon=True, name=f"events-{worker}").start()
+        self.subs[worker] = (sub, stop)
 
-    def by_role(self, *roles: str) -> list[WorkerView]:
-        return [w for w in self.workers if w.role in roles and w.healthy]
+    def remove(self, worker: str, reason: str) -> bool:
+        """Stop routing to a worker (until it registers again); ``False`` if unknown."""
+        if self.registry.workers.pop(worker, None) is None:
+            return False
+        self.drop(worker)
+        self.metrics.dropped.labels(reason).inc()
+        log.warning("dropped worker %s (%s)", worker, reason)
+        return True
 
+    def gone_event(self, worker: str) -> asyncio.Event:
+        """Set when ``worker`` is dropped (requests waiting on it give up and retry)."""
+        ev = self.gone.get(worker)
+        if ev is None:
+            ev = self.gone[worker] = asyncio.Event()
+        return ev
 
-@dataclass(frozen=True)
-class Decision:
-    """Where a request goes and why (``prefill`` is ``None`` for local append-prefill)."""
-
-    prefill: str | None
-    decode: str | None
-    tier: str                          # "cold" | "warm" | "local" | "replica" | "pd"
-    est_ttft_s: float
-    cached_tokens: int
-    reason: str
-    ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
+    def drop(self, worker: str) -> None:
+        """Forget a worker's index entries, sessions and event thread; wake the requests
+        that wait on it (call on the event loop)."""
+        self.gone_event(worker).set()
+        with self.lock:
+            self.index.drop_worker(worker)
+        self.sessions.forget_worker(worker)
+        if worker in self.subs:
+            self.subs.pop(worker)[1].set()

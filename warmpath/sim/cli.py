@@ -153,7 +153,6 @@ def main(a: argparse.Namespace) -> int:
 
 def bench_sweep(a: argparse.Namespace) -> dict:
     """The same sweep against the simulator (``--sim CONFIG.json``)."""
-
     from warmpath.bench.cli import workload_factory
     from warmpath.bench.metrics import parse_slo
     from warmpath.sim.run import sweep

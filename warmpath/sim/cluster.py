@@ -1,8 +1,8 @@
 """Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
 
-The router part runs the production objects: the routing policy (``cpd`` / ``pd`` /
-``replica``), the PPD switch, admission, the session table and the global KV index fed by
-the workers' events. Each worker runs the production scheduler and block manager
+The router part runs the production objects: the router's plan (``router/plan.py``: the
+routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule), admission, the
+session table and the global KV index fed by the workers' events. Each worker runs the production scheduler and block manager
 (``worker.py``). Only step times and transfers are modelled. The request flow mirrors
 ``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
 the decode worker, which loads them and generates; PPD-local turns run on the decode worker.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.workload import Session
@@ -24,7 +24,8 @@ from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionTable
-from warmpath.router.state import Decision, RequestView, Snapshot
+from warmpath.router.plan import Planner
+from warmpath.router.views import Decision, RequestView
 from warmpath.sim.cpu import SharedCores
 from warmpath.sim.store import SimStore
 from warmpath.sim.worker import SimWorker
@@ -68,10 +69,10 @@ class Simulation:
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
                  transfer_cpu: float = 0.0, contention: float = 0.0) -> None:
         self.workers = {w.wid: w for w in workers}
-        self.policy, self.ns, self.store, self.index = policy, namespace, store, index
-        self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
+        self.ns, self.store, self.index = namespace, store, index
+        self.kvb = kv_bytes_per_token
+        self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s)
         self.admission = Admission(admission)
-        self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
         self.net = net_latency_s
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
@@ -109,19 +110,15 @@ class Simulation:
         hist = self._history[s.sid]
         hist += t.new_tokens
         sess = self.sessions.touch(s.sid, self.now)
-        held = sess.context_tokens
         # the previous turn's blocks are a prefix of this one's: hash only what is new
         hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
-        rv = RequestView(len(hist), tuple(hashes), self.ns.block_size, s.sid,
-                         turn=sess.turns + 1, new_tokens=len(hist) - held if 0 < held < len(hist) else len(hist),
-                         max_tokens=t.max_tokens)
+        rv = self.planner.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens)
         req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv)
         try:
             d = self._plan(req)
         except LookupError as e:
             return self._fail(req, f"no worker: {e}")
-        cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
-        verdict = self.admission.offer(req.rid, d.tier if d.tier in ("cold", "warm") else cls)
+        verdict = self.admission.offer(req.rid, d.cls)
         if verdict == "rejected":
             self.stats.rejected += 1
             return self._fail(req, "HTTP 429")
@@ -131,26 +128,12 @@ class Simulation:
         self._dispatch(req, d)
 
     def _plan(self, req: Req) -> Decision:
-        views = [w.view() for w in self.workers.values()]
+        """The router's plan (``router/plan.py``) over the workers' state now."""
         sess = self.sessions.sessions.get(req.session.sid)
-        # cached prefixes matter where a prompt is computed: prefill-type workers, replicas,
-        # and the session's decode worker (PPD local); decode workers otherwise read none
-        mine = sess.decode_worker if sess else None
-        hits = {v.worker_id: self.index.lookup(v.worker_id, req.rv.block_hashes, self.now)
-                for v in views if v.role != "decode" or v.worker_id == mine}
-        snap = Snapshot(views, hits, sess.decode_worker if sess else None, self.kvb, self.nic)
-        d = self.policy.route(req.rv, snap)
-        if (d.prefill == d.decode or req.rv.turn < 2 or self.ppd_cfg is None or sess is None
-                or d.decode != sess.decode_worker):
-            return d
-        by = {v.worker_id: v for v in views}
-        dw, pw = by[d.decode], by[d.prefill]
-        choice = ppd.decide(self.ppd_cfg, self.ppd_table, req.rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
-        if not choice.local:
-            return replace(d, ppd="remote")
-        h = hits[dw.worker_id]
-        return Decision(None, dw.worker_id, "local", 0.0,
-                        min(req.rv.num_tokens - 1, h.local_blocks * req.rv.block_size), choice.reason, ppd="local")
+        snap = self.planner.snapshot([w.view() for w in self.workers.values()],
+                                     lambda w: self.index.lookup(w, req.rv.block_hashes, self.now),
+                                     sess.decode_worker if sess else None, self.kvb)
+        return self.planner.plan(req.rv, snap)
 
     def _dispatch(self, req: Req, d: Decision) -> None:
         req.decision = d
@@ -266,9 +249,7 @@ class Simulation:
         t = s.turns[req.turn]
         self.records.append(Record(s.sid, req.turn + 1, t.cls, True, req.first_at - req.arrival,
                                    self.now - req.arrival, len(req.output), len(req.prompt), req.cached))
-        sess = self.sessions.touch(s.sid, self.now)
-        sess.decode_worker = req.decision.decode
-        sess.context_tokens = len(req.prompt) + len(req.output)
+        self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
         answer = req.output
         if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
             # the client re-tokenized the answer's text into other ids: the next turn cannot

@@ -21,7 +21,7 @@ from warmpath.kv.lru_index import LRUSlotIndex
 from warmpath.engine.tier_rules import ExternalPrefixSource
 from warmpath.kv.load_cost import LoadCostModel
 from warmpath.router.index import GlobalKVIndex
-from warmpath.router.state import WorkerView
+from warmpath.router.views import WorkerView
 from warmpath.sim.step_time import StepTime
 from warmpath.sim.store import SimStore
 

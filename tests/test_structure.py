@@ -1,0 +1,72 @@
+"""The architecture as rules: layers import downwards only, and every routing decision is
+made in one place (router/plan.py) that the router and the simulator both call."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "warmpath"
+
+# package -> the warmpath packages it may import (besides itself)
+ALLOWED = {
+    "procs": set(), "models": set(), "protocol": set(),
+    "kv": {"procs"},
+    "engine": {"kv", "models"},
+    "router": {"kv", "models", "protocol"},
+    "worker": {"engine", "kv", "models", "protocol"},
+    "bench": {"models", "protocol"},
+    "sim": {"bench", "cluster", "engine", "kv", "router"},
+    "cluster": {"kv", "procs", "protocol", "router"},
+    "calibrate": {"engine", "models", "router"},
+}
+
+
+def _modules():
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT)
+        yield (rel.parts[0] if len(rel.parts) > 1 else rel.stem), rel.as_posix(), ast.parse(p.read_text())
+
+
+def _imports(tree):
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("warmpath."):
+            yield n.module.split(".")[1]
+        elif isinstance(n, ast.Import):
+            yield from (a.name.split(".")[1] for a in n.names if a.name.startswith("warmpath."))
+
+
+def test_no_upward_imports():
+    bad = [f"{path} imports warmpath.{dep}" for pkg, path, tree in _modules() if pkg in ALLOWED
+           for dep in _imports(tree) if dep != pkg and dep not in ALLOWED[pkg]]
+    assert not bad, bad
+
+
+def _calls(attr: str):
+    """Files of warmpath/ calling ``<something>.attr(...)`` or ``attr(...)``."""
+    out = set()
+    for _, path, tree in _modules():
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call):
+                f = n.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if name == attr:
+                    out.add(path)
+    return out
+
+
+@pytest.mark.parametrize("call,where", [
+    ("route", {"router/plan.py"}),                 # the routing policy
+    ("decide", {"router/plan.py"}),                # the PPD switch
+    ("is_cold", {"router/classify.py", "router/policy.py"}),
+    ("request_view", {"router/handler.py", "sim/cluster.py"}),
+])
+def test_each_decision_is_made_in_one_place(call, where):
+    assert _calls(call) == where
+
+
+def test_router_and_simulator_run_the_same_planner():
+    assert _calls("Planner") == {"router/state.py", "sim/cluster.py"}
+    # (the KV tiers' own ``plan`` of loads is another method of that name)
+    assert {p for p in _calls("plan") if p.startswith(("router/", "sim/cluster"))} == {
+        "router/flow.py", "router/app.py", "sim/cluster.py"}

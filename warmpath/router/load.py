@@ -1,0 +1,47 @@
+"""Load the router itself has sent each worker and not yet seen finish (pure).
+
+Heartbeats report a worker's queue every few seconds; between them the router adds what it
+dispatched, so two requests arriving together do not both pick the same idle worker.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from warmpath.router.views import WorkerView
+
+
+@dataclass
+class WorkerLoad:
+    prefill_tokens: int = 0      # prompt tokens sent for computing, not answered yet
+    running: int = 0             # requests decoding there
+
+
+@dataclass
+class LoadBook:
+    """Router-tracked load per worker."""
+
+    load: dict[str, WorkerLoad] = field(default_factory=dict)
+
+    def of(self, worker: str) -> WorkerLoad:
+        return self.load.get(worker, WorkerLoad())
+
+    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0) -> None:
+        x = self.load.setdefault(worker, WorkerLoad())
+        x.prefill_tokens = max(0, x.prefill_tokens + prefill_tokens)
+        x.running = max(0, x.running + running)
+
+    @contextmanager
+    def computing(self, worker: str, tokens: int):
+        """``tokens`` prompt tokens queued on ``worker`` for the duration of the block."""
+        self.add(worker, tokens)
+        try:
+            yield
+        finally:
+            self.add(worker, -tokens)
+
+    def views(self, views: list[WorkerView]) -> list[WorkerView]:
+        """``views`` with the queue and running counts this router knows of."""
+        return [replace(v, queued_prefill_tokens=self.of(v.worker_id).prefill_tokens,
+                        running=self.of(v.worker_id).running) for v in views]

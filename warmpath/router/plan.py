@@ -1,0 +1,83 @@
+"""One request's routing plan, shared by the router and the simulator (pure, no I/O).
+
+The steps every request takes before it runs, in one place:
+
+1. :meth:`Planner.request_view` — the request as policies see it (turn, new tokens of the
+   session's history);
+2. :meth:`Planner.snapshot` — workers with their load, and the prefix each one holds
+   (looked up only where a prompt may be computed: prefill-type workers, replicas, and
+   the session's own decode worker for a PPD-local turn);
+3. :meth:`Planner.plan` — the routing policy, then the PPD switch for turn 2+ (the
+   append-prefill runs on the session's decode worker, or not), and the request's class
+   (cold / warm, :mod:`warmpath.router.classify`).
+
+``router/flow.py`` and ``sim/cluster.py`` both call it; neither decides anything itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from warmpath.router import ppd
+from warmpath.router.classify import ColdRule, reuse
+from warmpath.router.policy import RoutingPolicy
+from warmpath.router.sessions import SessionState
+from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
+
+Lookup = Callable[[str], PrefixHit]      # worker id -> its cached prefix of the request
+
+
+class Planner:
+    """The policy, the PPD switch and the cold rule, applied the same way everywhere."""
+
+    def __init__(self, policy: RoutingPolicy, ppd_cfg: ppd.PPDConfig | None = None,
+                 ppd_table: ppd.PPDTable | None = None, network_bytes_s: float = 1e9) -> None:
+        self.policy, self.ppd_cfg = policy, ppd_cfg
+        self.ppd_table = ppd_table or ppd.PPDTable()
+        self.network_bytes_s = network_bytes_s
+
+    @property
+    def cold_rule(self) -> ColdRule:
+        return self.policy.cold_rule
+
+    @staticmethod
+    def request_view(num_tokens: int, block_hashes: tuple[bytes, ...], block_size: int,
+                     session_id: str | None, session: SessionState | None, max_tokens: int) -> RequestView:
+        """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's
+        history (its last prompt + answer) does not already hold."""
+        held = session.context_tokens if session else 0
+        return RequestView(num_tokens, block_hashes, block_size, session_id,
+                           turn=(session.turns + 1) if session else 1,
+                           new_tokens=num_tokens - held if 0 < held < num_tokens else num_tokens,
+                           max_tokens=max_tokens)
+
+    def snapshot(self, views: list[WorkerView], lookup: Lookup, session_decode: str | None,
+                 kv_bytes_per_token: int) -> Snapshot:
+        """What the policies see: ``views`` (with load) and the prefix hits where they matter."""
+        hits = {v.worker_id: lookup(v.worker_id) for v in views
+                if v.role != "decode" or v.worker_id == session_decode}
+        return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s)
+
+    def plan(self, rv: RequestView, snap: Snapshot, allow_local: bool = True) -> Decision:
+        """Where ``rv`` runs (``LookupError`` when no worker can take it). ``Decision.ppd``
+        says which way the PPD switch went, for a turn 2+ it applied to."""
+        d = self.policy.route(rv, snap)
+        cls = d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens)
+        d = replace(d, cls=cls)
+        if (self.ppd_cfg is None or rv.turn < 2 or d.prefill in (None, d.decode)
+                or snap.session_decode_worker is None or d.decode != snap.session_decode_worker):
+            return d
+        views = {w.worker_id: w for w in snap.workers}
+        dw, pw = views[d.decode], views[d.prefill]
+        choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
+        if not (choice.local and allow_local):
+            return replace(d, ppd="remote")
+        hit = snap.hits.get(dw.worker_id, PrefixHit())
+        cached = min(rv.num_tokens - 1, hit.local_blocks * rv.block_size)
+        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason, ppd="local", cls=cls)
+
+    def decode_for(self, snap: Snapshot) -> str:
+        """A decode worker to go on with a request whose first token exists (its KV is in
+        L3): the session's when alive, else the least loaded."""
+        return self.policy.decode_for(snap).worker_id
