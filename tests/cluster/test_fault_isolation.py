@@ -50,7 +50,7 @@ def test_bad_input_everywhere_then_an_engine_death_and_its_restart():
 
         # The launcher starts it again (a new process) and the router routes to it again.
         back = wait_for(lambda: workers(base).get("prefill-0"), timeout=180)
-        assert back["pid"] != old_pid and back["healthy"]
+        assert back["pid"] != old_pid
         assert greedy_stream(base) == before
 
         # A cold prompt in prefill on the pre-prefill worker when its engine dies: nothing was

@@ -58,9 +58,8 @@ def test_cpd_spills_to_idle_warm_worker_when_cold_tier_saturated():
     assert CPDPolicy().route(REQ, snap(busy_warm)).prefill == "c"
 
 
-def test_session_keeps_its_decode_worker_and_unhealthy_workers_are_skipped():
-    ws = [w("c", "pre-prefill"), w("d1", "decode", running=9), w("d2", "decode"),
-          WorkerView("c-dead", "pre-prefill", healthy=False)]
+def test_session_keeps_its_decode_worker():
+    ws = [w("c", "pre-prefill"), w("d1", "decode", running=9), w("d2", "decode")]
     assert CPDPolicy().route(REQ, snap(ws, session="d1")).decode == "d1"
     with pytest.raises(LookupError):
         CPDPolicy().route(REQ, snap([w("d", "decode")]))

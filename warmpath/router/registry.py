@@ -60,7 +60,7 @@ class Registry:
         unknown = set(load) - set(WorkerView.__dataclass_fields__) - {"worker_id", "role"}
         if unknown:
             raise ValueError(f"unknown heartbeat fields: {sorted(unknown)}")
-        rec.view = replace(rec.view, healthy=True, **load)
+        rec.view = replace(rec.view, **load)
         rec.last_seen = now
         return True
 

@@ -22,7 +22,6 @@ class WorkerView:
     prefill_tok_s: float = 500.0
     l2_bytes_s: float = 4e9
     l3_bytes_s: float = 4e8
-    healthy: bool = True
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -63,7 +62,7 @@ class Snapshot:
     network_bytes_s: float = 1e9
 
     def by_role(self, *roles: str) -> list[WorkerView]:
-        return [w for w in self.workers if w.role in roles and w.healthy]
+        return [w for w in self.workers if w.role in roles]
 
 
 @dataclass(frozen=True)
