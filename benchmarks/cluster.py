@@ -31,6 +31,7 @@ import httpx
 
 from warmpath.bench.metrics import slo_met
 from warmpath.bench.plots import plot_summaries
+from warmpath.bench.prom import samples
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import run_rate, write_results
 from warmpath.bench.workload import coding_agent, long_conversations, repo_contexts
@@ -78,14 +79,14 @@ def meets(classes: dict) -> bool:
 def l3_totals(worker_url: str) -> dict:
     """A worker's L3 bytes and seconds, read and written (its /metrics)."""
     out = dict.fromkeys(("read_bytes", "write_bytes", "read_s", "write_s"), 0.0)
-    for line in httpx.get(worker_url + "/metrics", timeout=10).text.splitlines():
-        v = line.rsplit(" ", 1)[-1]
-        if line.startswith("warmpath_kv_tier_read_bytes_total{") and 'tier="L3"' in line:
-            out["read_bytes"] += float(v)
-        elif line.startswith("warmpath_kv_tier_written_bytes_total{") and 'tier="L3"' in line:
-            out["write_bytes"] += float(v)
-        elif line.startswith("warmpath_kv_l3_seconds_total{"):
-            out["read_s" if 'op="read"' in line else "write_s"] += float(v)
+    for s in samples(httpx.get(worker_url + "/metrics", timeout=10).text):
+        l3 = s.labels.get("tier") == "L3"
+        if s.name == "warmpath_kv_tier_read_bytes_total" and l3:
+            out["read_bytes"] += s.value
+        elif s.name == "warmpath_kv_tier_written_bytes_total" and l3:
+            out["write_bytes"] += s.value
+        elif s.name == "warmpath_kv_l3_seconds_total":
+            out["read_s" if s.labels.get("op") == "read" else "write_s"] += s.value
     return out
 
 

@@ -37,12 +37,14 @@ import time
 from pathlib import Path
 
 import httpx
+from httpx_sse import aconnect_sse
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cluster as real  # noqa: E402  (the cluster benchmark's workload and worker flags)
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
+from warmpath.bench.prom import sample_value  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
@@ -68,14 +70,17 @@ async def one(http: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: 
             "ignore_eos": True, "user": sid, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     first, usage, text = None, {}, []
-    async with http.stream("POST", url + "/v1/completions", json=body) as r:
+    async with aconnect_sse(http, "POST", url + "/v1/completions", json=body) as es:
+        r = es.response
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {await r.aread()!r}")
         stages = timing(r.headers.get("server-timing", ""))
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            ch = json.loads(line[6:])
+        async for ev in es.aiter_sse():
+            if ev.data == "[DONE]":
+                break
+            ch = json.loads(ev.data)
+            if ch.get("error"):
+                raise RuntimeError(f"stream error: {ch['error']}")
             got = "".join(c.get("text") or "" for c in ch.get("choices") or [])
             if first is None and got:
                 first = time.perf_counter() - t0
@@ -124,9 +129,9 @@ def cpu_s(pid: int) -> float:
 
 def busy_s(url: str) -> float:
     """A worker's engine busy seconds (its /metrics)."""
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("warmpath_engine_busy_seconds_total"):
-            return float(line.rsplit(" ", 1)[1])
+    v = sample_value(httpx.get(url + "/metrics", timeout=10).text, "warmpath_engine_busy_seconds_total")
+    if v is not None:
+        return v
     raise RuntimeError(f"{url}/metrics has no warmpath_engine_busy_seconds_total")
 
 

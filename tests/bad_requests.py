@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import httpx
+from httpx_sse import connect_sse
 
 from tests.conftest import AUTH
 
@@ -166,15 +167,14 @@ def greedy_stream(base: str, max_tokens: int = 40) -> str:
     """A normal greedy streamed chat request; returns its text."""
     body = {"messages": MSG, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
     out = []
-    with httpx.stream("POST", base + CHAT, json=body, timeout=300) as r:
-        assert r.status_code == 200, r.read()
-        import json
-
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                d = json.loads(line[6:])
-                assert "error" not in d, d
-                out += [c["delta"].get("content") or "" for c in d["choices"]]
+    with httpx.Client(timeout=300) as http, connect_sse(http, "POST", base + CHAT, json=body) as es:
+        assert es.response.status_code == 200, es.response.read()
+        for ev in es.iter_sse():
+            if ev.data == "[DONE]":
+                break
+            d = ev.json()
+            assert "error" not in d, d
+            out += [c["delta"].get("content") or "" for c in d["choices"]]
     return "".join(out)
 
 

@@ -138,14 +138,6 @@ def metric(base: str, name: str, **labels) -> float | None:
     """One sample from a server's /metrics (labels must match exactly those given)."""
     import httpx
 
-    for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] != name:
-            continue
-        got = dict(kv.split("=", 1) for kv in head[len(name):].strip("{}").split(",") if kv)
-        got = {k: v.strip('"') for k, v in got.items()}
-        if all(got.get(k) == str(v) for k, v in labels.items()):
-            return float(value)
-    return None
+    from warmpath.bench.prom import sample_value
+
+    return sample_value(httpx.get(base + "/metrics", timeout=10).text, name, **labels)

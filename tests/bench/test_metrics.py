@@ -1,18 +1,10 @@
 import pytest
 
-from warmpath.bench.metrics import Record, meets, parse_slo, percentile, slo_met, summarize
+from warmpath.bench.metrics import Record, meets, parse_slo, slo_met, summarize
 
 
 def rec(ttft, e2e, n, turn=1, cls="cold", ok=True, itls=()):
     return Record("s", turn, cls, ok, ttft, e2e, n, 10, 0, list(itls))
-
-
-def test_percentile_linear_interpolation():
-    xs = [1.0, 2.0, 3.0, 4.0]
-    assert percentile(xs, 50) == 2.5
-    assert percentile(xs, 90) == pytest.approx(3.7)
-    assert percentile([5.0], 99) == 5.0
-    assert percentile([], 50) is None
 
 
 def test_tpot_with_one_token_and_many():

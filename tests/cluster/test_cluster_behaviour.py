@@ -1,12 +1,14 @@
 """CPD isolation, admission, and failures, with real processes (router, workers, Mooncake)."""
 
 import concurrent.futures as cf
+import json
 import os
 import random
 import signal
 import time
 
 import httpx
+from httpx_sse import connect_sse
 
 from tests.conftest import AUTH, cluster_process, free_port, metric, serve_process
 
@@ -107,13 +109,14 @@ def test_admission_and_failures_in_a_disaggregated_cluster():
         # the decode worker killed after the first token: a clean error event, router stays up
         long = {**body, "max_tokens": 400, "stream": True}
         d0 = worker(base, "decode-0")["pid"]
-        with httpx.stream("POST", base + "/v1/completions", json=long, timeout=120) as s:
-            lines = s.iter_lines()
-            got = [next(x for x in lines if x.startswith("data: {")) for _ in range(3)]
-            assert all('"text"' in g for g in got)
+        with httpx.Client(timeout=120) as http, connect_sse(http, "POST", base + "/v1/completions",
+                                                            json=long) as es:
+            events = es.iter_sse()
+            got = [next(events).json() for _ in range(3)]
+            assert all("text" in g["choices"][0] for g in got)
             os.kill(d0, signal.SIGKILL)
-            rest = [x for x in lines if x]
-        assert '"error"' in rest[-2] and "mid-stream" in rest[-2] and rest[-1] == "data: [DONE]"
+            rest = [ev.data for ev in events]
+        assert "mid-stream" in json.loads(rest[-2])["error"]["message"] and rest[-1] == "[DONE]"
         assert httpx.get(base + "/health", timeout=5).status_code == 200
         p = worker(base, "prefill-1")["url"]
         assert metric(p, "warmpath_num_requests_running", model=M) == 0   # nothing left behind

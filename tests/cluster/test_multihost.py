@@ -16,7 +16,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 

@@ -5,6 +5,7 @@ import time
 
 import httpx
 import openai
+from httpx_sse import connect_sse
 
 from tests.conftest import free_port, serve_process
 
@@ -135,16 +136,16 @@ def test_worker_dying_mid_stream_gives_a_clean_error_and_router_stays_up():
         wait_for(lambda: len(cluster(router)["workers"]) == 1)
         body = {"model": M, "prompt": [500 + i for i in range(30)], "max_tokens": 2000, "temperature": 0,
                 "ignore_eos": True, "stream": True}
-        lines = []
-        with httpx.stream("POST", router + "/v1/completions", json=body, timeout=120) as r:
-            assert r.status_code == 200
-            for ln in r.iter_lines():
-                if ln:
-                    lines.append(ln)
-                if len(lines) == 5:
+        events = []
+        with httpx.Client(timeout=120) as http, connect_sse(http, "POST", router + "/v1/completions",
+                                                            json=body) as es:
+            assert es.response.status_code == 200
+            for ev in es.iter_sse():
+                events.append(ev.data)
+                if len(events) == 5:
                     os.killpg(procs[0].pid, signal.SIGKILL)
-        assert lines[-1] == "data: [DONE]"
-        err = json.loads(lines[-2][6:])
+        assert events[-1] == "[DONE]"
+        err = json.loads(events[-2])
         assert err["error"]["type"] == "server_error" and "mid-stream" in err["error"]["message"]
         assert httpx.get(router + "/health", timeout=5).status_code == 200
         c = cluster(router)

@@ -1,13 +1,13 @@
 """The OpenAI API over real HTTP, served by a real `warmpath serve` process on SmolLM2."""
 
-import json
 import time
 
 import httpx
 import openai
 import pytest
+from httpx_sse import connect_sse
 
-from tests.conftest import AUTH, serve_process
+from tests.conftest import AUTH, metric, serve_process
 from warmpath.models.loader import load_tokenizer
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
@@ -22,13 +22,6 @@ def server():
 @pytest.fixture
 def client(server):
     return openai.OpenAI(base_url=server + "/v1", api_key="none", max_retries=0)
-
-
-def metric(server, name):
-    for line in httpx.get(server + "/metrics").text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def test_models_and_health(client, server):
@@ -135,19 +128,21 @@ def test_bad_requests_do_not_disturb_running_stream(server, client):
     ref = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0,
                                          max_tokens=40, extra_body={"ignore_eos": True}).choices[0].message.content
     text = ""
-    with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=60) as r:
-        for i, ln in enumerate(r.iter_lines()):
-            if i == 3:
+    with httpx.Client(timeout=60) as http, connect_sse(http, "POST", server + "/v1/chat/completions",
+                                                       json=body) as es:
+        for i, ev in enumerate(es.iter_sse()):
+            if i == 1:
                 for b, _ in BAD[:6]:
                     assert httpx.post(server + "/v1/chat/completions", json=b, timeout=30).status_code == 400
-            if ln.startswith("data: {"):
-                d = json.loads(ln[6:])
-                text += d["choices"][0]["delta"].get("content") or "" if d["choices"] else ""
+            if ev.data == "[DONE]":
+                break
+            d = ev.json()
+            text += d["choices"][0]["delta"].get("content") or "" if d["choices"] else ""
     assert text == ref
 
 
 def test_client_disconnect_aborts_request(server):
-    aborted = metric(server, 'warmpath_requests_total{finish_reason="abort",model="SmolLM2-135M-Instruct"}') or 0
+    aborted = metric(server, "warmpath_requests_total", finish_reason="abort", model="SmolLM2-135M-Instruct") or 0
     body = {"messages": MSG, "max_tokens": 2000, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=60) as r:
         for i, _ in enumerate(r.iter_lines()):
@@ -158,7 +153,7 @@ def test_client_disconnect_aborts_request(server):
         httpx.post(server + "/v1/chat/completions", json=body, timeout=1.5)
     deadline = time.time() + 10
     while time.time() < deadline:
-        now = metric(server, 'warmpath_requests_total{finish_reason="abort",model="SmolLM2-135M-Instruct"}') or 0
+        now = metric(server, "warmpath_requests_total", finish_reason="abort", model="SmolLM2-135M-Instruct") or 0
         if now >= aborted + 2 and metric(server, "warmpath_num_requests_running") == 0:
             break
         time.sleep(0.2)

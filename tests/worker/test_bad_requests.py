@@ -1,15 +1,13 @@
 """One bad request never stops a worker (real `warmpath serve` process, real SmolLM2, real HTTP)."""
 
 import concurrent.futures as cf
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
 from tests.bad_requests import MSG, PUBLIC, WORKER_INTERNAL, battery_beside_greedy, greedy_stream
-from tests.conftest import AUTH, free_port, serve_process, stop_group
+from tests.conftest import AUTH, free_port, serve_process
 
 FAULTS = {"WARMPATH_FAULT_INJECTION": "1"}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from warmpath.stats import percentile
+
 CLASSES = ("all", "cold", "warm", "turn1", "turn2+")
 SLO_KEYS = ("ttft", "ttft_p50", "ttft_p90", "ttft_p99", "tpot", "itl", "e2e")
 
@@ -33,17 +35,6 @@ class Record:
 
     def classes(self) -> list[str]:
         return ["all", self.cls, "turn1" if self.turn == 1 else "turn2+"]
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), ``None`` for no data."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def parse_slo(spec: str | None) -> dict[str, float]:

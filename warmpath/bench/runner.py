@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
 import httpx
+from httpx_sse import aconnect_sse
 
 from warmpath.bench.metrics import Record
+from warmpath.bench.prom import warmpath_totals
 from warmpath.bench.workload import Session, tokens
 
 
@@ -47,6 +48,46 @@ class BenchTarget(ABC):
         pass
 
 
+class _Stream:
+    """One streamed completion as its events arrive: TTFT is the first event carrying text."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.parts: list[str] = []
+        self.itls: list[float] = []
+        self.usage: dict = {}
+
+    def add(self, d: dict) -> str | None:
+        """Take one event's JSON; returns the error it reports, if it is an error event."""
+        if d.get("error"):
+            e = d["error"]
+            return "stream error: " + (e.get("message", "") if isinstance(e, dict) else str(e))
+        if d.get("usage"):
+            self.usage = d["usage"]
+        for c in d.get("choices") or []:
+            if c.get("text"):
+                now = time.perf_counter()
+                if self.first is None:
+                    self.first = now
+                else:
+                    self.itls.append(now - self.last)
+                self.last = now
+                self.parts.append(c["text"])
+        return None
+
+    def answer(self, prompt_len: int) -> Answer:
+        """The request as it ended now (a stream with no text: TTFT = E2E)."""
+        end = time.perf_counter()
+        first = end if self.first is None else self.first
+        u = self.usage
+        details = u.get("prompt_tokens_details") or {}
+        return Answer(True, first - self.t0, end - self.t0, "".join(self.parts),
+                      u.get("completion_tokens") or len(self.parts), u.get("prompt_tokens", prompt_len),
+                      details.get("cached_tokens") or 0, self.itls)
+
+
 class OpenAITarget(BenchTarget):
     """Any OpenAI-compatible server: streaming ``/v1/completions`` with token-id prompts."""
 
@@ -74,51 +115,28 @@ class OpenAITarget(BenchTarget):
                 "prompt": self.decode(prompt) if self.decode else prompt, "max_tokens": max_tokens,
                 "temperature": 0, "stream": True, "ignore_eos": True, "user": session_id,
                 "stream_options": {"include_usage": True}}
-        t0 = time.perf_counter()
-        first, last, parts, itls, usage = None, None, [], [], {}
+        stream = _Stream(time.perf_counter())
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.http.stream("POST", self.url + "/v1/completions", json=body) as r:
+                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body) as es:
+                    r = es.response
                     if r.status_code != 200:
                         return Answer(False, error=f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        d = json.loads(line[6:])
-                        if d.get("usage"):
-                            usage = d["usage"]
-                        for c in d.get("choices") or []:
-                            if c.get("text"):
-                                now = time.perf_counter()
-                                if first is None:
-                                    first = now
-                                else:
-                                    itls.append(now - last)
-                                last = now
-                                parts.append(c["text"])
+                    async for ev in es.aiter_sse():
+                        if ev.data == "[DONE]":
+                            break
+                        if ev.data and (err := stream.add(json.loads(ev.data))):
+                            return Answer(False, error=err)
         except (TimeoutError, httpx.HTTPError) as e:
             return Answer(False, error=f"{type(e).__name__}: {e}")
-        end = time.perf_counter()
-        n_out = usage.get("completion_tokens") or len(parts)
-        if first is None:
-            first = end
-        details = usage.get("prompt_tokens_details") or {}
-        return Answer(True, first - t0, end - t0, "".join(parts), n_out, usage.get("prompt_tokens", len(prompt)),
-                      details.get("cached_tokens") or 0, itls)
+        return stream.answer(len(prompt))
 
     async def server_metrics(self) -> dict[str, float]:
         try:
             text = (await self.http.get(self.url + "/metrics", timeout=5)).text
         except httpx.HTTPError:
             return {}
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            m = re.match(r"^(warmpath_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
-            if m:
-                tier = re.search(r'tier="(L\d)"', m.group(2) or "")
-                key = m.group(1) + (f":{tier.group(1)}" if tier else "")
-                out[key] = out.get(key, 0.0) + float(m.group(3))
-        return out
+        return warmpath_totals(text)
 
     async def close(self) -> None:
         await self.http.aclose()

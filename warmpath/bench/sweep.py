@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import sys
@@ -110,6 +109,3 @@ def write_results(out: Path, summary: dict) -> None:
             for c in CLASSES:
                 w.writerow([rate, c, *[classes[c][k] for k in keys]])
 
-
-def sync(coro):
-    return asyncio.run(coro)

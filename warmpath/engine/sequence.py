@@ -100,10 +100,6 @@ class Sequence:
         return len(self.prompt_token_ids)
 
     @property
-    def is_finished(self) -> bool:
-        return self.status == SeqStatus.FINISHED
-
-    @property
     def in_prefill(self) -> bool:
         """Still computing tokens it already knows (prompt, or recompute after preemption)."""
         return self.num_tokens - self.num_computed_tokens > 1

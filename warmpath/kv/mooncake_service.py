@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys

@@ -6,16 +6,10 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from warmpath.stats import percentile
+
 _LAT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 _TPOT = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
-
-
-def quantile(xs, q: float) -> float | None:
-    """Nearest-rank quantile of a sample (``None`` when empty)."""
-    s = sorted(xs)
-    if not s:
-        return None
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
 class RouterMetrics:
@@ -49,8 +43,6 @@ class RouterMetrics:
                               ["cls"], buckets=_TPOT, registry=r)
         self.prefix = Counter("warmpath_router_prefix_tokens", "Prompt tokens by where the plan finds them",
                               ["source"], registry=r)
-        self.load_choice = Counter("warmpath_router_load_decisions",
-                                   "Cached L3 prefixes planned to load vs recompute", ["choice"], registry=r)
         self.kv_bytes = Counter("warmpath_router_kv_handoff_bytes", "KV bytes handed from prefill to decode "
                                 "workers through the store", registry=r)
         self.kv_put_s = Counter("warmpath_router_kv_handoff_put_seconds",
@@ -71,15 +63,15 @@ class RouterMetrics:
 
     def summary(self) -> dict:
         """p50 / p90 of the recent TTFT and queue times per class (for ``/v1/cluster``)."""
-        return {f"{m}_{c}": {"p50": quantile(xs, 0.5), "p90": quantile(xs, 0.9), "n": len(xs)}
+        return {f"{m}_{c}": {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "n": len(xs)}
                 for (m, c), xs in self.recent.items()}
 
     def render(self, in_flight: int, waiting: int) -> bytes:
         self.in_flight.set(in_flight)
         self.waiting.set(waiting)
         for (m, c), xs in self.recent.items():
-            for q in (0.5, 0.9):
-                v = quantile(xs, q)
+            for q, pct in (("0.5", 50), ("0.9", 90)):
+                v = percentile(xs, pct)
                 if v is not None:
-                    self.quant.labels(m, c, str(q)).set(v)
+                    self.quant.labels(m, c, q).set(v)
         return generate_latest(self.registry)

@@ -1,0 +1,3 @@
+"""warmpath: cache-aware prefill/decode-disaggregated LLM serving."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,197 @@
+"""Drive a target with sessions at given arrival times (or a fixed concurrency)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from warmpath.bench.metrics import Record
+from warmpath.bench.prom import warmpath_totals
+from warmpath.bench.workload import Session, tokens
+
+
+@dataclass
+class Answer:
+    """What one request returned."""
+
+    ok: bool
+    ttft: float | None = None
+    e2e: float | None = None
+    text: str = ""
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    itls: list[float] | None = None
+    error: str | None = None
+
+
+class BenchTarget(ABC):
+    """Something that answers prompts: an HTTP server, or the simulator."""
+
+    @abstractmethod
+    async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
+        """Send one prompt (token ids); return timings measured from the send."""
+
+    async def server_metrics(self) -> dict[str, float]:
+        """Counters the target exposes (for hit ratios); empty when it has none."""
+        return {}
+
+    async def close(self) -> None:
+        pass
+
+
+class _Stream:
+    """One streamed completion as its events arrive: TTFT is the first event carrying text."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.parts: list[str] = []
+        self.itls: list[float] = []
+        self.usage: dict = {}
+
+    def add(self, d: dict) -> str | None:
+        """Take one event's JSON; returns the error it reports, if it is an error event."""
+        if d.get("error"):
+            e = d["error"]
+            return "stream error: " + (e.get("message", "") if isinstance(e, dict) else str(e))
+        if d.get("usage"):
+            self.usage = d["usage"]
+        for c in d.get("choices") or []:
+            if c.get("text"):
+                now = time.perf_counter()
+                if self.first is None:
+                    self.first = now
+                else:
+                    self.itls.append(now - self.last)
+                self.last = now
+                self.parts.append(c["text"])
+        return None
+
+    def answer(self, prompt_len: int) -> Answer:
+        """The request as it ended now (a stream with no text: TTFT = E2E)."""
+        end = time.perf_counter()
+        first = end if self.first is None else self.first
+        u = self.usage
+        details = u.get("prompt_tokens_details") or {}
+        return Answer(True, first - self.t0, end - self.t0, "".join(self.parts),
+                      u.get("completion_tokens") or len(self.parts), u.get("prompt_tokens", prompt_len),
+                      details.get("cached_tokens") or 0, self.itls)
+
+
+class OpenAITarget(BenchTarget):
+    """Any OpenAI-compatible server: streaming ``/v1/completions`` with token-id prompts."""
+
+    def __init__(self, url: str, model: str | None = None, timeout_s: float = 30.0,
+                 decode: Callable[[list[int]], str] | None = None, api_key: str | None = None) -> None:
+        """``decode`` given: prompts are sent as text (for servers without token-id prompts);
+        ``api_key``: sent as ``Authorization: Bearer`` (servers started with API keys)."""
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.decode = decode
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                      limits=httpx.Limits(max_connections=2000, max_keepalive_connections=200),
+                                      headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+
+    async def resolve_model(self) -> str:
+        if self.model is None:
+            r = await self.http.get(self.url + "/v1/models")
+            r.raise_for_status()
+            self.model = r.json()["data"][0]["id"]
+        return self.model
+
+    async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
+        body = {"model": await self.resolve_model(),
+                "prompt": self.decode(prompt) if self.decode else prompt, "max_tokens": max_tokens,
+                "temperature": 0, "stream": True, "ignore_eos": True, "user": session_id,
+                "stream_options": {"include_usage": True}}
+        stream = _Stream(time.perf_counter())
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body) as es:
+                    r = es.response
+                    if r.status_code != 200:
+                        return Answer(False, error=f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+                    async for ev in es.aiter_sse():
+                        if ev.data == "[DONE]":
+                            break
+                        if ev.data and (err := stream.add(json.loads(ev.data))):
+                            return Answer(False, error=err)
+        except (TimeoutError, httpx.HTTPError) as e:
+            return Answer(False, error=f"{type(e).__name__}: {e}")
+        return stream.answer(len(prompt))
+
+    async def server_metrics(self) -> dict[str, float]:
+        try:
+            text = (await self.http.get(self.url + "/metrics", timeout=5)).text
+        except httpx.HTTPError:
+            return {}
+        return warmpath_totals(text)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+Encoder = Callable[[str], list[int]]
+
+
+async def run_session(target: BenchTarget, s: Session, t0: float, records: list[Record],
+                      encode: Encoder | None, seed: int, on_done: Callable[[], None]) -> None:
+    """Wait for the session's start, then send its turns in order, growing the history."""
+    delay = t0 + s.start - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    history = list(s.prefix)
+    rng = random.Random(f"{seed}-{s.sid}")
+    for i, turn in enumerate(s.turns):
+        history += turn.new_tokens
+        a = await target.complete(history, turn.max_tokens, s.sid)
+        records.append(Record(s.sid, i + 1, turn.cls, a.ok, a.ttft, a.e2e, a.output_tokens,
+                              a.prompt_tokens, a.cached_tokens, a.itls or [], a.error))
+        on_done()
+        if not a.ok:
+            return
+        # The answer joins the history (re-tokenized when we can, else same-length filler).
+        history += encode(a.text) if encode and a.text else tokens(rng, a.output_tokens)
+
+
+async def run(target: BenchTarget, sessions: list[Session], concurrency: int | None = None,
+              encode: Encoder | None = None, seed: int = 0,
+              progress: Callable[[int, int], None] | None = None,
+              stop_after_s: float | None = None) -> tuple[list[Record], float]:
+    """Run all sessions; returns records and the wall time. ``concurrency`` switches from
+    timed arrivals to a closed loop of that many sessions in flight, starting no new
+    session after ``stop_after_s``."""
+    records: list[Record] = []
+    total = sum(len(s.turns) for s in sessions)
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+
+    t0 = time.perf_counter()
+    if concurrency:
+        queue = list(sessions)
+
+        async def worker() -> None:
+            while queue and (stop_after_s is None or time.perf_counter() - t0 < stop_after_s):
+                s = queue.pop(0)
+                s.start = 0.0
+                await run_session(target, s, t0, records, encode, seed, tick)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    else:
+        await asyncio.gather(*(run_session(target, s, t0, records, encode, seed, tick) for s in sessions))
+    return records, time.perf_counter() - t0

@@ -1,0 +1,111 @@
+"""Rate sweeps, the highest rate meeting an SLO, tier hit ratios, and result files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from warmpath.bench.metrics import CLASSES, slo_met, summarize
+from warmpath.bench.runner import BenchTarget, Encoder, run
+from warmpath.bench.workload import Session
+
+SessionFactory = Callable[[int, int], list[Session]]   # (count, seed) -> sessions
+
+
+def tier_hit_ratios(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Share of prompt tokens served per tier, from warmpath's /metrics deltas."""
+    def d(k: str) -> float:
+        return after.get(k, 0.0) - before.get(k, 0.0)
+
+    q = d("warmpath_prefix_cache_query_tokens")
+    if q <= 0:
+        return {"L1": None, "L2": None, "L3": None}
+    l2 = d("warmpath_kv_tier_loaded_tokens_total:L2")
+    l3 = d("warmpath_kv_tier_loaded_tokens_total:L3")
+    return {"L1": (d("warmpath_prefix_cache_hit_tokens") - l2 - l3) / q, "L2": l2 / q, "L3": l3 / q}
+
+
+def _progress(label: str) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        width = 30
+        fill = int(width * done / max(total, 1))
+        sys.stderr.write(f"\r{label} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
+
+
+async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None, duration_s: float,
+                   slo: dict[str, float], concurrency: int | None = None, burstiness: float = 1.0,
+                   ramp_s: float = 0.0, seed: int = 0, encode: Encoder | None = None,
+                   fixed: list[Session] | None = None, quiet: bool = False) -> dict:
+    """One point of a sweep: sessions at ``rate`` (or ``concurrency``), summarized."""
+    if fixed is not None:
+        sessions = [s for s in fixed if s.start < ramp_s + duration_s]
+    elif concurrency:
+        # a pool the closed loop should not exhaust within duration_s (it stops early if it does)
+        sessions = make(max(100, int(concurrency * duration_s * 10)), seed)
+    else:
+        times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
+        # new prompts at every rate point: a server that ran the previous point still holds its KV
+        sessions = make(len(times), seed + int(rate * 1000))
+        for s, t in zip(sessions, times):
+            s.start = t
+    before = await target.server_metrics()
+    label = f"rate {rate}" if rate else f"concurrency {concurrency}"
+    records, wall = await run(target, sessions, concurrency, encode, seed,
+                              None if quiet else _progress(label), duration_s if concurrency else None)
+    if concurrency and not quiet:
+        sys.stderr.write("\n")
+    after = await target.server_metrics()
+    classes = summarize(records, wall, slo)
+    return {"classes": classes, "duration_s": wall, "sessions": len(sessions),
+            "achieved_rps": classes["all"]["completed"] / wall if wall > 0 else 0.0,
+            "tier_hit_ratio": tier_hit_ratios(before, after), "slo_met": slo_met(classes, slo),
+            "errors": sorted({r.error for r in records if r.error})[:5]}
+
+
+def max_rate_from_sweep(runs: dict[float, dict]) -> float | None:
+    """Highest swept rate whose run met the SLO."""
+    ok = [r for r, res in runs.items() if res["slo_met"]]
+    return max(ok) if ok else None
+
+
+async def search_max_rate(evaluate: Callable[[float], Awaitable[bool]], lo: float, hi: float,
+                          iters: int = 4) -> float | None:
+    """Bisection between a rate that meets the SLO (``lo``) and one that does not (``hi``).
+
+    Assumes latency grows with rate. Returns the highest rate found to meet it, ``None``
+    if even ``lo`` fails.
+    """
+    if not await evaluate(lo):
+        return None
+    if await evaluate(hi):
+        return hi
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if await evaluate(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def write_results(out: Path, summary: dict) -> None:
+    """``summary.json`` plus ``results.csv`` (one row per rate × class)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    keys = ["completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "itl_s",
+            "e2e_p50_s", "throughput_tok_s", "goodput_rps", "success_rate"]
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["rate", "class", *keys])
+        for rate, classes in summary["rates"].items():
+            for c in CLASSES:
+                w.writerow([rate, c, *[classes[c][k] for k in keys]])
+

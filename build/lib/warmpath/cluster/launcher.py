@@ -1,0 +1,238 @@
+"""``warmpath serve --topology NAME``: Mooncake, the router and the workers as processes.
+
+Starts a private Mooncake master + store (unless ``--kv-store`` names one), the router on
+the requested port, then every worker on a free loopback port; waits until all workers
+have registered, prints the endpoint, and stops everything on Ctrl-C / SIGTERM (children
+also die with the launcher through ``PR_SET_PDEATHSIG``). A worker that exits while the
+cluster runs (its engine failed, it was killed) is started again with the same flags, after
+a back-off that doubles with each quick failure (1 s up to 30 s).
+
+Every process gets the cluster token (``--cluster-token`` / ``WARMPATH_CLUSTER_TOKEN``, or a
+random one made here) through its environment, never its argv (argv shows in ``ps``); the
+API keys go to the router only, the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
+
+import httpx
+
+from warmpath.cluster.topology import Topology
+from warmpath.procs import die_with_parent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Cluster:
+    """The processes of one running topology."""
+
+    topology: Topology
+    url: str
+    procs: dict = field(default_factory=dict)     # name -> Popen
+    service: object | None = None
+    argv: dict = field(default_factory=dict)      # name -> the flags it was started with
+    quiet: bool = True
+    restarts: dict = field(default_factory=dict)  # name -> how many times it was restarted
+    _delay: dict = field(default_factory=dict)    # name -> its last back-off (s)
+    _due: dict = field(default_factory=dict)      # name -> when its restart is due
+    token: str | None = field(default=None, repr=False)      # the cluster token of every process
+    api_keys: tuple = field(default=(), repr=False)          # the router's API keys
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What reads ``/v1/cluster`` in full (worker PIDs and URLs) and calls ``/internal/*``
+        is an API key when there are any, else the cluster token."""
+        secret = self.api_keys[0] if self.api_keys else self.token
+        return {"Authorization": f"Bearer {secret}"} if secret else {}
+
+    def stop(self) -> None:
+        for name in sorted(self.procs, key=lambda n: n == "router"):   # workers first
+            p = self.procs[name]
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if self.service is not None:
+            self.service.stop()
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        self.argv[name] = argv
+        env = {CLUSTER_TOKEN_ENV: self.token} if self.token else {}
+        env[API_KEY_ENV] = ",".join(self.api_keys) if name == "router" else ""   # workers: none
+        self.procs[name] = _spawn(argv, self.quiet, env)
+
+    def restart_dead_workers(self, now: float) -> list[str]:
+        """Start again every worker that exited (not the router) once its back-off passed
+        (1 s, doubling up to 30 s while it keeps failing within a minute of its start);
+        returns the names restarted now."""
+        started = []
+        for name in self.dead():
+            if name == "router":
+                continue
+            if name not in self._due:   # just noticed
+                ran = now - getattr(self.procs[name], "started_at", now)
+                prev = self._delay.get(name, 0.0)
+                self._delay[name] = 1.0 if ran > 60 or not prev else min(30.0, 2 * prev)
+                self._due[name] = now + self._delay[name]
+                log.error("worker %s exited with code %s; restarting it in %.0f s",
+                          name, self.procs[name].returncode, self._delay[name])
+            elif now >= self._due[name]:
+                del self._due[name]
+                self.spawn(name, self.argv[name])
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                started.append(name)
+        return started
+
+
+# Mooncake's client logs expected lookup misses as errors when it starts; not worth a user's eye.
+_NOISE = ("Logging before InitGoogleLogging", "metadata not found")
+
+
+def _copy_stderr(pipe) -> None:
+    for line in iter(pipe.readline, b""):
+        if not any(n.encode() in line for n in _NOISE):
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+
+
+def _spawn(args: list[str], quiet: bool, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **(env or {})}
+    p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
+                         stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
+                         preexec_fn=die_with_parent)
+    p.started_at = time.monotonic()
+    threading.Thread(target=_copy_stderr, args=(p.stderr,), daemon=True).start()
+    return p
+
+
+def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_argv: list[str],
+          kv_store: str | None, l3_gib: float, threads: int | None, log_level: str = "WARNING",
+          timeout_s: float = 300.0, token: str | None = None, api_keys: tuple = ()) -> Cluster:
+    """Start everything and wait until every worker is registered; raises ``RuntimeError``
+    (after stopping what started) when a process dies or the wait times out. Without a
+    ``token`` a random one secures this cluster's own processes (``Cluster.headers``)."""
+    service = None
+    if kv_store is None and l3_gib > 0:
+        from warmpath.kv.mooncake_service import MooncakeService
+
+        service = MooncakeService(host="127.0.0.1", segment_bytes=int(l3_gib * (1 << 30))).start()
+        kv_store = f"{service.master},{service.metadata}"
+    url = f"http://{host}:{port}"
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"),
+                token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys))
+    try:
+        ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
+        c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
+                           "--policy", topo.policy, *ppd, *router_argv])
+        per = threads or max(1, (os.cpu_count() or 2) // topo.size)
+        store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
+        for wid, role in topo.roles():
+            c.spawn(wid, ["--log-level", log_level, "worker", "--role", role, "--router", url,
+                          "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
+                          "--threads", str(per), *store, *worker_argv])
+        wait_ready(c, timeout_s)
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
+def wait_ready(c: Cluster, timeout_s: float) -> None:
+    want = {w for w, _ in c.topology.roles()}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if c.dead():
+            raise RuntimeError(f"process(es) {c.dead()} exited during startup (see their output above)")
+        try:
+            got = {w["worker_id"] for w in httpx.get(c.url + "/v1/cluster", timeout=2,
+                                                     headers=c.headers).json()["workers"]}
+            if want <= got:
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"workers not registered after {timeout_s:.0f} s")
+
+
+def run_forever(c: Cluster, model_id: str) -> int:
+    """Print the endpoint, then wait for Ctrl-C / SIGTERM or a process dying."""
+    roles = ", ".join(f"{n} {r}" for r, n in c.topology.workers.items() if n)
+    print(f"warmpath: serving {model_id} ({c.topology.name}: {roles}; policy {c.topology.policy}, "
+          f"PPD {c.topology.ppd}) on {c.url}/v1\n"
+          f"  cluster: curl {c.url}/v1/cluster   metrics: curl {c.url}/metrics\n"
+          f"  try: curl {c.url}/v1/chat/completions -H 'Content-Type: application/json' "
+          f"-d '{{\"model\": \"{model_id}\", \"messages\": [{{\"role\": \"user\", "
+          f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
+    stop = {"sig": None}
+
+    def on_signal(sig, _frame) -> None:
+        stop["sig"] = sig
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        while stop["sig"] is None:
+            if "router" in c.dead():
+                log.error("the router exited; stopping the cluster")
+                return 1
+            for name in c.restart_dead_workers(time.monotonic()):
+                print(f"warmpath: restarted worker {name} (restart {c.restarts[name]})", flush=True)
+            time.sleep(0.25)
+        return 0
+    finally:
+        print("warmpath: stopping the cluster", flush=True)
+        c.stop()
+
+
+def serve_cluster(a, model_id: str) -> int:
+    """``warmpath serve --topology NAME`` from its parsed flags: start, print, wait, stop."""
+    from warmpath.cluster.topology import resolve
+
+    topo = resolve(a.topology, a.ppd)
+    router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
+                   str(a.cold_queue), "--warm-queue", str(a.warm_queue),
+                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
+                   "--max-body-mib", str(a.max_body_mib)]
+    if a.calibration:
+        router_argv += ["--calibration", a.calibration]
+    from warmpath.protocol.auth import api_keys, cluster_token
+
+    cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
+                    0 if a.no_l3 else a.l3_gib, a.threads,
+                    log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
+                    token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
+    return run_forever(cluster, model_id)
+
+
+def worker_argv(a) -> list[str]:
+    """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--block-size", str(a.block_size),
+            "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
+            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
+            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
+            "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
+            "--max-body-mib", str(a.max_body_mib)]
+    argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
+    argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
+    argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
+    argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    return argv

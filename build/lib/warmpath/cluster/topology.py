@@ -1,0 +1,80 @@
+"""Named deployments: which worker roles, how many of each, which policy and PPD mode (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from warmpath.router.state import ROLES
+
+PPD_MODES = ("off", "x0", "x1", "dynamic")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``workers``: role → count. ``ppd``: ``off`` (turn 2+ like turn 1) or a PPD mode."""
+
+    name: str
+    policy: str
+    workers: dict = field(default_factory=dict)
+    ppd: str = "off"
+
+    def __post_init__(self) -> None:
+        from warmpath.router.policy import POLICIES
+
+        if self.policy not in POLICIES:
+            raise ValueError(f"topology {self.name}: policy must be one of {sorted(POLICIES)}, got {self.policy!r}")
+        if self.ppd not in PPD_MODES:
+            raise ValueError(f"topology {self.name}: ppd must be one of {PPD_MODES}, got {self.ppd!r}")
+        bad = set(self.workers) - set(ROLES)
+        if bad:
+            raise ValueError(f"topology {self.name}: unknown roles {sorted(bad)}; roles are {ROLES}")
+        if any(not isinstance(n, int) or n < 0 for n in self.workers.values()) or not any(self.workers.values()):
+            raise ValueError(f"topology {self.name}: worker counts must be integers >= 0, at least one > 0")
+        has = {r for r, n in self.workers.items() if n}
+        if self.policy == "replica" and has != {"replica"}:
+            raise ValueError(f"topology {self.name}: the replica policy needs only replica workers")
+        if self.policy in ("cpd", "pd") and ("decode" not in has or not has & {"prefill", "pre-prefill"}
+                                              or "replica" in has):
+            raise ValueError(f"topology {self.name}: {self.policy} needs prefill-type and decode workers")
+
+    def roles(self) -> list[tuple[str, str]]:
+        """``(worker_id, role)`` for every worker, e.g. ``("prefill-0", "prefill")``."""
+        return [(f"{r}-{i}", r) for r in ROLES for i in range(self.workers.get(r, 0))]
+
+    @property
+    def size(self) -> int:
+        return sum(self.workers.values())
+
+
+TOPOLOGIES = {t.name: t for t in (
+    Topology("replica", "replica", {"replica": 2}),
+    Topology("pd-2p1d", "pd", {"prefill": 2, "decode": 1}),
+    Topology("pd-2p2d", "pd", {"prefill": 2, "decode": 2}),
+    Topology("cpd-1d", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 1}),
+    Topology("cpd-2d", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 2}),
+    Topology("ppd-1p3d", "pd", {"prefill": 1, "decode": 3}, "dynamic"),
+    Topology("ppd-2p2d", "pd", {"prefill": 2, "decode": 2}, "dynamic"),
+    Topology("ppd-3p1d", "pd", {"prefill": 3, "decode": 1}, "dynamic"),
+)}
+
+
+def resolve(spec: str, ppd: str | None = None) -> Topology:
+    """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n}}``;
+    ``ppd`` overrides the PPD mode."""
+    if spec in TOPOLOGIES:
+        t = TOPOLOGIES[spec]
+    elif spec.endswith(".json"):
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(f"--topology: no such file {spec}")
+        try:
+            d = json.loads(path.read_text())
+            t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"--topology {spec}: expected {{\"policy\", \"ppd\", \"workers\": "
+                             f"{{role: count}}}}: {e}") from e
+    else:
+        raise ValueError(f"--topology: {spec!r} is neither one of {sorted(TOPOLOGIES)} nor a .json file")
+    return replace(t, ppd=ppd) if ppd else t

@@ -1,0 +1,310 @@
+"""The engine of one worker: scheduler + block manager + model runner + detokenizer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from warmpath.engine.block_manager import BlockManager
+from warmpath.engine.tiered_kv import TierConfig, TieredKV
+from warmpath.engine.detokenizer import IncrementalDetokenizer
+from warmpath.engine.model_runner import ModelRunner
+from warmpath.engine.scheduler import Scheduler, SchedulerConfig
+from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.kv.block_pool import BlockPool
+from warmpath.kv.hashing import KVNamespace
+from warmpath.models.loader import LoadedModel, load_model
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings (model, memory, batching).
+
+    ``device``/``dtype`` ``"auto"``: CUDA + bfloat16 when available, else CPU + float32.
+    ``num_blocks`` overrides ``kv_cache_gib`` when set.
+    """
+
+    model: str = "smollm2"
+    device: str = "auto"
+    dtype: str = "auto"
+    block_size: int = 16
+    kv_cache_gib: float = 1.0
+    num_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    num_threads: int | None = None
+    seed: int = 0
+    tiers: TierConfig | None = None      # L2/L3 and KV events; None = L1 only
+    worker_id: str = "worker"
+    step_trace: str | None = None        # append one JSON line per step with work to this file
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        if self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")
+        if self.num_blocks is not None and self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+
+    def resolve_device(self) -> tuple[torch.device, torch.dtype]:
+        dev = self.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        dt = self.dtype
+        if dt == "auto":
+            dt = "bfloat16" if dev.startswith("cuda") else "float32"
+        return torch.device(dev), getattr(torch, dt)
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    text: str
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    queue_time: float | None = None  # arrival → first scheduled (set with the first token)
+    error: str | None = None         # the request failed inside a step (it alone; finished)
+
+
+class LLMEngine:
+    """Synchronous engine: ``add_request`` then call ``step`` until idle."""
+
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
+        self.cfg = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        device, dtype = config.resolve_device()
+        self.loaded = loaded or load_model(config.model, device, dtype, seed=config.seed)
+        self.tokenizer = self.loaded.tokenizer
+        mcfg = self.loaded.config
+        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
+                                 mcfg.max_position_embeddings)
+        nblocks = config.num_blocks or ModelRunner.blocks_for_memory(
+            self.loaded, config.block_size, config.kv_cache_gib)
+        self.runner = ModelRunner(self.loaded, nblocks, config.block_size)
+        self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
+        self.block_manager = BlockManager(self.pool, config.block_size)
+        sched_cfg = config.scheduler
+        if sched_cfg.max_model_len != self.max_model_len:
+            from dataclasses import replace
+            sched_cfg = replace(sched_cfg, max_model_len=self.max_model_len)
+        self.tiers = TieredKV(config.tiers, self.runner.kv_caches, self.pool, config.block_size,
+                              config.worker_id) if config.tiers else None
+        self.scheduler = Scheduler(sched_cfg, self.block_manager, external=self.tiers)
+        self.namespace = KVNamespace(
+            model_id=self.loaded.model_id, revision=self.loaded.revision,
+            dtype=str(self.runner.dtype).removeprefix("torch."), block_size=config.block_size,
+            tokenizer=self.tokenizer.identity if self.tokenizer else "")
+        self.eos_ids = tuple(mcfg.eos_token_ids)
+        self._seqs: dict[str, Sequence] = {}
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._ids = itertools.count()
+        self._initial: dict[str, RequestOutput] = {}
+        self.num_steps = 0
+        self.busy_seconds = 0.0     # wall time inside step() with work to do (loads and puts included)
+        self._trace = open(config.step_trace, "a", buffering=1) if config.step_trace else None
+
+    # -- requests ----------------------------------------------------------
+    def check_prompt(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Raise ``ValueError`` if a request cannot fit the context window or the KV pool."""
+        if num_prompt_tokens == 0:
+            raise ValueError("prompt is empty")
+        if num_prompt_tokens >= self.max_model_len:
+            raise ValueError(f"prompt has {num_prompt_tokens} tokens; the context window is "
+                             f"{self.max_model_len} tokens")
+        if num_prompt_tokens + max_tokens > self.max_model_len:
+            raise ValueError(f"max_tokens={max_tokens} plus the prompt's {num_prompt_tokens} tokens "
+                             f"exceeds the context window of {self.max_model_len} tokens")
+        need = self.block_manager.blocks_for(num_prompt_tokens + max_tokens)
+        if need > self.pool.num_blocks:
+            raise ValueError(f"request needs {need} KV blocks, the pool has {self.pool.num_blocks}")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None, cache_salt: str | None = None,
+                    arrival_time: float | None = None,
+                    output_prefix: list[int] | None = None) -> str:
+        """Queue a request; returns its id. Raises ``ValueError`` on bad input.
+
+        ``output_prefix``: tokens already generated elsewhere (the first token a prefill
+        worker sampled, handed off to this decode worker). They count as output; the
+        request continues after them, and :meth:`take_initial_output` reports them.
+        """
+        vocab = self.loaded.config.vocab_size
+        prefix = list(output_prefix or [])
+        if any(not 0 <= t < vocab for t in prompt_token_ids + prefix):
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        self.check_prompt(len(prompt_token_ids), params.max_tokens)
+        rid = request_id or f"req-{next(self._ids)}"
+        if rid in self._seqs:
+            raise ValueError(f"duplicate request id {rid!r}")
+        seq = Sequence(rid, list(prompt_token_ids), params, self.namespace.with_salt(cache_salt),
+                       arrival_time=arrival_time or time.monotonic())
+        try:
+            self._seqs[rid] = seq
+            self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
+            if prefix:
+                seq.output_token_ids.extend(prefix)
+                seq.first_token_time = seq.first_scheduled_time = seq.arrival_time
+                self._initial[rid] = self._prefix_output(seq)
+                if self._initial[rid].finished:
+                    return rid
+            self.scheduler.add(seq)
+        except BaseException:   # leave no trace of a request that was not added
+            self._seqs.pop(rid, None)
+            self._detok.pop(rid, None)
+            self._initial.pop(rid, None)
+            raise
+        return rid
+
+    def _prefix_output(self, seq: Sequence) -> RequestOutput:
+        det = self._detok[seq.request_id]
+        reason = self.scheduler.stop_reason(seq, seq.output_token_ids[-1], self.eos_ids)
+        text = det.update(seq.output_token_ids, final=reason is not None)
+        if det.stopped and reason is None:
+            reason = "stop"
+        if reason is not None:
+            seq.finish_reason = reason
+            self._seqs.pop(seq.request_id, None)
+            self._detok.pop(seq.request_id, None)
+        return RequestOutput(seq.request_id, list(seq.output_token_ids), text, reason is not None,
+                             reason, seq.num_prompt_tokens, 0, len(seq.output_token_ids), 0.0)
+
+    def early_prefix_output(self, request_id: str, num_prompt_tokens: int, params: SamplingParams,
+                            prefix: list[int] | None) -> RequestOutput | None:
+        """The output :meth:`add_request` will produce for ``prefix``, computed without
+        touching engine state (safe from another thread), when the prefix surely does not
+        end the request (no stop strings, no stop/EOS token, ``max_tokens`` > its length);
+        ``None`` otherwise."""
+        if not prefix or params.stop or len(prefix) >= params.max_tokens:
+            return None
+        if any(t in params.stop_token_ids or (t in self.eos_ids and not params.ignore_eos) for t in prefix):
+            return None
+        text = IncrementalDetokenizer(self.tokenizer, ()).update(list(prefix))
+        return RequestOutput(request_id, list(prefix), text, False, None, num_prompt_tokens, 0, len(prefix), 0.0)
+
+    def take_initial_output(self, request_id: str) -> RequestOutput | None:
+        """The output for an ``output_prefix`` given to :meth:`add_request` (once)."""
+        return self._initial.pop(request_id, None)
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free its blocks; ``False`` if unknown or already done."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.finish(seq, "abort")
+        self._detok.pop(request_id, None)
+        self.runner.sampler.release(request_id)
+        return True
+
+    def fail(self, request_id: str, error: str) -> RequestOutput | None:
+        """Fail one request (an error its own data caused inside a step): free its blocks
+        and sampler state, leave every other request as it was. ``None`` if unknown."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, "error")
+        self._detok.pop(request_id, None)
+        self.runner.sampler.release(request_id)
+        return RequestOutput(request_id, [], "", True, "error", seq.num_prompt_tokens,
+                             max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def close(self) -> None:
+        """Release the lower tiers (event sockets, store client)."""
+        if self.tiers is not None:
+            self.tiers.close()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
+
+    def request_ids(self) -> list[str]:
+        """Ids of the requests not finished yet."""
+        return list(self._seqs)
+
+    # -- stepping ----------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduling step; returns outputs of requests that advanced."""
+        start = time.perf_counter()
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        t0 = time.perf_counter()
+        if self.tiers is not None:
+            self.tiers.apply_loads()
+        items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled] if self._trace else None
+        t1 = time.perf_counter()
+        tiers_s = t1 - t0
+        result = self.runner.execute(out)
+        exec_s = time.perf_counter() - t1
+        self.num_steps += 1
+        finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
+        if self.tiers is not None:
+            self.tiers.cost.observe_prefill(out.num_tokens, time.perf_counter() - t0)
+            t_put = time.perf_counter()
+            self.tiers.after_step()
+            tiers_s += time.perf_counter() - t_put
+        outputs = []
+        for rid in result.sampled_ids:
+            seq = self._seqs.get(rid)
+            if seq is None:
+                continue
+            try:
+                if rid in result.failed:
+                    raise RuntimeError(result.failed[rid])
+                outputs.append(self._output(seq, rid in finished))
+            except Exception as e:  # noqa: BLE001 - this request's fault: fail it alone
+                failed = self.fail(rid, str(e) if rid in result.failed else f"{type(e).__name__}: {e}")
+                if failed is not None:
+                    outputs.append(failed)
+        end = time.perf_counter()
+        self.busy_seconds += end - start
+        if self._trace is not None:   # monotonic clock: comparable across processes on one machine
+            now = time.monotonic()
+            self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": exec_s,
+                                          "tiers_s": tiers_s, "items": items}) + "\n")
+        return outputs
+
+    def _output(self, seq: Sequence, done: bool) -> RequestOutput:
+        """The output of a sequence that just got a token (forgets it when done)."""
+        rid = seq.request_id
+        det = self._detok[rid]
+        text = det.update(seq.output_token_ids, final=done)
+        if det.stopped and not done:
+            self.scheduler.finish(seq, "stop")
+            done = True
+        out = RequestOutput(
+            rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
+            seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
+            (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
+            if len(seq.output_token_ids) == 1 else None)
+        if done:
+            self._seqs.pop(rid, None)
+            self._detok.pop(rid, None)
+            self.runner.sampler.release(rid)
+        return out
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+                 ) -> list[list[int]]:
+        """Offline helper: run prompts to completion, return output token ids in order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        rids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        res: dict[str, list[int]] = {r: [] for r in rids}
+        while self.has_work():
+            for o in self.step():
+                res[o.request_id].extend(o.new_token_ids)
+        return [res[r] for r in rids]

@@ -1,0 +1,93 @@
+"""Runs one scheduled step on the model: builds tensors, runs forward, samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from warmpath.engine.sampler import Sampler
+from warmpath.engine.scheduler import ScheduledSeq, SchedulerOutput
+from warmpath.models.attention import AttentionMetadata
+from warmpath.models.loader import LoadedModel
+
+
+@dataclass
+class StepResult:
+    """Sampled tokens per request id; ``logits`` rows follow ``sampled_ids`` when asked;
+    ``failed``: requests whose sampling raised (their token in ``sampled`` is a stand-in)."""
+
+    sampled: dict[str, int]
+    sampled_ids: list[str]
+    logits: torch.Tensor | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class ModelRunner:
+    """Owns the model and the L1 KV tensors of one worker.
+
+    KV layout: ``[layers, 2 (k|v), num_blocks, block_size, kv_heads, head_dim]``.
+    """
+
+    def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int) -> None:
+        self.model = loaded.model
+        self.cfg = loaded.config
+        p = next(self.model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.kv_caches = torch.zeros(
+            self.cfg.num_layers, 2, num_blocks, block_size, self.cfg.num_kv_heads,
+            self.cfg.head_dim, dtype=self.dtype, device=self.device)
+        self.sampler = Sampler(self.device)
+
+    @staticmethod
+    def blocks_for_memory(loaded: LoadedModel, block_size: int, gib: float) -> int:
+        """How many blocks fit in ``gib`` GiB of KV memory."""
+        dt = next(loaded.model.parameters()).element_size()
+        per_block = loaded.config.kv_bytes_per_token(dt) * block_size
+        return max(1, int(gib * (1 << 30)) // per_block)
+
+    def _slots(self, s: ScheduledSeq) -> list[int]:
+        bs, table = self.block_size, s.seq.block_ids
+        start = s.seq.num_computed_tokens
+        return [table[p // bs] * bs + p % bs for p in range(start, start + s.num_tokens)]
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput, return_logits: bool = False) -> StepResult:
+        """Compute the step and sample for every chunk that reaches its sequence's end."""
+        decodes = [s for s in out.scheduled if s.num_tokens == 1]
+        prefills = [s for s in out.scheduled if s.num_tokens > 1]
+        ordered = decodes + prefills
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        for s in ordered:
+            start = s.seq.num_computed_tokens
+            ids.extend(s.seq.token_ids[start:start + s.num_tokens])
+            pos.extend(range(start, start + s.num_tokens))
+            slots.extend(self._slots(s))
+        bs = self.block_size
+
+        def table(s: ScheduledSeq) -> list[int]:
+            return s.seq.block_ids[:-(-(s.seq.num_computed_tokens + s.num_tokens) // bs)]
+
+        meta = AttentionMetadata.build(
+            bs, [table(s) for s in decodes], [s.seq.num_computed_tokens + 1 for s in decodes],
+            [(s.num_tokens, s.seq.num_computed_tokens + s.num_tokens, table(s)) for s in prefills],
+            slots, self.device)
+        hidden = self.model(torch.tensor(ids, dtype=torch.long, device=self.device),
+                            torch.tensor(pos, dtype=torch.long, device=self.device),
+                            self.kv_caches, meta)
+        rows, sample_seqs, offset = [], [], 0
+        for s in ordered:
+            offset += s.num_tokens
+            if s.samples:
+                rows.append(offset - 1)
+                sample_seqs.append(s.seq)
+        if not rows:
+            return StepResult({}, [])
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
+        req_ids = [q.request_id for q in sample_seqs]
+        toks, failed = self.sampler.sample(logits, req_ids, [q.params for q in sample_seqs])
+        return StepResult(dict(zip(req_ids, toks)), req_ids, logits if return_logits else None, failed)

@@ -1,0 +1,73 @@
+"""Measure a real engine's step times and fit a step-time model (``warmpath calibrate``).
+
+Three kinds of step are timed on the engine as it is (model, device, threads):
+* prefill of ``t`` new tokens over a cached context of ``c`` tokens;
+* decode of ``b`` sequences at context ``c``;
+* the same decode batch with an append-prefill of ``t`` tokens in the step (PPD's local path).
+The fit (least squares) is ``prefill = a0 + a1·t + a2·t·c`` and
+``decode = d0 + d1·b + d2·b·c``; the mixed step is modelled as decode + prefill − a0.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from warmpath.engine.llm_engine import EngineConfig, LLMEngine
+from warmpath.engine.step_model import StepProfile
+from warmpath.engine.scheduler import SchedulerConfig
+from warmpath.engine.sequence import SamplingParams
+from warmpath.models.loader import LoadedModel
+
+_ONE = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+
+
+def _tokens(seed: int, n: int, vocab: int) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(3, vocab - 1, n)]
+
+
+def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256), batches=(1, 4, 16),
+                   decode_steps: int = 4, block_size: int = 16) -> StepProfile:
+    """Time prefill, decode and mixed steps on ``loaded`` (a few seconds on the tiny model)."""
+    vocab = loaded.config.vocab_size
+    max_ctx = max(contexts) + max(tokens) + decode_steps + 8
+    blocks = (max(batches) + 2) * (-(-max_ctx // block_size) + 1)
+    sched = SchedulerConfig(max_num_seqs=max(batches) + 2, max_num_batched_tokens=max_ctx * 2)
+    prof = StepProfile()
+    seed = 0
+    for c in contexts:
+        eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, block_size=block_size), loaded=loaded)
+        ctx = _tokens(seed := seed + 1, c, vocab)
+        eng.generate([ctx], _ONE)                       # the context is now cached
+        for t in tokens:
+            eng.add_request(ctx + _tokens(seed := seed + 1, t, vocab), _ONE)
+            t0 = time.perf_counter()
+            eng.step()
+            prof.prefill.append((t + c % block_size if c % block_size else t, c, time.perf_counter() - t0))
+            while eng.has_work():
+                eng.step()
+        for b in batches:
+            for i in range(b):
+                eng.add_request(ctx + _tokens(seed := seed + 1, 1, vocab),
+                                SamplingParams(max_tokens=decode_steps + 2 + max(tokens), temperature=0,
+                                               ignore_eos=True))
+            eng.step()                                  # admit all (cached context + 1 token each)
+            while any(s.in_prefill for s in eng.scheduler.running) or eng.scheduler.waiting:
+                eng.step()
+            times = []
+            for _ in range(decode_steps):
+                t0 = time.perf_counter()
+                eng.step()
+                times.append(time.perf_counter() - t0)
+            prof.decode.append((b, c, float(np.median(times))))
+            for t in tokens:                            # an append-prefill joins the decode batch
+                eng.add_request(ctx + _tokens(seed := seed + 1, t, vocab), _ONE)
+                t0 = time.perf_counter()
+                eng.step()
+                prof.mixed.append((b, c, t, time.perf_counter() - t0))
+            for rid in eng.request_ids():
+                eng.abort(rid)
+        eng.close()
+    return prof

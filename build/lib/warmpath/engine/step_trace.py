@@ -1,0 +1,95 @@
+"""Read and analyse engine step traces (``warmpath worker --step-trace``; pure, no torch).
+
+A trace holds one JSON line per engine step: ``t0``/``t1`` (monotonic seconds, comparable
+across the processes of one machine), ``exec_s`` (compute), ``tiers_s`` (KV-tier work at the
+step's ends) and ``items`` (``[new_tokens, context]`` per sequence). Given the traces of all
+the workers of one run, a step's *overlap* is how many other workers were stepping during
+it, on average over its length: that separates steps that ran alone (what a step model
+should be fitted on) from steps that shared the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from warmpath.engine.step_model import StepProfile
+
+ALONE = 0.05   # a step is "alone" when others stepped during less than this share of it
+
+
+def read_step_trace(path) -> dict[str, list[dict]]:
+    """A ``--step-trace`` file, or a folder of them → each worker's steps (by file name)."""
+    path = Path(path)
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x] for f in files}
+
+
+def overlap(step: dict, spans: list[tuple[float, float]]) -> float:
+    """Seconds of ``spans`` inside ``step``, over its length."""
+    return sum(max(0.0, min(step["t1"], b) - max(step["t0"], a)) for a, b in spans) / max(step["t1"] - step["t0"], 1e-9)
+
+
+def overlaps(steps: dict[str, list[dict]]) -> dict[str, list[float]]:
+    """For each worker's steps: seconds of other workers' steps inside it over its length."""
+    out = {}
+    for w, mine in steps.items():
+        spans = [(o["t0"], o["t1"]) for v, ss in steps.items() if v != w for o in ss]
+        out[w] = [overlap(s, spans) for s in mine]
+    return out
+
+
+def profile_from_trace(steps: dict[str, list[dict]]) -> StepProfile:
+    """Rows from the workers' step traces of one run: one-sequence prefill steps and pure
+    decode steps that ran alone, timed without their KV-tier work (the simulator charges that
+    separately); mixed and multi-prefill steps are left out."""
+    prof = StepProfile()
+    ov = overlaps(steps)
+    for w, mine in steps.items():
+        for s, k in zip(mine, ov[w]):
+            items = s["items"]
+            t = s["t1"] - s["t0"] - s.get("tiers_s", 0.0)
+            if not items or t <= 0 or k >= ALONE:
+                continue
+            if all(n == 1 for n, _ in items):
+                prof.decode.append((len(items), sum(c for _, c in items) // len(items), t))
+            elif len(items) == 1:
+                prof.prefill.append((items[0][0], items[0][1], t))
+    return prof
+
+
+def _shape(items: list) -> tuple:
+    """Steps of one shape take the same time but for noise: decodes by batch and context (to
+    256 tokens), prefills by their token counts and contexts (to 64 tokens)."""
+    if all(n == 1 for n, _ in items):
+        return ("decode", len(items), sum(c for _, c in items) // len(items) // 256)
+    return ("prefill", tuple(n for n, _ in items), tuple(c // 64 for _, c in items))
+
+
+def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2) -> dict:
+    """How real steps vary, for the simulator's CPU profile, comparing steps of one worker and
+    one shape (so that no model error enters).
+
+    ``step_cv``: the spread of compute times of steps that ran alone around their shape's
+    mean (shapes with 3+ such steps). ``contention``: how much slower a step computes while
+    about one other worker steps beside it (two processes on two cores: no core is shared,
+    so this is what the shared caches and memory cost) than the same shape alone — the median
+    over shapes with ``min_steps`` of each. ``None`` where the trace has no such steps."""
+    ov = overlaps(steps)
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for w, mine in steps.items():
+        for s, k in zip(mine, ov[w]):
+            if not s["items"]:
+                continue
+            g = groups.setdefault((w, _shape(s["items"])), {"alone": [], "one": []})
+            if k < ALONE:
+                g["alone"].append(s["exec_s"])
+            elif round(k) == 1:
+                g["one"].append(s["exec_s"])
+    dev = [x / statistics.fmean(g["alone"]) for g in groups.values() if len(g["alone"]) >= 3 for x in g["alone"]]
+    ratios = [statistics.median(g["one"]) / statistics.median(g["alone"]) - 1.0 for g in groups.values()
+              if len(g["alone"]) >= min_steps and len(g["one"]) >= min_steps]
+    return {"step_cv": statistics.pstdev(dev) if len(dev) >= 3 else None,
+            "contention": statistics.median(ratios) if ratios else None,
+            "steps_alone": sum(len(g["alone"]) for g in groups.values()), "shapes_compared": len(ratios)}

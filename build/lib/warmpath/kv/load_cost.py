@@ -1,0 +1,82 @@
+"""Load vs recompute: what moving a prefix from a lower tier costs against computing it,
+from this worker's own measurements (pure; the engine and the simulator share it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+
+@dataclass
+class Ema:
+    """Exponential moving average with a prior (used until the first sample)."""
+
+    value: float
+    alpha: float = 0.3
+    samples: int = 0
+
+    def update(self, x: float) -> None:
+        self.value = x if self.samples == 0 else (1 - self.alpha) * self.value + self.alpha * x
+        self.samples += 1
+
+
+@dataclass
+class LoadCostModel:
+    """Loading ``n`` blocks costs ``overhead + bytes / bandwidth``; recomputing costs
+    ``tokens / prefill speed``. All speeds are moving averages of what this worker measured.
+
+    ``policy``: ``auto`` (cheaper wins), ``always`` (load) or ``never`` (recompute).
+    """
+
+    policy: str = "auto"
+    bandwidth: dict[str, Ema] = field(default_factory=lambda: {
+        "L2": Ema(4e9), "L3": Ema(4e8)})            # bytes/s priors
+    overhead_s: dict[str, Ema] = field(default_factory=lambda: {
+        "L2": Ema(1e-4), "L3": Ema(2e-3)})
+    prefill_tok_s: Ema = field(default_factory=lambda: Ema(500.0))
+    decisions: dict[str, int] = field(default_factory=lambda: {"load": 0, "recompute": 0})
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("auto", "always", "never"):
+            raise ValueError(f"load policy must be auto, always or never, got {self.policy!r}")
+
+    def load_seconds(self, tier: str, nbytes: int) -> float:
+        return self.overhead_s[tier].value + nbytes / self.bandwidth[tier].value
+
+    def recompute_seconds(self, tokens: int) -> float:
+        return tokens / self.prefill_tok_s.value
+
+    def should_load(self, tier: str, num_blocks: int, block_bytes: int, block_size: int) -> bool:
+        """Decide and count the decision."""
+        if num_blocks <= 0:
+            return False
+        if self.policy == "auto":
+            load = self.load_seconds(tier, num_blocks * block_bytes) < \
+                self.recompute_seconds(num_blocks * block_size)
+        else:
+            load = self.policy == "always"
+        self.decisions["load" if load else "recompute"] += 1
+        return load
+
+    def plan(self, hashes: list, count_l2: Callable[[list], int], count_l3: Callable[[list], int] | None,
+             block_bytes: int, block_size: int) -> tuple[int, int]:
+        """Blocks of ``hashes`` (those after the L1 hits) to load from L2, then from L3:
+        the leading run each tier holds, kept only where loading beats recomputing."""
+        if not hashes:
+            return 0, 0
+        n2 = count_l2(hashes)
+        if n2 and not self.should_load("L2", n2, block_bytes, block_size):
+            return 0, 0  # recomputing beats even host memory: L3 would be slower still
+        n3 = count_l3(hashes[n2:]) if count_l3 is not None and n2 < len(hashes) else 0
+        if n3 and not self.should_load("L3", n3, block_bytes, block_size):
+            n3 = 0
+        return n2, n3
+
+    def observe_transfer(self, tier: str, nbytes: int, seconds: float) -> None:
+        if nbytes > 0 and seconds > 0:
+            self.bandwidth[tier].update(nbytes / seconds)
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        if tokens >= 64 and seconds > 0:
+            self.prefill_tok_s.update(tokens / seconds)

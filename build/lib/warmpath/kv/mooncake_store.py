@@ -1,0 +1,278 @@
+"""L3: KV blocks in Mooncake Store, with zero-copy batched transfers and a circuit breaker.
+
+Blocks move through one registered staging buffer (``batch_put_from`` /
+``batch_get_into``). Every call runs on one background thread and the caller
+waits at most ``op_timeout_s``: a dead master costs a bounded wait, then L3 is
+marked down (every call is a miss) until a probe after ``retry_after_s`` works.
+
+NOTE: no torch here; payloads are numpy views the caller fills or reads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from warmpath.kv.block_codec import HEADER_SIZE, BlockFormatError, check_block, encode_header
+
+log = logging.getLogger(__name__)
+NOT_FOUND = -704
+EXISTS = -706      # another worker stored the block first: fine
+NO_SPACE = -200    # store full until the master evicts: a future miss, not an error
+
+
+@dataclass(frozen=True)
+class MooncakeConfig:
+    """Where the store is and how this client talks to it."""
+
+    master: str                      # "host:port" of mooncake_master's RPC
+    metadata: str                    # "http://host:port/metadata"
+    protocol: str = "tcp"            # or "rdma"
+    device: str = ""                 # RDMA device names ("" = auto)
+    local_hostname: str = "127.0.0.1"
+    global_segment_bytes: int = 0    # memory this client lends to the store
+    local_buffer_bytes: int = 64 << 20
+    staging_blocks: int = 32
+    op_timeout_s: float = 2.0
+    retry_after_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if ":" not in self.master:
+            raise ValueError(f"master must be host:port, got {self.master!r}")
+        if not self.metadata.startswith("http"):
+            raise ValueError(f"metadata must be an http URL, got {self.metadata!r}")
+        if self.staging_blocks <= 0:
+            raise ValueError("staging_blocks must be > 0")
+
+
+@dataclass
+class L3Stats:
+    hits: int = 0
+    misses: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    blocks_written: int = 0
+    errors: int = 0          # failed calls (RPC errors, timeouts)
+    corrupt: int = 0         # header/checksum failures (treated as misses)
+    fallbacks: int = 0       # lookups answered "miss" because L3 was down
+    rejected_full: int = 0   # puts refused because the store was full (not an error)
+    read_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+
+def quiet_mooncake_logs(level: int) -> None:
+    """Route Mooncake's glog output to our log level (call before the first import)."""
+    name = "INFO" if level <= logging.INFO else "WARNING" if level <= logging.WARNING else "ERROR"
+    os.environ.setdefault("MC_LOG_LEVEL", name)
+    os.environ.setdefault("MC_YLT_LOG_LEVEL", name.lower().replace("warning", "warn"))
+    os.environ.setdefault("GLOG_minloglevel", {"INFO": "0", "WARNING": "1", "ERROR": "2"}[name])
+
+
+@dataclass
+class MooncakeL3:
+    """Block store on Mooncake. ``block_bytes`` is the payload size of one block."""
+
+    cfg: MooncakeConfig
+    block_bytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    stats: L3Stats = field(default_factory=L3Stats)
+
+    def __post_init__(self) -> None:
+        self.slot = HEADER_SIZE + self.block_bytes
+        self.staging = np.zeros(self.cfg.staging_blocks * self.slot, dtype=np.uint8)
+        self._exec = cf.ThreadPoolExecutor(1, thread_name_prefix="mooncake")
+        self._lock = threading.Lock()   # one transfer at a time through the staging buffer
+        self._store = None
+        self._down_until = 0.0
+        self.connect()
+
+    # -- connection --------------------------------------------------------
+    def _setup(self):
+        from mooncake.store import MooncakeDistributedStore
+
+        st = MooncakeDistributedStore()
+        c = self.cfg
+        rc = st.setup(c.local_hostname, c.metadata, c.global_segment_bytes, c.local_buffer_bytes,
+                      c.protocol, c.device, c.master)
+        if rc != 0:
+            raise ConnectionError(f"mooncake setup failed ({rc}) for master {c.master}")
+        rc = st.register_buffer(self.staging.ctypes.data, self.staging.nbytes)
+        if rc != 0:
+            raise ConnectionError(f"mooncake register_buffer failed ({rc})")
+        return st
+
+    def _master_reachable(self) -> bool:
+        # NOTE: Mooncake's setup() retries for ~90 s holding the GIL when the master is
+        # gone, stalling the whole worker; a plain TCP connect tells us first.
+        host, _, port = self.cfg.master.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def connect(self) -> bool:
+        """(Re)connect; returns whether L3 is usable now."""
+        if not self._master_reachable():
+            log.warning("L3 (Mooncake) master %s unreachable; recomputing until it is back",
+                        self.cfg.master)
+            self._mark_down()
+            return False
+        try:
+            self._store = self._call(self._setup, timeout=max(10.0, self.cfg.op_timeout_s))
+            self._down_until = 0.0
+            return True
+        except Exception as e:  # noqa: BLE001
+            log.warning("L3 (Mooncake) unavailable: %s", e)
+            self._mark_down()
+            return False
+
+    @property
+    def available(self) -> bool:
+        return self._store is not None and time.monotonic() >= self._down_until
+
+    def _mark_down(self) -> None:
+        self.stats.errors += 1
+        self._down_until = time.monotonic() + self.cfg.retry_after_s
+
+    def _call(self, fn: Callable, *args, timeout: float | None = None):
+        fut = self._exec.submit(fn, *args)
+        return fut.result(timeout=timeout or self.cfg.op_timeout_s)
+
+    def key(self, block_hash: bytes) -> str:
+        return "wp/" + block_hash.hex()
+
+    def _payload(self, i: int) -> np.ndarray:
+        off = i * self.slot + HEADER_SIZE
+        return self.staging[off:off + self.block_bytes]
+
+    # -- operations --------------------------------------------------------
+    def count_prefix(self, hashes: list[bytes]) -> int:
+        """How many leading blocks of ``hashes`` exist in the store."""
+        if not hashes:
+            return 0
+        if not self.available and not self.probe():
+            self.stats.fallbacks += 1
+            return 0
+        try:
+            res = self._call(self._store.batch_is_exist, [self.key(h) for h in hashes])
+        except Exception:  # noqa: BLE001 - timeout or RPC failure
+            self._mark_down()
+            self.stats.fallbacks += 1
+            return 0
+        n = 0
+        for r in res:
+            if r != 1:
+                if r < 0:
+                    self._mark_down()
+                break
+            n += 1
+        return n
+
+    def get(self, hashes: list[bytes], sink: Callable[[int, np.ndarray], None]) -> int:
+        """Read blocks in order; ``sink(i, payload)`` gets each verified block.
+
+        Stops at the first missing, corrupt or failed block; returns how many
+        leading blocks were delivered.
+        """
+        done = 0
+        step = self.cfg.staging_blocks
+        t0 = time.perf_counter()
+        with self._lock:
+            while done < len(hashes) and self.available:
+                chunk = hashes[done:done + step]
+                ptrs = [self.staging.ctypes.data + i * self.slot for i in range(len(chunk))]
+                try:
+                    res = self._call(self._store.batch_get_into, [self.key(h) for h in chunk], ptrs,
+                                     [self.slot] * len(chunk))
+                except Exception:  # noqa: BLE001
+                    self._mark_down()
+                    break
+                ok = 0
+                for i, (h, r) in enumerate(zip(chunk, res)):
+                    if r < 0:
+                        if r != NOT_FOUND:
+                            self._mark_down()
+                        break
+                    view = memoryview(self.staging[i * self.slot:i * self.slot + r])
+                    try:
+                        check_block(view, h, self.dtype, self.shape)
+                    except BlockFormatError as e:
+                        log.warning("L3 block %s rejected: %s", h.hex()[:12], e)
+                        self.stats.corrupt += 1
+                        break
+                    sink(done + i, self._payload(i))
+                    self.stats.bytes_read += r
+                    ok += 1
+                done += ok
+                if ok < len(chunk):
+                    break
+        self.stats.read_seconds += time.perf_counter() - t0
+        self.stats.hits += done
+        self.stats.misses += len(hashes) - done
+        return done
+
+    def put(self, hashes: list[bytes], source: Callable[[int, np.ndarray], None]) -> int:
+        """Write blocks; ``source(i, payload)`` fills block i's payload. Returns blocks stored."""
+        stored = 0
+        step = self.cfg.staging_blocks
+        t0 = time.perf_counter()
+        with self._lock:
+            for start in range(0, len(hashes), step):
+                if not self.available:
+                    break
+                chunk = hashes[start:start + step]
+                for i, h in enumerate(chunk):
+                    payload = self._payload(i)
+                    source(start + i, payload)
+                    encode_header(memoryview(self.staging[i * self.slot:]), h, self.dtype,
+                                  self.shape, memoryview(payload))
+                ptrs = [self.staging.ctypes.data + i * self.slot for i in range(len(chunk))]
+                try:
+                    res = self._call(self._store.batch_put_from, [self.key(h) for h in chunk], ptrs,
+                                     [self.slot] * len(chunk))
+                except Exception:  # noqa: BLE001
+                    self._mark_down()
+                    break
+                ok = sum(1 for r in res if r == 0)
+                self.stats.rejected_full += sum(1 for r in res if r == NO_SPACE)
+                if any(r < 0 and r not in (EXISTS, NO_SPACE) for r in res):
+                    self.stats.errors += 1
+                stored += ok
+                self.stats.bytes_written += ok * self.slot
+        self.stats.blocks_written += stored
+        self.stats.write_seconds += time.perf_counter() - t0
+        return stored
+
+    def probe(self) -> bool:
+        """If L3 is down and the retry time has come, try a cheap call to bring it back."""
+        if self._store is None:
+            return time.monotonic() >= self._down_until and self.connect()
+        if self.available:
+            return True
+        if time.monotonic() < self._down_until:
+            return False
+        if not self._master_reachable():
+            self._mark_down()
+            return False
+        try:
+            r = self._call(self._store.is_exist, "wp/probe")
+        except Exception:  # noqa: BLE001
+            r = -1
+        if r < 0:
+            self._mark_down()
+            return False
+        self._down_until = 0.0
+        return True
+
+    def close(self) -> None:
+        self._exec.shutdown(wait=False, cancel_futures=True)

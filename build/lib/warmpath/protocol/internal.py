@@ -1,0 +1,108 @@
+"""Router ↔ worker messages (``/internal/*``), defined once and used on both sides.
+
+``POST /internal/prefill`` (router → prefill worker): :class:`PrefillRequest` →
+:class:`PrefillReply`. ``POST /internal/generate`` (router → decode worker or replica):
+:class:`GenerateRequest` → the client's OpenAI response. ``POST /internal/register`` and
+``/internal/heartbeat`` (worker → router): :class:`Registration`, :class:`Heartbeat`.
+Every field is typed and range-checked: a malformed message is a 400 and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from warmpath.protocol.openai import TokenId, SamplingFields
+
+MAX_PROMPT_IDS = 1 << 21
+PromptIds = Annotated[list[TokenId], Field(min_length=1, max_length=MAX_PROMPT_IDS)]
+WorkerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+HttpUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=512)]
+ZmqEndpoint = Annotated[str, StringConstraints(pattern=r"^(tcp|ipc|inproc)://\S+$", max_length=512)]
+Role = Literal["pre-prefill", "prefill", "decode", "replica"]
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+class PrefillRequest(BaseModel):
+    """Run ``prompt_token_ids`` to its first token (the prefill side of a handoff)."""
+
+    model_config = _STRICT
+    prompt_token_ids: PromptIds
+    request: SamplingFields
+
+
+class PrefillReply(BaseModel):
+    """What a prefill worker measured (the L3 seconds are the worker's while the request
+    ran: other requests' reads and writes in that time are in them too)."""
+
+    model_config = _STRICT
+    token: TokenId
+    prompt_tokens: int = Field(ge=1)
+    cached_tokens: int = Field(ge=0)
+    queue_s: float = Field(ge=0)
+    prefill_s: float = Field(ge=0)
+    kv_blocks: int = Field(ge=0)
+    kv_bytes: int = Field(ge=0)
+    l3_get_s: float = Field(ge=0)
+    l3_put_s: float = Field(ge=0)
+
+
+class GenerateRequest(BaseModel):
+    """Generate the answer; with ``first_token`` this is the decode side of a handoff."""
+
+    model_config = _STRICT
+    kind: Literal["chat", "text"]
+    prompt_token_ids: PromptIds
+    request: SamplingFields
+    first_token: TokenId | None = None
+    cached_tokens: int | None = Field(None, ge=0)
+
+
+class Namespace(BaseModel):
+    """The KV namespace a worker serves (``kv.hashing.KVNamespace`` on the wire)."""
+
+    model_config = _STRICT
+    model_id: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    revision: Annotated[str, StringConstraints(max_length=256)]
+    dtype: Annotated[str, StringConstraints(max_length=32)]
+    block_size: int = Field(ge=1, le=1 << 16)
+    tokenizer: Annotated[str, StringConstraints(max_length=256)] = ""
+    adapter: Annotated[str, StringConstraints(max_length=256)] = ""
+    cache_salt: Annotated[str, StringConstraints(max_length=512)] = ""
+
+
+class Registration(BaseModel):
+    """A worker introduces itself to the router."""
+
+    model_config = _STRICT
+    worker_id: WorkerId
+    role: Role
+    url: HttpUrl
+    namespace: Namespace
+    pid: int | None = Field(None, ge=0, le=2**31)
+    kv_bytes_per_token: int = Field(46080, ge=1, le=1 << 30)
+    max_model_len: int | None = Field(None, ge=1, le=1 << 24)
+    events_endpoint: ZmqEndpoint | None = None
+    replay_endpoint: ZmqEndpoint | None = None
+
+
+class Heartbeat(BaseModel):
+    """A worker's periodic load report; ``healthy=False`` asks the router to drop it now
+    (its engine failed; it is about to exit and be restarted)."""
+
+    model_config = _STRICT
+    worker_id: WorkerId
+    queued_prefill_tokens: int = Field(0, ge=0, le=2**62)
+    running: int = Field(0, ge=0, le=2**31)
+    kv_usage: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
+    prefill_tok_s: Rate = 500.0
+    l2_bytes_s: Rate = 4e9
+    l3_bytes_s: Rate = 4e8
+    healthy: bool = True
+    detail: Annotated[str, StringConstraints(max_length=1024)] | None = None
+
+    def load(self) -> dict:
+        """The load fields of a ``WorkerView`` (not the id, the health or the detail)."""
+        return self.model_dump(exclude={"worker_id", "healthy", "detail"})

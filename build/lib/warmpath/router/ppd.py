@@ -1,0 +1,120 @@
+"""PPD: for turn 2+, run the append-prefill on the decode worker holding the session, or not.
+
+``x=0``: always through a prefill worker; ``x=1``: always local; ``dynamic``: score
+S = w_ttft·ΔTTFT − w_tpot·ΔTPOT, where ΔTTFT is the relative TTFT saved by going local and
+ΔTPOT the relative TPOT slowdown it causes, taken from a table measured offline by
+``warmpath calibrate`` and corrected online with live queue times. Local when S > 0.
+
+NOTE: pure; no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from warmpath.router.state import RequestView, WorkerView
+
+CTX_EDGES = (512, 4096)             # ≤512 / 512–4096 / >4096
+RATIO_EDGES = (0.25, 1.0, 4.0)      # new input tokens / output tokens
+LOAD_EDGES = (4, 16)                # running sequences on the decode worker
+
+
+def _bucket(x: float, edges: tuple) -> int:
+    return sum(1 for e in edges if x > e)
+
+
+def bucket_of(context: int, new_tokens: int, max_tokens: int, running: int) -> tuple[int, int, int]:
+    return (_bucket(context, CTX_EDGES), _bucket(new_tokens / max(1, max_tokens), RATIO_EDGES),
+            _bucket(running, LOAD_EDGES))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Measured in one bucket: TTFT and TPOT with the append-prefill local vs remote (s)."""
+
+    ttft_local: float
+    ttft_remote: float
+    tpot_local: float
+    tpot_remote: float
+
+
+@dataclass
+class PPDTable:
+    cells: dict[tuple[int, int, int], Cell] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {",".join(map(str, k)): vars(v) for k, v in self.cells.items()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PPDTable":
+        return cls({tuple(int(x) for x in k.split(",")): Cell(**v) for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class PPDConfig:
+    mode: str = "dynamic"            # "x0" | "x1" | "dynamic"
+    w_ttft: float = 1.0
+    w_tpot: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("x0", "x1", "dynamic"):
+            raise ValueError(f"PPD mode must be x0, x1 or dynamic, got {self.mode!r}")
+
+
+@dataclass
+class PPDDecision:
+    local: bool
+    score: float
+    reason: str
+
+
+def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView,
+           remote_queue_s: float) -> PPDDecision:
+    """Whether turn ``req.turn`` (≥ 2) runs its append-prefill on ``decode``."""
+    if req.turn < 2:
+        return PPDDecision(False, 0.0, "turn 1 always goes through prefill")
+    if cfg.mode == "x0":
+        return PPDDecision(False, 0.0, "x=0")
+    if cfg.mode == "x1":
+        return PPDDecision(True, 0.0, "x=1")
+    new = req.new_tokens if req.new_tokens is not None else req.num_tokens
+    key = bucket_of(req.num_tokens, new, req.max_tokens, decode.running)
+    cell = table.cells.get(key)
+    if cell is None:  # no measurement: a first-principles cell from the worker's speeds
+        t_new = new / decode.prefill_tok_s
+        cell = Cell(ttft_local=t_new, ttft_remote=t_new + 0.05, tpot_local=0.0, tpot_remote=0.0)
+    # online correction: live queues on both sides
+    local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
+    ttft_local, ttft_remote = cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s
+    d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
+    d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
+    s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
+    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, bucket {key})")
+
+
+# Representative values of each bucket used to fill a table from a step model.
+CTX_REP = {0: 256, 1: 2048, 2: 6144}
+RATIO_REP = {0: 0.125, 1: 0.5, 2: 2.0, 3: 8.0}
+LOAD_REP = {0: 2, 1: 8, 2: 32}
+
+
+def table_from_model(model, kv_bytes_per_token: int, l3_bytes_s: float, network_bytes_s: float,
+                     out_tokens: int = 128) -> PPDTable:
+    """Fill every bucket from a fitted :class:`~warmpath.engine.step_model.StepModel`.
+
+    Local: the append-prefill of ``n`` new tokens runs in one step with the decode batch.
+    Remote: a prefill worker loads the ``c``-token history from L3, computes ``n`` tokens and
+    hands ``c + n`` tokens of KV to the decode worker. TPOT local: that one slower step spread
+    over the answer's ``out_tokens``; remote: the plain decode step.
+    """
+    cells = {}
+    for ci, c in CTX_REP.items():
+        for ri, r in RATIO_REP.items():
+            n = max(1, int(r * out_tokens))
+            for li, b in LOAD_REP.items():
+                local = model.mixed_s(b, c, n)
+                remote = (model.prefill_s(n, c) + c * kv_bytes_per_token / l3_bytes_s
+                          + (c + n) * kv_bytes_per_token / network_bytes_s)
+                tpot = model.decode_s(b, c)
+                cells[(ci, ri, li)] = Cell(local, remote, tpot + (local - tpot) / out_tokens, tpot)
+    return PPDTable(cells)

@@ -1,0 +1,75 @@
+"""Worker discovery: registration, heartbeats, and dropping silent workers (pure).
+
+Workers register with their role and endpoints, then heartbeat every ``heartbeat_s`` with
+their load and measured speeds; a worker silent for ``drop_after_s`` is dropped, and the
+caller removes its index entries, sessions and not-yet-started requests.
+
+NOTE: no torch, no I/O; ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from warmpath.router.state import ROLES, WorkerView
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    heartbeat_s: float = 10.0
+    drop_after_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_s <= 0 or self.drop_after_s <= self.heartbeat_s:
+            raise ValueError("need 0 < heartbeat_s < drop_after_s, got "
+                             f"{self.heartbeat_s} / {self.drop_after_s}")
+
+
+@dataclass
+class WorkerRecord:
+    view: WorkerView
+    url: str
+    events_endpoint: str | None
+    replay_endpoint: str | None
+    last_seen: float
+
+
+@dataclass
+class Registry:
+    cfg: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    workers: dict[str, WorkerRecord] = field(default_factory=dict)
+
+    def register(self, worker_id: str, role: str, url: str, now: float,
+                 events_endpoint: str | None = None, replay_endpoint: str | None = None) -> None:
+        """Add (or re-add after a restart) a worker. Raises ``ValueError`` on a bad role or
+        an id already used by a live worker at another URL."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        old = self.workers.get(worker_id)
+        if old is not None and old.url != url and now - old.last_seen <= self.cfg.drop_after_s:
+            raise ValueError(f"worker id {worker_id!r} is already registered at {old.url}")
+        self.workers[worker_id] = WorkerRecord(WorkerView(worker_id, role), url, events_endpoint,
+                                               replay_endpoint, now)
+
+    def heartbeat(self, worker_id: str, now: float, **load) -> bool:
+        """Record a heartbeat with load fields of :class:`WorkerView`; ``False`` if unknown
+        (the worker should register again)."""
+        rec = self.workers.get(worker_id)
+        if rec is None:
+            return False
+        unknown = set(load) - set(WorkerView.__dataclass_fields__) - {"worker_id", "role"}
+        if unknown:
+            raise ValueError(f"unknown heartbeat fields: {sorted(unknown)}")
+        rec.view = replace(rec.view, healthy=True, **load)
+        rec.last_seen = now
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        """Drop workers silent for longer than ``drop_after_s``; returns their ids."""
+        gone = [w for w, r in self.workers.items() if now - r.last_seen > self.cfg.drop_after_s]
+        for w in gone:
+            del self.workers[w]
+        return gone
+
+    def views(self) -> list[WorkerView]:
+        return [r.view for r in self.workers.values()]

@@ -1,0 +1,79 @@
+"""Snapshots the routing policies decide on (plain data, no torch, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROLES = ("pre-prefill", "prefill", "decode", "replica")
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One worker as the router sees it at decision time.
+
+    Speeds are what the worker measured and reported in its heartbeat.
+    """
+
+    worker_id: str
+    role: str
+    queued_prefill_tokens: int = 0     # prompt tokens waiting or being prefilled
+    running: int = 0                   # sequences decoding
+    kv_usage: float = 0.0              # L1 blocks in use (0-1)
+    prefill_tok_s: float = 500.0
+    l2_bytes_s: float = 4e9
+    l3_bytes_s: float = 4e8
+    healthy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.prefill_tok_s <= 0:
+            raise ValueError("prefill_tok_s must be > 0")
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """The request being routed: its block hashes (full blocks) and session."""
+
+    num_tokens: int
+    block_hashes: tuple[bytes, ...]
+    block_size: int
+    session_id: str | None = None
+    turn: int = 1
+    new_tokens: int | None = None      # turn 2+: tokens not in the session's history
+    max_tokens: int = 128
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """Leading blocks of a request cached for one worker: locally (L1/L2) and in L3."""
+
+    local_blocks: int = 0
+    l3_blocks: int = 0                 # after the local ones
+
+
+@dataclass
+class Snapshot:
+    """Everything a policy may look at: workers, cached prefixes, the session's decode worker."""
+
+    workers: list[WorkerView]
+    hits: dict[str, PrefixHit] = field(default_factory=dict)
+    session_decode_worker: str | None = None
+    kv_bytes_per_token: int = 46080
+    network_bytes_s: float = 1e9
+
+    def by_role(self, *roles: str) -> list[WorkerView]:
+        return [w for w in self.workers if w.role in roles and w.healthy]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request goes and why (``prefill`` is ``None`` for local append-prefill)."""
+
+    prefill: str | None
+    decode: str | None
+    tier: str                          # "cold" | "warm" | "local" | "replica" | "pd"
+    est_ttft_s: float
+    cached_tokens: int
+    reason: str
+    ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"

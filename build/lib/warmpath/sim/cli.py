@@ -1,0 +1,181 @@
+"""``warmpath sim`` (one simulated topology, rate sweep → summary.json like ``warmpath bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
+from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
+from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
+
+# The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
+# machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s; L3 writes per
+# request 5.6 ms + 0.285 GB/s, benchmarks/results/request_overhead.json); step times come from
+# the calibration's fitted StepModel.
+CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_overhead_s=0.0,
+                      net_latency_s=1e-3, l3_write_bytes_s=2.85e8, l3_write_latency_s=4.6e-3)
+# Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
+# (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
+CPU_REQUEST_OVERHEAD_S = 0.012
+# Cores the Mooncake segment holder keeps busy while KV moves (its CPU seconds over the workers'
+# KV-tier seconds in the same run): transfers compete with the workers for the shared cores.
+CPU_TRANSFER_CORES = 0.49
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("sim", help="simulate a topology at cluster scale (same policy code)")
+    s.add_argument("--topology", default="cpd-1d", help=" | ".join(TOPOLOGIES) + " | FILE.json")
+    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
+    s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
+    s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
+    s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
+    s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
+    s.add_argument("--l2-gib", type=float, default=0.0)
+    s.add_argument("--cpu-cores", type=int, default=None,
+                   help="--hardware cpu: cores the workers share (steps stretch when more run at once)")
+    s.add_argument("--request-overhead-s", type=float, default=None,
+                   help="router + HTTP time per request before its first token (default: 0.012 s measured "
+                        "on this machine for --hardware cpu, else 0)")
+    s.add_argument("--retokenize-miss", type=float, default=0.0,
+                   help="share of answers the clients send back as other token ids (re-tokenized text): "
+                        "the next turn recomputes them (0.25 measured for SmolLM2 here)")
+    s.add_argument("--max-in-flight", type=int, default=24)
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    wl = s.add_mutually_exclusive_group(required=True)
+    wl.add_argument("--workload", choices=sorted(WORKLOADS))
+    wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
+    s.add_argument("--rates", default="1", help="sessions/s, comma-separated")
+    s.add_argument("--per-gpu", action="store_true", help="rates are per GPU")
+    s.add_argument("--duration", type=float, default=120.0)
+    s.add_argument("--ramp", type=float, default=0.0)
+    s.add_argument("--scale", type=float, default=1.0)
+    s.add_argument("--slo", default=None, help="e.g. ttft_p90=2.0")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", type=Path, default=Path("sim_out"))
+    s.set_defaults(fn=main)
+
+
+def parse_tp(spec: str) -> dict:
+    out = {}
+    for part in filter(None, spec.split(",")):
+        role, sep, n = part.partition("=")
+        if not sep or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--tp: expected ROLE=N[,ROLE=N], got {part!r}")
+        out[role.strip()] = int(n)
+    return out
+
+
+def setup_from_args(a: argparse.Namespace):
+    """The :class:`~warmpath.sim.run.SimSetup` the flags describe."""
+    from warmpath.engine.step_model import StepModel
+    from warmpath.router.admission import AdmissionConfig
+    from warmpath.router.ppd import PPDTable
+    from warmpath.sim.run import SimSetup
+
+    GIB = 1 << 30
+    topo = resolve(a.topology, a.ppd)
+    fitted = table = None
+    variation: dict = {}
+    if a.calibration is not None:
+        try:
+            cal = json.loads(a.calibration.read_text())
+            fitted, table = StepModel.from_json(cal["step_model"]), PPDTable.from_json(cal["ppd_table"])
+            # measured on served traces (`calibrate --from-trace`): steps' scatter and contention
+            # (a contention measured below 0 is noise around none)
+            variation = {k: max(0.0, float(cal[k])) for k in ("step_cv", "contention") if cal.get(k) is not None}
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
+    if a.hardware == "cpu" and fitted is None:
+        raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
+    model = MODELS[a.model]
+    hw = CPU if a.hardware == "cpu" else HARDWARE[a.hardware]
+    kv_blocks = int(a.kv_gib * GIB // (16 * model.kv_bytes_per_token)) if a.kv_gib else None
+    from warmpath.engine.scheduler import SchedulerConfig
+
+    sched = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
+                            max_model_len=1 << 20)
+    overhead = a.request_overhead_s
+    if overhead is None:
+        overhead = CPU_REQUEST_OVERHEAD_S if a.hardware == "cpu" else 0.0
+    if overhead < 0:
+        raise ValueError(f"--request-overhead-s must be >= 0, got {overhead}")
+    if not 0.0 <= a.retokenize_miss <= 1.0:
+        raise ValueError(f"--retokenize-miss must be in [0, 1], got {a.retokenize_miss}")
+    return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
+                    scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
+                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
+                    retokenize_miss=a.retokenize_miss,
+                    transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0, seed=a.seed,
+                    **(variation if a.hardware == "cpu" else {}))
+
+
+def main(a: argparse.Namespace) -> int:
+    from warmpath.bench.metrics import parse_slo
+    from warmpath.bench.plots import plot_summaries
+    from warmpath.bench.sweep import write_results
+    from warmpath.sim.run import sweep
+
+    setup = setup_from_args(a)
+    slo = parse_slo(a.slo)
+    if a.trace is not None:
+        if not a.trace.is_file():
+            raise ValueError(f"--trace: file not found: {a.trace}")
+        fixed = mooncake_trace(a.trace) if a.trace.suffix == ".jsonl" else csv_trace(a.trace, a.seed)
+        make, name = (lambda n, seed: [s for s in fixed]), str(a.trace)
+        rates = [1.0]
+    else:
+        gen = WORKLOADS[a.workload]
+        make, name = (lambda n, seed: gen(n, seed, scale=a.scale)), a.workload
+        try:
+            rates = [float(x) for x in a.rates.split(",")]
+        except ValueError as e:
+            raise ValueError(f"--rates: expected numbers, got {a.rates!r}") from e
+    mult = setup.gpus if a.per_gpu else 1
+    label = f"sim:{setup.topology.name}/{a.hardware}/{a.model}"
+    t0 = time.perf_counter()
+    summary = sweep(setup, make, [r * mult for r in rates], a.duration, slo, label, name, a.ramp, a.seed,
+                    fixed_arrivals=a.trace is not None)
+    write_results(a.out, summary)
+    plot_summaries({label: summary}, a.out, gpus=setup.gpus)
+    for r, res in summary["runs"].items():
+        c = summary["rates"][r]["all"]
+        f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        print(f"rate {r}: completed {c['completed']} failed {c['failed']} TTFT p50 {f(c['ttft_p50_s'])} "
+              f"p90 {f(c['ttft_p90_s'])} TPOT {f(c['tpot_s'])} | {res['sim']['events']} events, "
+              f"{res['sim']['events_per_s']:.0f} events/s")
+    print(f"{setup.gpus} GPUs; wall {time.perf_counter() - t0:.1f} s; wrote {a.out / 'summary.json'}")
+    return 0
+
+
+def bench_sweep(a: argparse.Namespace) -> dict:
+    """The same sweep against the simulator (``--sim CONFIG.json``)."""
+
+    from warmpath.bench.cli import workload_factory
+    from warmpath.bench.metrics import parse_slo
+    from warmpath.sim.run import sweep
+
+    try:
+        conf = json.loads(a.sim.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--sim {a.sim}: expected a JSON object of `warmpath sim` flags ({e})") from e
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    argv = ["sim", "--workload", "coding-agent"]
+    for k, v in conf.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    sa = p.parse_args(argv)
+    if sa.calibration is not None:
+        sa.calibration = Path(sa.calibration)
+    setup = setup_from_args(sa)
+    make, fixed = workload_factory(a)
+    if fixed is not None:
+        return sweep(setup, lambda n, seed: fixed, [1.0], a.duration, parse_slo(a.slo), f"sim:{a.sim}",
+                     str(a.trace), a.ramp, a.seed, fixed_arrivals=True)
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [a.rate] if a.rate else None
+    if rates is None:
+        raise ValueError("--sim needs --rate or --rates (no closed loop in the simulator)")
+    return sweep(setup, make, rates, a.duration, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp, a.seed)

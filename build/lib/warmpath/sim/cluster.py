@@ -1,0 +1,293 @@
+"""Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
+
+The router part runs the production objects: the routing policy (``cpd`` / ``pd`` /
+``replica``), the PPD switch, admission, the session table and the global KV index fed by
+the workers' events. Each worker runs the production scheduler and block manager
+(``worker.py``). Only step times and transfers are modelled. The request flow mirrors
+``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
+the decode worker, which loads them and generates; PPD-local turns run on the decode worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field, replace
+
+from warmpath.bench.metrics import Record
+from warmpath.bench.workload import Session
+from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
+from warmpath.router import ppd
+from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.policy import RoutingPolicy
+from warmpath.router.sessions import SessionTable
+from warmpath.router.state import Decision, RequestView, Snapshot
+from warmpath.sim.cpu import SharedCores
+from warmpath.sim.store import SimStore
+from warmpath.sim.worker import SimWorker
+
+
+@dataclass
+class Req:
+    """One turn of a session in flight."""
+
+    rid: str
+    session: Session
+    turn: int
+    prompt: list[int]
+    arrival: float
+    rv: RequestView
+    decision: Decision | None = None
+    first_at: float | None = None
+    output: list[int] = field(default_factory=list)
+    cached: int = 0
+    hashes: list[bytes] | None = None    # block hashes of prompt + output once finished
+
+
+@dataclass
+class SimStats:
+    events: int = 0
+    handoff_bytes: float = 0.0
+    ppd_local: int = 0
+    ppd_remote: int = 0
+    rejected: int = 0
+    routed: dict = field(default_factory=dict)
+
+
+class Simulation:
+    """Run sessions through simulated workers; ``run()`` returns the client-side records."""
+
+    def __init__(self, workers: list[SimWorker], policy: RoutingPolicy, namespace: KVNamespace,
+                 store: SimStore | None, index: GlobalKVIndex, kv_bytes_per_token: int,
+                 nic_bytes_s: float, admission: AdmissionConfig = AdmissionConfig(),
+                 ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
+                 net_latency_s: float = 2e-4, cpu_cores: int | None = None,
+                 request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
+                 transfer_cpu: float = 0.0, contention: float = 0.0) -> None:
+        self.workers = {w.wid: w for w in workers}
+        self.policy, self.ns, self.store, self.index = policy, namespace, store, index
+        self.kvb, self.nic = kv_bytes_per_token, nic_bytes_s
+        self.admission = Admission(admission)
+        self.ppd_cfg, self.ppd_table = ppd_cfg, ppd_table or ppd.PPDTable()
+        self.net = net_latency_s
+        self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
+        self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
+        self.transfer_cpu = transfer_cpu   # shared cores: the store's side of a transfer keeps this many busy
+        # the CPU profile: workers (and the store's process) share this many cores
+        self.cpu = SharedCores(cpu_cores, self._at, contention) if cpu_cores else None
+        self.sessions = SessionTable()
+        self.stats = SimStats()
+        self.records: list[Record] = []
+        self._heap: list = []
+        self._tie = itertools.count()
+        self._by_seq: dict[str, Req] = {}
+        self._queued: dict[str, Req] = {}
+        self._history: dict[str, list[int]] = {}
+        self._hashes: dict[str, list[bytes]] = {}    # session -> block hashes of its history
+        self.now = 0.0
+
+    # -- event queue ---------------------------------------------------------
+    def _at(self, t: float, fn, *args) -> None:
+        heapq.heappush(self._heap, (t, next(self._tie), fn, args))
+
+    def run(self, sessions: list[Session]) -> list[Record]:
+        for s in sessions:
+            self._history[s.sid] = list(s.prefix)
+            self._at(s.start, self._turn, s, 0)
+        while self._heap:
+            self.now, _, fn, args = heapq.heappop(self._heap)
+            self.stats.events += 1
+            fn(*args)
+        return self.records
+
+    # -- router ----------------------------------------------------------------
+    def _turn(self, s: Session, i: int) -> None:
+        t = s.turns[i]
+        hist = self._history[s.sid]
+        hist += t.new_tokens
+        sess = self.sessions.touch(s.sid, self.now)
+        held = sess.context_tokens
+        # the previous turn's blocks are a prefix of this one's: hash only what is new
+        hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
+        rv = RequestView(len(hist), tuple(hashes), self.ns.block_size, s.sid,
+                         turn=sess.turns + 1, new_tokens=len(hist) - held if 0 < held < len(hist) else len(hist),
+                         max_tokens=t.max_tokens)
+        req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv)
+        try:
+            d = self._plan(req)
+        except LookupError as e:
+            return self._fail(req, f"no worker: {e}")
+        cls = "warm" if 2 * d.cached_tokens >= rv.num_tokens else "cold"
+        verdict = self.admission.offer(req.rid, d.tier if d.tier in ("cold", "warm") else cls)
+        if verdict == "rejected":
+            self.stats.rejected += 1
+            return self._fail(req, "HTTP 429")
+        if verdict == "queued":
+            self._queued[req.rid] = req
+            return
+        self._dispatch(req, d)
+
+    def _plan(self, req: Req) -> Decision:
+        views = [w.view() for w in self.workers.values()]
+        sess = self.sessions.sessions.get(req.session.sid)
+        # cached prefixes matter where a prompt is computed: prefill-type workers, replicas,
+        # and the session's decode worker (PPD local); decode workers otherwise read none
+        mine = sess.decode_worker if sess else None
+        hits = {v.worker_id: self.index.lookup(v.worker_id, req.rv.block_hashes, self.now)
+                for v in views if v.role != "decode" or v.worker_id == mine}
+        snap = Snapshot(views, hits, sess.decode_worker if sess else None, self.kvb, self.nic)
+        d = self.policy.route(req.rv, snap)
+        if (d.prefill == d.decode or req.rv.turn < 2 or self.ppd_cfg is None or sess is None
+                or d.decode != sess.decode_worker):
+            return d
+        by = {v.worker_id: v for v in views}
+        dw, pw = by[d.decode], by[d.prefill]
+        choice = ppd.decide(self.ppd_cfg, self.ppd_table, req.rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
+        if not choice.local:
+            return replace(d, ppd="remote")
+        h = hits[dw.worker_id]
+        return Decision(None, dw.worker_id, "local", 0.0,
+                        min(req.rv.num_tokens - 1, h.local_blocks * req.rv.block_size), choice.reason, ppd="local")
+
+    def _dispatch(self, req: Req, d: Decision) -> None:
+        req.decision = d
+        if d.ppd == "local":
+            self.stats.ppd_local += 1
+        elif d.ppd == "remote":
+            self.stats.ppd_remote += 1
+        sess = self.sessions.touch(req.session.sid, self.now)
+        sess.turns += 1
+        for w in {d.prefill, d.decode} - {None}:
+            self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
+        if d.prefill not in (None, d.decode):
+            seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True), self.ns,
+                           arrival_time=self.now)
+            seq.block_hashes = list(req.rv.block_hashes)
+            self._submit(d.prefill, seq, req)
+        elif self.overhead:   # the router's hop to the worker that computes it all
+            self._at(self.now + self.overhead, self._submit, d.decode, self._decode_seq(req), req)
+        else:
+            self._submit(d.decode, self._decode_seq(req), req)
+
+    def _decode_seq(self, req: Req) -> Sequence:
+        t = req.session.turns[req.turn]
+        seq = Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
+                       arrival_time=self.now)
+        seq.block_hashes = list(req.rv.block_hashes)   # the prompt's hashes, known already
+        return seq
+
+    def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
+        self._by_seq[seq.request_id] = req
+        self.workers[wid].add(seq)
+        self._kick(wid)
+
+    def _fail(self, req: Req, why: str) -> None:
+        self.records.append(Record(req.session.sid, req.turn + 1, req.session.turns[req.turn].cls, False,
+                                   prompt_tokens=len(req.prompt), error=why))
+
+    # -- workers ---------------------------------------------------------------
+    def _kick(self, wid: str) -> None:
+        """Start a step once everything arriving at this instant has arrived."""
+        w = self.workers[wid]
+        if not w.busy:
+            w.busy = True
+            self._at(self.now, self._start, wid)
+
+    def _start(self, wid: str) -> None:
+        w = self.workers[wid]
+        got = w.start_step(self.now)
+        w.busy = False
+        if got is not None:
+            dt, out = got
+            w.busy = True
+            if self.cpu is None:
+                self._at(self.now + dt, self._step_end, wid, out)
+            else:   # its KV loads (with the store's process serving them), then its compute
+                load = w.last_load_s
+                self.cpu.run(self.now, wid, [(load, 1.0 + self.transfer_cpu), (dt - load, 1.0)],
+                             lambda: self._step_end(wid, out))
+
+    def _step_end(self, wid: str, out) -> None:
+        w = self.workers[wid]
+        got, finished, put_s = w.end_step(self.now, out)
+        done = {s.request_id for s in finished}
+        firsts = []
+        for seq in got:
+            req = self._by_seq[seq.request_id]
+            if seq.request_id.endswith("/p"):         # prefill side: first token once written through
+                firsts.append((req, seq))
+            else:
+                self._decode_token(req, seq, seq.request_id in done)
+        if put_s <= 0:
+            self._resume(wid, firsts)
+        elif self.cpu is None:   # write-through puts run on the engine thread after the step
+            self._at(self.now + put_s, self._resume, wid, firsts)
+        else:
+            self.cpu.run(self.now, wid, [(put_s, 1.0 + self.transfer_cpu)], lambda: self._resume(wid, firsts))
+
+    def _resume(self, wid: str, firsts: list) -> None:
+        self.workers[wid].busy = False
+        for req, seq in firsts:
+            self._prefill_done(req, seq)
+        self._kick(wid)
+
+    def _prefill_done(self, req: Req, seq: Sequence) -> None:
+        del self._by_seq[seq.request_id]
+        self.workers[req.decision.prefill].forget(seq.request_id)
+        req.first_at = self.now + self.net + self.overhead
+        req.cached = max(0, seq.num_cached_tokens)
+        req.output = [seq.output_token_ids[-1]]
+        self.stats.handoff_bytes += (len(req.prompt) // self.ns.block_size) * self.ns.block_size * self.kvb
+        self._at(req.first_at, self._handoff, req)
+
+    def _handoff(self, req: Req) -> None:
+        seq = self._decode_seq(req)
+        seq.output_token_ids.extend(req.output)
+        if seq.params.max_tokens <= 1:
+            return self._finish(req)
+        self._submit(req.decision.decode, seq, req)
+
+    def _decode_token(self, req: Req, seq: Sequence, finished: bool) -> None:
+        if req.first_at is None:
+            req.first_at = self.now
+            req.cached = max(0, seq.num_cached_tokens)
+        if finished:
+            req.output = list(seq.output_token_ids)
+            req.hashes = seq.full_block_hashes()
+            del self._by_seq[seq.request_id]
+            self.workers[req.decision.decode].forget(seq.request_id)
+            self._finish(req)
+
+    def _finish(self, req: Req) -> None:
+        s = req.session
+        t = s.turns[req.turn]
+        self.records.append(Record(s.sid, req.turn + 1, t.cls, True, req.first_at - req.arrival,
+                                   self.now - req.arrival, len(req.output), len(req.prompt), req.cached))
+        sess = self.sessions.touch(s.sid, self.now)
+        sess.decode_worker = req.decision.decode
+        sess.context_tokens = len(req.prompt) + len(req.output)
+        answer = req.output
+        if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
+            # the client re-tokenized the answer's text into other ids: the next turn cannot
+            # reuse its KV (ids 40000+ never come out of the simulated sampler)
+            answer, req.hashes = [40000 + t % 9000 for t in answer], None
+        self._history[s.sid] = req.prompt + answer
+        if req.hashes:
+            self._hashes[s.sid] = req.hashes
+        nxt = self.admission.release()
+        while nxt is not None:
+            q = self._queued.pop(nxt)
+            try:
+                self._dispatch(q, self._plan(q))
+                break
+            except LookupError as e:
+                self._fail(q, f"no worker: {e}")
+                nxt = self.admission.release()
+        if req.turn + 1 < len(s.turns):
+            self._turn(s, req.turn + 1)
+        else:
+            self._history.pop(s.sid, None)
+            self._hashes.pop(s.sid, None)

@@ -1,0 +1,170 @@
+"""``warmpath repro cpd|ppd``: the seeds' experiments, redrawn with the simulator.
+
+Assumptions the seeds leave open are set here and printed with the results: the model
+(Llama-3.1-8B for both), context and answer lengths, the warm/cold mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
+from warmpath.cluster.topology import Topology
+from warmpath.engine.step_model import StepModel, fit_linear
+from warmpath.router.admission import AdmissionConfig
+from warmpath.router.ppd import table_from_model
+from warmpath.sim.profiles import HARDWARE, MODELS
+from warmpath.sim.run import SimSetup, sweep
+from warmpath.sim.step_time import Roofline
+
+# CPD blog: B200, prefill TP4 per node, decode DP4 per node, <= 24 in flight, 30 s ramp.
+CPD_CONFIGS = {
+    "2P1D": Topology("2P1D", "pd", {"prefill": 2, "decode": 4}),
+    "2P2D": Topology("2P2D", "pd", {"prefill": 2, "decode": 8}),
+    "CPD-1D": Topology("CPD-1D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 4}),
+    "CPD-2D": Topology("CPD-2D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 8}),
+}
+CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
+                    answer=128)
+BLOG = {"2P1D": "0.75-0.8 QPS/GPU", "CPD-1D": "1.1-1.15 QPS/GPU", "gain": "+35-40%"}
+# PPD paper: H100, Llama-3.1-8B, 1P3D / 2P2D / 3P1D; turn-2 TTFT -48% to -73% for x=1.
+PPD_SPLITS = {"1P3D": (1, 3), "2P2D": (2, 2), "3P1D": (3, 1)}
+PAPER = {"x1_turn2_ttft_change": "-48% to -73%", "ppd_avg": "-68%",
+         "bandwidth_sweep_ms": "PD 143.7 -> 170.6, PPD ~51"}
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("repro", help="redraw the seeds' CPD / PPD results with the simulator")
+    r.add_argument("which", choices=("cpd", "ppd"))
+    r.add_argument("--duration", type=float, default=120.0, help="steady seconds per rate (the blog: 600)")
+    r.add_argument("--rates", default=None, help="override the swept rates")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
+    r.add_argument("--max-in-flight", type=int, default=24, help="cpd: router admission limit (the blog's 24)")
+    r.add_argument("--configs", default="2P1D,2P2D,CPD-1D,CPD-2D", help="cpd: which configurations")
+    r.add_argument("--out", type=Path, default=None)
+    r.set_defaults(fn=main)
+
+
+def ppd_table_for(hw, model, tp: int = 1):
+    """A PPD table for dynamic mode from the roofline (what `calibrate` measures on CPUs)."""
+    rt = Roofline(model, hw, tp)
+    pre = [(t, c, rt.step_s([(t, c)])) for t in (64, 256, 1024, 4096) for c in (0, 2048, 8192)]
+    dec = [(b, c, rt.step_s([(1, c)] * b)) for b in (1, 8, 32) for c in (512, 4096, 16384)]
+    sm = StepModel(fit_linear(pre), fit_linear(dec))
+    return table_from_model(sm, model.kv_bytes_per_token, hw.nic_bytes_s, hw.nic_bytes_s), sm
+
+
+def _cpd_make(n: int, seed: int):
+    return coding_agent(n, seed, gen=fast_tokens, **CPD_WORKLOAD)
+
+
+def _cpd_config(name: str, rates: list[float], duration: float, seed: int, in_flight: int = 24) -> dict:
+    s = SimSetup(CPD_CONFIGS[name], MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
+                 admission=AdmissionConfig(in_flight, {"cold": 256, "warm": 256}))
+    summ = sweep(s, _cpd_make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
+                 30.0, seed)
+    summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
+    summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
+    best = [r for r in rates if summ["runs"][str(r)]["slo_met"]]
+    summ["max_rate_meeting_slo"] = max(best) if best else None
+    return summ
+
+
+def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6]
+    bad = set(a.configs.split(",")) - set(CPD_CONFIGS)
+    if bad:
+        raise ValueError(f"--configs: unknown {sorted(bad)}; choose from {list(CPD_CONFIGS)}")
+    with ProcessPoolExecutor(a.jobs) as pool:
+        futs = {n: pool.submit(_cpd_config, n, rates, a.duration, a.seed, a.max_in_flight)
+                for n in a.configs.split(",")}
+        res = {n: f.result() for n, f in futs.items()}
+    for name, summ in res.items():
+        print(f"{name} ({summ['gpus']} GPUs): max QPS/GPU meeting TTFT p90 <= 2 s: {summ['max_rate_meeting_slo']}; "
+              + ", ".join(f"{r}: p50 {_f(summ['rates'][str(r)]['all']['ttft_p50_s'])} p90 "
+                          f"{_f(summ['rates'][str(r)]['all']['ttft_p90_s'])}" for r in rates), flush=True)
+    table = {n: {"max_qps_per_gpu": s["max_rate_meeting_slo"],
+                 "achieved_qps_per_gpu": {r: s["runs"][r]["achieved_rps"] / s["gpus"] for r in s["runs"]},
+                 "ttft_p50_s": {r: s["rates"][r]["all"]["ttft_p50_s"] for r in s["rates"]},
+                 "ttft_p90_s": {r: s["rates"][r]["all"]["ttft_p90_s"] for r in s["rates"]}} for n, s in res.items()}
+    for base, cpd in (("2P1D", "CPD-1D"), ("2P2D", "CPD-2D")):
+        if base not in table or cpd not in table:
+            continue
+        b, c = table[base]["max_qps_per_gpu"], table[cpd]["max_qps_per_gpu"]
+        table[f"gain_{cpd}_vs_{base}"] = (c / b - 1) if b and c else None
+    from warmpath.bench.plots import plot_summaries
+
+    plot_summaries(res, out)
+    return {"assumptions": {"model": "llama-3.1-8b", "hardware": "b200", "workload": CPD_WORKLOAD,
+                            "slo": "TTFT p90 <= 2 s, 99% success", "max_in_flight": a.max_in_flight, "ramp_s": 30,
+                            "steady_s": a.duration}, "blog": BLOG, "table": table}
+
+
+def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int) -> dict:
+    hw, model = HARDWARE["h100"], MODELS["llama-3.1-8b"]
+    if nic_gbps is not None:
+        hw = replace(hw, nic_bytes_s=nic_gbps / 8 * 1e9)
+    table, _ = ppd_table_for(hw, model)
+    topo = Topology(f"{p}P{d}D-{mode}", "pd", {"prefill": p, "decode": d}, mode)
+    s = SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
+    summ = sweep(s, ppd_grid, [rate], duration, {}, topo.name, "ppd-grid", 0.0, seed)
+    c, run = summ["rates"][str(rate)], summ["runs"][str(rate)]
+    return {"turn2_ttft_p50_s": c["turn2+"]["ttft_p50_s"], "turn2_ttft_p90_s": c["turn2+"]["ttft_p90_s"],
+            "tpot_s": c["all"]["tpot_s"], "turn2_tpot_s": c["turn2+"]["tpot_s"], "success": c["all"]["success_rate"],
+            "ppd_local": run["sim"]["ppd_local"], "ppd_remote": run["sim"]["ppd_remote"]}
+
+
+def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else [4.0, 12.0, 24.0]
+    _, sm = ppd_table_for(HARDWARE["h100"], MODELS["llama-3.1-8b"])
+    grid = [(split, p, d, mode, r) for r in rates for split, (p, d) in PPD_SPLITS.items()
+            for mode in ("x0", "x1", "dynamic")]
+    mid = rates[len(rates) // 2]
+    bws = [(g, mode) for g in (25, 50, 100, 200, 400) for mode in ("x0", "dynamic")]
+    with ProcessPoolExecutor(a.jobs) as pool:
+        f1 = {(sp, m, r): pool.submit(_ppd_run, p, d, m, None, r, a.duration, a.seed) for sp, p, d, m, r in grid}
+        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, mid, a.duration, a.seed) for g, m in bws}
+        res = {f"{r}/{sp}-{m}": f.result() for (sp, m, r), f in f1.items()}
+        bw = {k: f.result() for k, f in f2.items()}
+    for r in rates:
+        for split in PPD_SPLITS:
+            x0 = res[f"{r}/{split}-x0"]
+            for mode in ("x1", "dynamic"):
+                row = res[f"{r}/{split}-{mode}"]
+                row["turn2_ttft_change_vs_x0"] = row["turn2_ttft_p50_s"] / x0["turn2_ttft_p50_s"] - 1
+                row["tpot_change_vs_x0"] = row["tpot_s"] / x0["tpot_s"] - 1
+            print(f"rate {r} {split}: turn-2 TTFT p50 " + ", ".join(
+                f"{m} {_f(res[f'{r}/{split}-{m}']['turn2_ttft_p50_s'])}" for m in ("x0", "x1", "dynamic"))
+                + f"; TPOT x0 {_f(x0['tpot_s'])} x1 {_f(res[f'{r}/{split}-x1']['tpot_s'])}", flush=True)
+    sweep_bw = {g: {"PD": bw[(g, "x0")]["turn2_ttft_p50_s"], "PPD": bw[(g, "dynamic")]["turn2_ttft_p50_s"]}
+                for g in (25, 50, 100, 200, 400)}
+    for g, row in sweep_bw.items():
+        print(f"{g} Gb/s (rate {mid}): turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
+    return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
+                            "follow-up settings)", "rates_sessions_s": rates, "steady_s": a.duration,
+                            "bandwidth_sweep_rate": mid, "step_model": sm.to_json()},
+            "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw}
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def main(a: argparse.Namespace) -> int:
+    out = a.out or Path(f"repro_{a.which}")
+    out.mkdir(parents=True, exist_ok=True)
+    result = repro_cpd(a, out) if a.which == "cpd" else repro_ppd(a, out)
+    (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
+    if a.which == "cpd":
+        for k, v in result["table"].items():
+            print(k, v if k.startswith("gain") else f"max QPS/GPU {v['max_qps_per_gpu']}")
+    else:
+        print(json.dumps(result["table"], indent=1))
+    print(f"wrote {out / 'repro.json'}")
+    return 0
+

@@ -1,0 +1,143 @@
+"""Build a simulated cluster from a topology and profiles; sweep rates into the same
+``summary.json`` shape as ``warmpath bench`` (pure, no torch)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from warmpath.bench.metrics import slo_met, summarize
+from warmpath.bench.workload import Session
+from warmpath.cluster.topology import Topology
+from warmpath.engine.scheduler import SchedulerConfig
+from warmpath.engine.step_model import StepModel
+from warmpath.kv.hashing import KVNamespace
+from warmpath.router.admission import AdmissionConfig
+from warmpath.router.index import GlobalKVIndex
+from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
+from warmpath.router.ppd import PPDConfig, PPDTable
+from warmpath.sim.cluster import Simulation
+from warmpath.sim.profiles import HardwareProfile, ModelProfile
+from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
+from warmpath.sim.store import SharedLink, SimStore
+from warmpath.sim.worker import SimWorker, SimWorkerConfig
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    """A cluster to simulate. ``tp``: GPUs per worker instance by role (default 1).
+    ``fitted``: step times from ``warmpath calibrate`` instead of the roofline (the CPU).
+    ``kv_blocks``: L1 blocks per worker (default: what the GPUs' memory holds after the
+    weights, capped at ``max_kv_blocks`` to bound the simulator's memory)."""
+
+    topology: Topology
+    model: ModelProfile
+    hardware: HardwareProfile
+    tp: dict = field(default_factory=dict)
+    fitted: StepModel | None = None
+    block_size: int = 16
+    kv_blocks: int | None = None
+    max_kv_blocks: int = 65536
+    l2_gib: float = 0.0
+    l3_gib: float = 4096.0
+    store_bytes_s: float | None = None
+    scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=8192,
+                                                 max_model_len=1 << 20)
+    admission: AdmissionConfig = AdmissionConfig()
+    cpd: CPDConfig = CPDConfig()
+    ppd_table: PPDTable | None = None
+    step_time: StepTime | None = None     # overrides both (tests, custom profiles)
+    cpu_cores: int | None = None          # CPU profile: workers share this many cores
+    request_overhead_s: float = 0.0       # router + HTTP hops on the way to the first token at the client
+    retokenize_miss: float = 0.0          # share of answers the client re-tokenizes into other ids
+    transfer_cpu: float = 0.0             # with cpu_cores: cores the store's side keeps busy per transfer
+    contention: float = 0.0               # with cpu_cores: slowdown per extra core running (shared caches)
+    step_cv: float = 0.0                  # step-to-step variation of step times (seeded, mean 1)
+    seed: int = 0                         # of that variation
+
+    @property
+    def gpus(self) -> int:
+        return sum(n * self.tp.get(r, 1) for r, n in self.topology.workers.items())
+
+
+def build(s: SimSetup) -> Simulation:
+    """Workers (production scheduler + block manager), store, index, policy, PPD switch."""
+    m, hw = s.model, s.hardware
+    block_bytes = s.block_size * m.kv_bytes_per_token
+    link = SharedLink(s.store_bytes_s or hw.nic_bytes_s * s.gpus, hw.net_latency_s)
+    store = SimStore(int(s.l3_gib * GIB // block_bytes), link)
+    index = GlobalKVIndex(stale_after_s=float("inf"))
+    workers = []
+    for wid, role in s.topology.roles():
+        tp = s.tp.get(role, 1)
+        st = s.step_time or (Fitted(s.fitted) if s.fitted is not None else Roofline(m, hw, tp))
+        if s.step_cv:
+            st = Jittered(st, s.step_cv, f"{s.seed}/{wid}")
+        nblocks = s.kv_blocks or int((hw.hbm_gib * tp * 0.9 * GIB - m.weight_bytes) // block_bytes)
+        if nblocks <= 0:
+            raise ValueError(f"{m.name} does not fit {tp}x {hw.name} (TP{tp}); raise --tp")
+        cfg = SimWorkerConfig(min(nblocks, s.max_kv_blocks), s.block_size, block_bytes,
+                              int(s.l2_gib * GIB // block_bytes),
+                              "write-back" if role == "replica" else "write-through", s.scheduler,
+                              hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
+                              hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s)
+        workers.append(SimWorker(wid, role, cfg, st, store, index))
+    pol = CPDPolicy(s.cpd) if s.topology.policy == "cpd" else POLICIES[s.topology.policy]()
+    ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)
+    mode = s.topology.ppd
+    return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
+                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
+                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention)
+
+
+def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
+                  duration_s: float, slo: dict, ramp_s: float = 0.0, burstiness: float = 1.0,
+                  seed: int = 0, fixed_arrivals: bool = False) -> dict:
+    """One rate point (sessions/s over the whole cluster): the bench's per-rate result.
+    ``fixed_arrivals``: the sessions carry their own start times (a trace)."""
+    if fixed_arrivals:
+        sessions = make(0, seed)
+    else:
+        times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
+        sessions = make(len(times), seed)
+        for sess, t in zip(sessions, times):
+            sess.start = t
+    sim = build(setup)
+    t0 = time.perf_counter()
+    records = sim.run(sessions)
+    wall = time.perf_counter() - t0
+    makespan = sim.now if fixed_arrivals else max(sim.now, ramp_s + duration_s)
+    classes = summarize(records, makespan, slo)
+    q = sum(w.sched.prefix_query_tokens for w in sim.workers.values())
+    hit = sum(w.sched.prefix_hit_tokens for w in sim.workers.values())
+    for w in sim.workers.values():
+        w.pool.check_integrity()
+    return {"classes": classes, "duration_s": makespan, "sessions": len(sessions),
+            "achieved_rps": classes["all"]["completed"] / makespan if makespan > 0 else 0.0,
+            "tier_hit_ratio": {"all_tiers": hit / q if q else None},
+            "slo_met": slo_met(classes, slo),
+            "errors": sorted({r.error for r in records if r.error})[:5],
+            "sim": {"events": sim.stats.events, "wall_s": wall,
+                    "events_per_s": sim.stats.events / wall if wall > 0 else None,
+                    "requests": len(records), "handoff_bytes": sim.stats.handoff_bytes,
+                    "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
+                    "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
+                    "rejected": sim.stats.rejected, "routed": sim.stats.routed,
+                    "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()},
+                    "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
+
+
+def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
+          workload: str, ramp_s: float = 0.0, seed: int = 0, fixed_arrivals: bool = False) -> dict:
+    """Every rate; the ``summary.json`` of ``warmpath bench`` (plus a ``sim`` block per run)."""
+    runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed, fixed_arrivals=fixed_arrivals)
+            for r in rates}
+    ok = [r for r, v in runs.items() if v["slo_met"]]
+    return {"target": label, "workload": workload, "slo": slo, "gpus": setup.gpus,
+            "rates": {str(r): v["classes"] for r, v in runs.items()},
+            "runs": {str(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()},
+            "max_rate_meeting_slo": max(ok) if ok else None}

@@ -1,0 +1,98 @@
+"""Step time of one simulated worker: a roofline model or a fitted profile (pure).
+
+A step is a list of ``(new_tokens, context)`` items: a decode is ``(1, ctx)``, a prefill
+chunk ``(n, ctx)`` computes ``n`` tokens over ``ctx`` cached ones.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+
+from warmpath.engine.step_model import StepModel
+from warmpath.sim.profiles import HardwareProfile, ModelProfile
+
+
+class StepTime(ABC):
+    """Seconds one engine step takes (the only modelled part of a simulated worker)."""
+
+    @abstractmethod
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        """Time of one step computing ``items``."""
+
+    @abstractmethod
+    def prefill_tok_s(self) -> float:
+        """Rough prefill speed (tokens/s) a worker reports to the router."""
+
+
+class Roofline(StepTime):
+    """max(FLOPs / (peak·MFU), bytes / (HBM·MBU)) over ``tp`` GPUs, plus the TP all-reduce
+    and a fixed per-step overhead.
+
+    FLOPs: 2·params per token (linear layers) + 4·layers·heads·head_dim·n·(ctx + n/2)
+    (attention, quadratic in the context). Bytes: weights once per step + the KV read for
+    every item's context + the KV written for new tokens. All-reduce: 2 per layer, each
+    moving ``2·(tp−1)/tp`` of the activations over NVLink, plus a latency per call.
+    """
+
+    def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int = 1,
+                 allreduce_latency_s: float = 8e-6) -> None:
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        self.m, self.hw, self.tp, self.ar_lat = model, hw, tp, allreduce_latency_s
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        m, hw, tp = self.m, self.hw, self.tp
+        tokens = sum(n for n, _ in items)
+        if tokens == 0:
+            return 0.0
+        attn = sum(4.0 * m.layers * m.heads * m.head_dim * n * (c + n / 2) for n, c in items)
+        flops = 2.0 * m.params * tokens + attn
+        kv = m.kv_bytes_per_token * sum(c + n for n, c in items)
+        byts = m.weight_bytes + kv
+        t = max(flops / (tp * hw.flops * hw.mfu), byts / (tp * hw.hbm_bytes_s * hw.mbu))
+        if tp > 1:
+            act = tokens * m.hidden * m.dtype_bytes
+            t += 2 * m.layers * (2 * (tp - 1) / tp * act / hw.nvlink_bytes_s + self.ar_lat)
+        return t + hw.step_overhead_s
+
+    def prefill_tok_s(self) -> float:
+        return 4096 / self.step_s([(4096, 0)])
+
+
+class Fitted(StepTime):
+    """Step times from a :class:`StepModel` fitted on the real engine (``warmpath calibrate``):
+    decodes cost ``decode_s(batch, mean ctx)``; prefill tokens add ``prefill_s`` minus its
+    fixed part when they share the step with decodes (the calibrated mixed-step form)."""
+
+    def __init__(self, model: StepModel) -> None:
+        self.model = model
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        return self.model.step_s(items)
+
+    def prefill_tok_s(self) -> float:
+        return 2048 / self.model.prefill_s(2048, 0)
+
+
+class Jittered(StepTime):
+    """Another step time times a seeded log-normal factor of mean 1 and coefficient of
+    variation ``cv``: real steps of the same shape vary (measured 3–6% on this machine), and
+    under load that decides which requests collide. Deterministic for ``seed``."""
+
+    def __init__(self, inner: StepTime, cv: float, seed: int | str) -> None:
+        if cv < 0:
+            raise ValueError(f"cv must be >= 0, got {cv}")
+        self.inner, self.cv = inner, cv
+        self.sigma = math.sqrt(math.log1p(cv * cv))
+        self.rng = random.Random(seed)
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        t = self.inner.step_s(items)
+        if self.sigma == 0.0 or t == 0.0:
+            return t
+        return t * math.exp(self.rng.gauss(-self.sigma * self.sigma / 2, self.sigma))
+
+    def prefill_tok_s(self) -> float:
+        return self.inner.prefill_tok_s()

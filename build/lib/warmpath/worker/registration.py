@@ -1,0 +1,94 @@
+"""A worker's side of discovery: register with the router, then heartbeat its load."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from typing import Callable
+
+import httpx
+
+from warmpath.engine.llm_engine import LLMEngine
+from warmpath.protocol.internal import Heartbeat, Registration
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistrationConfig:
+    router_url: str
+    worker_id: str
+    role: str
+    advertise_url: str              # how the router reaches this worker
+    heartbeat_s: float = 10.0
+    cluster_token: str | None = dataclasses.field(default=None, repr=False)   # sent as a Bearer token
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return {"Authorization": f"Bearer {self.cluster_token}"} if self.cluster_token else None
+
+    def __post_init__(self) -> None:
+        if not self.router_url.startswith("http"):
+            raise ValueError(f"--router must be an http URL, got {self.router_url!r}")
+
+
+def load_report(engine: LLMEngine, worker_id: str, healthy: bool = True) -> Heartbeat:
+    """The heartbeat (read from the engine thread's state; approximate)."""
+    s = engine.scheduler
+    queued = sum(q.num_tokens - q.num_computed_tokens for q in list(s.waiting))
+    queued += sum(q.num_tokens - q.num_computed_tokens for q in list(s.running) if q.in_prefill)
+    rep = {"queued_prefill_tokens": queued, "running": len(s.running),
+           "kv_usage": min(1.0, max(0.0, float(engine.pool.usage)))}
+    if engine.tiers is not None:
+        c = engine.tiers.cost
+        rep.update(prefill_tok_s=c.prefill_tok_s.value, l2_bytes_s=c.bandwidth["L2"].value,
+                   l3_bytes_s=c.bandwidth["L3"].value)
+    return Heartbeat(worker_id=worker_id, healthy=healthy, **rep)
+
+
+async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
+    """Tell the router at once that this worker can serve nothing (it drops us); ``False``
+    when the router could not be told (it drops us after ``drop_after_s`` anyway)."""
+    hb = Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024])
+    try:
+        async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
+            r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
+        return r.status_code in (200, 404)
+    except httpx.HTTPError as e:
+        log.warning("could not report the engine failure to the router: %s", e)
+        return False
+
+
+async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
+                                 alive: Callable[[], bool] = lambda: True) -> None:
+    """Runs until cancelled: (re)registers whenever the router does not know us; stops
+    heartbeating once ``alive()`` turns false (the failure is reported separately)."""
+    ev = engine.tiers.events if engine.tiers is not None else None
+    body = Registration(
+        worker_id=cfg.worker_id, role=cfg.role, url=cfg.advertise_url,
+        namespace=dataclasses.asdict(engine.namespace), pid=os.getpid(),
+        kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
+        max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
+        replay_endpoint=ev.replay_endpoint if ev else None).model_dump()
+    registered = False
+    async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
+        while alive():
+            try:
+                if not registered:
+                    r = await http.post(cfg.router_url + "/internal/register", json=body)
+                    registered = r.status_code == 200
+                    if not registered:
+                        log.warning("router refused registration: %s", r.text[:200])
+                if registered:
+                    r = await http.post(cfg.router_url + "/internal/heartbeat",
+                                        json=load_report(engine, cfg.worker_id).model_dump())
+                    registered = r.status_code == 200
+            except httpx.HTTPError as e:
+                log.info("router not reachable yet (%s)", e)
+                registered = False
+            except Exception:  # noqa: BLE001 - the heartbeat must outlive any one bad pass
+                log.exception("heartbeat pass failed; retrying")
+                registered = False
+            await asyncio.sleep(cfg.heartbeat_s if registered else 0.5)
