@@ -61,8 +61,10 @@ class SimTierMover(TierMover):
         return self._put([h])
 
     def _put(self, hashes: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-        present = [h for h in hashes if h in self.store.blocks]
+        before = [h for h in hashes if h in self.store.blocks]
         new, gone = self.store.put(hashes)
+        written = set(new)
+        present = [h for h in before if h not in written]
         self.put_blocks += len(new)
         self._removed.extend(gone)
         return new, present

@@ -54,8 +54,8 @@ class SimWorker:
         self.bm = BlockManager(self.pool, cfg.block_size)
         self.cost = LoadCostModel()
         self.cost.prefill_tok_s.value = step_time.prefill_tok_s()
-        self.cost.bandwidth["L2"].value = cfg.dram_bytes_s
-        self.cost.bandwidth["L3"].value = cfg.nic_bytes_s
+        self.cost.transfer["L2"].bytes_s = cfg.dram_bytes_s
+        self.cost.transfer["L3"].bytes_s = cfg.nic_bytes_s
         self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s)
         self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_policy, self.cost,
                                lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
