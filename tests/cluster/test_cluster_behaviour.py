@@ -61,7 +61,13 @@ def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request():
         assert rc.status_code == rw.status_code == 200
         assert rc.headers["x-warmpath-route"] == "cold" and rc.headers["x-warmpath-worker"] == "pre-prefill-0"
         assert rw.headers["x-warmpath-route"] == "warm" and rw.headers["x-warmpath-worker"] == "prefill-0"
-        assert rw.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1488  # 93 full shared blocks, from L3
+        usage = rw.json()["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] == 1488  # 93 full shared blocks, from L3
+        assert usage["warmpath"]["prefill"]["cached_tokens"] == 1488    # as prefill-0 measured it
+        # the decode worker's own loads: (1540 + 1 - 1) // 16 = 96 blocks that prefill-0 wrote
+        # through to L3 (93 present, 3 written), the last 4 prompt tokens recomputed
+        assert usage["warmpath"]["decode"] == {"loaded_tokens": {"L1": 0, "L2": 0, "L3": 1536},
+                                               "recomputed_tokens": 4}
         assert done["warm"] < done["cold"]
         # the warm request never queued behind the cold one: its queue time (admission wait +
         # the prefill engine's queue) fell in the lowest buckets, and only one warm was counted

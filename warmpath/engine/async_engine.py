@@ -153,6 +153,7 @@ class AsyncEngine:
                 except queue.Empty:
                     pass
                 if not self.engine.has_work():
+                    self.engine.idle()
                     continue
                 outputs = self.engine.step()
                 if self._on_step is not None:

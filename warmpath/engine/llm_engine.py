@@ -77,6 +77,10 @@ class RequestOutput:
     completion_tokens: int
     queue_time: float | None = None  # arrival → first scheduled (set with the first token)
     error: str | None = None         # the request failed inside a step (it alone; finished)
+    # cached_tokens by origin: {"L1": reused, "L2": loaded, "L3": loaded} (None: not scheduled)
+    cached_by_tier: dict[str, int] | None = None
+    l3_written_blocks: int = 0       # blocks of this request this worker wrote to L3 so far
+    l3_prompt_blocks: int | None = None   # full prompt blocks known in L3 (with the first token)
 
 
 class LLMEngine:
@@ -103,7 +107,8 @@ class LLMEngine:
             sched_cfg = replace(sched_cfg, max_model_len=self.max_model_len)
         self.tiers = TieredKV(config.tiers, self.runner.kv_caches, self.pool, config.block_size,
                               config.worker_id) if config.tiers else None
-        self.scheduler = Scheduler(sched_cfg, self.block_manager, external=self.tiers)
+        self.scheduler = Scheduler(sched_cfg, self.block_manager,
+                                   external=self.tiers.rules if self.tiers else None)
         self.namespace = KVNamespace(
             model_id=self.loaded.model_id, revision=self.loaded.revision,
             dtype=str(self.runner.dtype).removeprefix("torch."), block_size=config.block_size,
@@ -219,7 +224,8 @@ class LLMEngine:
         self._detok.pop(request_id, None)
         self.runner.sampler.release(request_id)
         return RequestOutput(request_id, [], "", True, "error", seq.num_prompt_tokens,
-                             max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error)
+                             max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error,
+                             cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -252,11 +258,12 @@ class LLMEngine:
         result = self.runner.execute(out)
         exec_s = time.perf_counter() - t1
         self.num_steps += 1
+        sealed = [(s.seq, s.seq.num_sealed_blocks) for s in out.scheduled]
         finished = {q.request_id for q in self.scheduler.update(out, result.sampled, self.eos_ids)}
         if self.tiers is not None:
             self.tiers.cost.observe_prefill(out.num_tokens, time.perf_counter() - t0)
             t_put = time.perf_counter()
-            self.tiers.after_step()
+            self._credit_l3_writes(sealed, self.tiers.after_step())
             tiers_s += time.perf_counter() - t_put
         outputs = []
         for rid in result.sampled_ids:
@@ -279,6 +286,20 @@ class LLMEngine:
                                           "tiers_s": tiers_s, "items": items}) + "\n")
         return outputs
 
+    def idle(self) -> None:
+        """Nothing to schedule: the lower tiers may do their background checks."""
+        if self.tiers is not None:
+            self.tiers.idle()
+
+    @staticmethod
+    def _credit_l3_writes(sealed: list[tuple[Sequence, int]], written: list[bytes]) -> None:
+        """Count, per sequence, the blocks it sealed this step that the store took now."""
+        if not written:
+            return
+        w = set(written)
+        for seq, before in sealed:
+            seq.l3_written_blocks += sum(1 for h in seq.block_hashes[before:seq.num_sealed_blocks] if h in w)
+
     def _output(self, seq: Sequence, done: bool) -> RequestOutput:
         """The output of a sequence that just got a token (forgets it when done)."""
         rid = seq.request_id
@@ -291,12 +312,20 @@ class LLMEngine:
             rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
             seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
             (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
-            if len(seq.output_token_ids) == 1 else None)
+            if len(seq.output_token_ids) == 1 else None,
+            cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks,
+            l3_prompt_blocks=self._l3_prompt_blocks(seq) if len(seq.output_token_ids) == 1 else None)
         if done:
             self._seqs.pop(rid, None)
             self._detok.pop(rid, None)
             self.runner.sampler.release(rid)
         return out
+
+    def _l3_prompt_blocks(self, seq: Sequence) -> int:
+        if self.tiers is None or self.tiers.l3 is None:
+            return 0
+        n = seq.num_prompt_tokens // self.cfg.block_size
+        return self.tiers.rules.count_in_l3(seq.full_block_hashes()[:n])
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
                  ) -> list[list[int]]:

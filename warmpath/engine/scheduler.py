@@ -185,6 +185,7 @@ class Scheduler:
                 self.external.schedule_load(seq, len(prefix), ext)
             if seq.num_cached_tokens < 0:
                 seq.num_cached_tokens = cached
+                seq.cached_by_tier["L1"] = len(prefix) * bs
                 self.prefix_query_tokens += seq.num_prompt_tokens
                 self.prefix_hit_tokens += cached
             if seq.first_scheduled_time is None:

@@ -74,6 +74,9 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1        # prefix-cache hit at first schedule (-1: not yet)
+    # where those cached tokens came from (L1 reused, L2/L3 loaded; a failed load is taken back)
+    cached_by_tier: dict[str, int] = field(default_factory=lambda: {"L1": 0, "L2": 0, "L3": 0})
+    l3_written_blocks: int = 0         # blocks of this sequence this worker wrote to L3 (store said 0)
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[BlockHash] = field(default_factory=list)
     num_sealed_blocks: int = 0         # leading blocks registered in the prefix cache

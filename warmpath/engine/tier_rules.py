@@ -1,13 +1,29 @@
-"""The lower KV tiers' decisions, shared by the engine and the simulator (pure, no torch).
+"""The lower KV tiers' decisions, written once for the engine and the simulator (pure, no torch).
 
-:class:`ExternalPrefixSource` is the scheduler's seam to the tiers below L1.
+* :class:`ExternalPrefixSource`: the scheduler's seam to the tiers below L1.
+* :class:`TierMover`: the byte mover under the rules (``engine/tiered_kv.py`` moves torch
+  tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models the same moves).
+* :class:`TierRules`: what moves when. L1 eviction demotes the block into L2 (the L2 victim
+  goes to L3 under write-back); every sealed L1 block goes to L3 under write-through (put
+  at the step's flush); a lookup below L1 loads the leading L2 run, then the L3 run, each
+  only where the cost model says loading beats recomputing; a failed load is recomputed.
+  Every change is a KV event, published at the flush; L3 blocks are announced exactly as
+  the store accepted them and withdrawn when the mover finds them gone.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
 
 from warmpath.engine.sequence import Sequence
+from warmpath.kv.block_pool import BlockPool, KVBlock
+from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
+from warmpath.kv.load_cost import LoadCostModel
+
+WRITE_POLICIES = ("write-through", "write-back", "none")
 
 
 class ExternalPrefixSource(ABC):
@@ -26,3 +42,269 @@ class ExternalPrefixSource(ABC):
     def cancel(self, seq: Sequence) -> None:
         """Forget a plan from :meth:`lookup` that the scheduler could not allocate for."""
 
+
+@dataclass
+class LoadResult:
+    """Blocks a mover delivered (leading runs) and the seconds it measured (``None``: not
+    measured, e.g. modelled by the simulator, which must not re-learn its own model)."""
+
+    l2: int
+    l3: int
+    l2_s: float | None = None
+    l3_s: float | None = None
+
+
+class TierMover(ABC):
+    """Moves KV bytes between tiers; :class:`TierRules` decides what moves."""
+
+    block_bytes: int
+
+    @property
+    @abstractmethod
+    def l2_capacity(self) -> int:
+        """L2 blocks (0: no L2)."""
+
+    @property
+    @abstractmethod
+    def has_l3(self) -> bool:
+        """Whether an L3 store is configured."""
+
+    @abstractmethod
+    def count_l2(self, hashes: list[bytes]) -> int:
+        """Leading ``hashes`` L2 holds."""
+
+    @abstractmethod
+    def count_l3(self, hashes: list[bytes]) -> int:
+        """Leading ``hashes`` the store holds."""
+
+    @abstractmethod
+    def in_l2(self, h: bytes) -> bool:
+        """Whether L2 holds ``h``."""
+
+    @abstractmethod
+    def l2_victim(self) -> bytes | None:
+        """The hash the next demotion would evict from L2 (``None``: there is room)."""
+
+    @abstractmethod
+    def demote(self, blk: KVBlock) -> bytes | None:
+        """Copy an L1 block into L2; returns the hash evicted to make room."""
+
+    @abstractmethod
+    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
+        """Write L1 blocks to the store; returns ``(written, present)``: the hashes it
+        stored now and those it already held. Anything else (store full, down) is in neither."""
+
+    @abstractmethod
+    def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
+        """Write L2's copy of ``h`` to the store; ``(written, present)`` as :meth:`put_l3`."""
+
+    @abstractmethod
+    def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
+        """Fill ``seq.block_ids[first_block:]``: ``n_l2`` blocks from L2, then (if all of
+        those arrived) ``n_l3`` from the store; stops at the first missing block."""
+
+    @abstractmethod
+    def take_l3_removed(self) -> list[bytes]:
+        """Hashes found gone from the store since the last call (drained)."""
+
+    def exists_l3(self, hashes: list[bytes]) -> list[bool] | None:
+        """Whether the store holds each hash (``None``: unknown; movers whose store reports
+        its evictions through :meth:`take_l3_removed` need not answer)."""
+        return None
+
+
+@dataclass
+class TierStats:
+    """What the rules did (counts of blocks unless named tokens)."""
+
+    l1_evictions: int = 0
+    l2_hits: int = 0          # blocks loaded from L2
+    l2_evictions: int = 0
+    l3_loaded: int = 0
+    load_failures: int = 0    # planned blocks that had to be recomputed
+    l3_removed: int = 0       # announced L3 blocks later found gone (withdrawn)
+    loaded_tokens: dict[str, int] = field(default_factory=lambda: {"L2": 0, "L3": 0})
+
+
+@dataclass
+class _Load:
+    seq: Sequence
+    first_block: int
+    n_l2: int
+    n_l3: int
+    first: bool      # planned at the sequence's first schedule (counted as its cache hit)
+
+
+class TierRules(ExternalPrefixSource):
+    """The tier decisions of one worker, over any :class:`TierMover`.
+
+    ``publish`` receives each flush's event batch. ``tokens_in_events``: L1 stores carry
+    their token ids (the engine's wire format) or not (the simulator; then consecutive
+    events of one kind and tier are merged). ``l3_record`` bounds the LRU record of hashes
+    this worker announced as in L3 (checked by :meth:`check_l3`).
+    """
+
+    def __init__(self, mover: TierMover, pool: BlockPool, block_size: int, write_policy: str,
+                 cost: LoadCostModel, publish: Callable[[list], None] | None,
+                 tokens_in_events: bool = True, l3_record: int = 1 << 16) -> None:
+        if write_policy not in WRITE_POLICIES:
+            raise ValueError(f"write_policy must be write-through, write-back or none, got {write_policy!r}")
+        self.mover, self.bs, self.write_policy, self.cost = mover, block_size, write_policy, cost
+        self.publish, self.tokens_in_events, self.l3_record = publish, tokens_in_events, l3_record
+        self.stats = TierStats()
+        self.l3_known: OrderedDict[bytes, None] = OrderedDict()
+        self._events: list = [AllBlocksCleared()]   # true at start: L1 and L2 hold nothing
+        self._plans: dict[str, tuple[int, int]] = {}
+        self._loads: list[_Load] = []
+        self._to_put: list[KVBlock] = []
+        pool.add_seal_hook(self.on_seal)
+        pool.add_evict_hook(self.on_l1_evict)
+
+    # -- scheduler seam ------------------------------------------------------
+    def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
+        hashes = seq.full_block_hashes()[:(seq.num_tokens - 1) // self.bs][num_local_blocks:]
+        m = self.mover
+        n2, n3 = self.cost.plan(hashes, m.count_l2, m.count_l3 if m.has_l3 else None,
+                                m.block_bytes, self.bs)
+        if n2 + n3:
+            self._plans[seq.request_id] = (n2, n3)
+        return n2 + n3
+
+    def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
+        n2, n3 = self._plans.pop(seq.request_id)
+        assert n2 + n3 == num_blocks
+        first = seq.num_cached_tokens < 0
+        if first:   # the scheduler counts the hit right after this call
+            seq.cached_by_tier["L2"] += n2 * self.bs
+            seq.cached_by_tier["L3"] += n3 * self.bs
+        self._loads.append(_Load(seq, first_block, n2, n3, first))
+
+    def cancel(self, seq: Sequence) -> None:
+        self._plans.pop(seq.request_id, None)
+
+    # -- engine hooks --------------------------------------------------------
+    def apply_loads(self) -> None:
+        """Fill the blocks planned this step; roll progress back where a load fails."""
+        loads, self._loads = self._loads, []
+        for ld in loads:
+            got = self.mover.load(ld.seq, ld.first_block, ld.n_l2, ld.n_l3)
+            self._account_load(ld, got)
+
+    def _account_load(self, ld: _Load, got: LoadResult) -> None:
+        bb, bs = self.mover.block_bytes, self.bs
+        if got.l2_s is not None:
+            self.cost.observe_transfer("L2", got.l2 * bb, got.l2_s)
+        if got.l3_s is not None:
+            self.cost.observe_transfer("L3", got.l3 * bb, got.l3_s)
+        self.stats.l2_hits += got.l2
+        self.stats.l3_loaded += got.l3
+        self.stats.loaded_tokens["L2"] += got.l2 * bs
+        self.stats.loaded_tokens["L3"] += got.l3 * bs
+        hashes = ld.seq.full_block_hashes()
+        start = ld.first_block + got.l2
+        self._note_in_l3(hashes[start:start + got.l3])
+        seq, lost2, lost3 = ld.seq, ld.n_l2 - got.l2, ld.n_l3 - got.l3
+        if lost2 + lost3:
+            self.stats.load_failures += lost2 + lost3
+            seq.num_computed_tokens -= (lost2 + lost3) * bs
+            if ld.first:
+                seq.num_cached_tokens -= (lost2 + lost3) * bs
+                seq.cached_by_tier["L2"] -= lost2 * bs
+                seq.cached_by_tier["L3"] -= lost3 * bs
+
+    def on_seal(self, blk: KVBlock) -> None:
+        """An L1 block became full and hashed: announce it; write-through queues it for L3."""
+        self._event(True, "L1", [blk.block_hash], list(blk.token_ids) if self.tokens_in_events else None)
+        if self.write_policy == "write-through" and self.mover.has_l3:
+            self._to_put.append(blk)
+
+    def on_l1_evict(self, blk: KVBlock) -> None:
+        """L1 drops a cached block: announce it and demote it into L2 (write-back sends
+        L2's victim to L3 first, while its bytes are still there)."""
+        h, m = blk.block_hash, self.mover
+        self.stats.l1_evictions += 1
+        self._event(False, "L1", [h])
+        if m.l2_capacity == 0 or m.in_l2(h):
+            return
+        victim = m.l2_victim()
+        if victim is not None and self.write_policy == "write-back" and m.has_l3:
+            self._l3_accepted(*m.spill_l3(victim))
+        evicted = m.demote(blk)
+        if evicted is not None:
+            self.stats.l2_evictions += 1
+            self._event(False, "L2", [evicted])
+        self._event(True, "L2", [h], list(blk.token_ids) if self.tokens_in_events else None)
+
+    def flush(self) -> list[bytes]:
+        """After a step: write-through puts, withdrawn L3 blocks, then publish the queued
+        events. Returns the hashes this flush's puts stored (not those already present)."""
+        blocks, self._to_put = self._to_put, []
+        live = [b for b in blocks if b.block_hash is not None]   # evicted since: nothing to write
+        written, present = self.mover.put_l3(live) if live else ([], [])
+        self._l3_accepted(written, present)
+        self.l3_gone(self.mover.take_l3_removed())
+        events, self._events = self._events, []
+        if events and self.publish is not None:
+            self.publish([self._encode(e) for e in events])
+        return written
+
+    # -- L3 record -----------------------------------------------------------
+    def count_in_l3(self, hashes: list[bytes]) -> int:
+        """How many of ``hashes`` this worker knows to be in L3 (its record)."""
+        return sum(1 for h in hashes if h in self.l3_known)
+
+    def check_l3(self, n: int) -> int:
+        """Ask the store about the ``n`` least recently checked announced blocks; withdraw
+        those it lost (published at the next flush). Returns how many were gone."""
+        batch = self.l3_check_batch(n)
+        found = self.mover.exists_l3(batch) if batch else None
+        if found is None:
+            return 0
+        gone = [h for h, ok in zip(batch, found) if not ok]
+        self.l3_gone(gone)
+        return len(gone)
+
+    def l3_check_batch(self, n: int) -> list[bytes]:
+        """The ``n`` least recently checked announced hashes (round robin)."""
+        out = []
+        for h in list(self.l3_known)[:n]:
+            self.l3_known.move_to_end(h)
+            out.append(h)
+        return out
+
+    def l3_gone(self, hashes: list[bytes]) -> None:
+        """The store no longer has these (it said so, or a check or get found them
+        missing): withdraw them from the record and announce their removal."""
+        if hashes:
+            for h in hashes:
+                self.l3_known.pop(h, None)
+            self.stats.l3_removed += len(hashes)
+            self._event(False, "L3", hashes)
+
+    def _l3_accepted(self, written: list[bytes], present: list[bytes]) -> None:
+        # NOTE: a block the store already held (EXISTS) is announced too: it is in L3.
+        hashes = written + present
+        if hashes:
+            self._note_in_l3(hashes)
+            self._event(True, "L3", hashes)
+
+    def _note_in_l3(self, hashes: list[bytes]) -> None:
+        for h in hashes:
+            self.l3_known.pop(h, None)
+            self.l3_known[h] = None
+        while len(self.l3_known) > self.l3_record:
+            self.l3_known.popitem(last=False)
+
+    # -- events --------------------------------------------------------------
+    def _event(self, stored: bool, tier: str, hashes: list[bytes], tokens: list[int] | None = None) -> None:
+        last = self._events[-1] if self._events else None
+        if (not self.tokens_in_events and isinstance(last, tuple) and last[:2] == (stored, tier)):
+            last[2].extend(hashes)
+        else:
+            self._events.append((stored, tier, list(hashes), tokens or []))
+
+    def _encode(self, e):
+        if not isinstance(e, tuple):
+            return e
+        stored, tier, hashes, tokens = e
+        return BlockStored(hashes, None, tokens, self.bs, tier) if stored else BlockRemoved(hashes, tier)

@@ -22,18 +22,48 @@ class Ema:
 
 
 @dataclass
+class TransferFit:
+    """``seconds = overhead_s + bytes / bytes_s``, a least-squares line through this
+    worker's transfers (sums decayed by ``decay`` per sample, so it follows change). The
+    priors hold until samples of two different sizes exist; a fit whose slope is not
+    positive is noise and changes nothing; a negative intercept is taken as 0."""
+
+    overhead_s: float
+    bytes_s: float
+    decay: float = 0.98
+    samples: int = 0
+    sums: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)   # weight, Σx, Σy, Σx², Σxy
+
+    def update(self, nbytes: float, seconds: float) -> None:
+        n, sx, sy, sxx, sxy = (v * self.decay for v in self.sums)
+        x, y = float(nbytes), float(seconds)
+        n, sx, sy, sxx, sxy = self.sums = (n + 1, sx + x, sy + y, sxx + x * x, sxy + x * y)
+        self.samples += 1
+        var = n * sxx - sx * sx
+        if var <= 1e-9 * n * sxx:     # one size so far: the line is not determined
+            return
+        slope = (n * sxy - sx * sy) / var
+        if slope <= 0:
+            return
+        self.bytes_s = 1.0 / slope
+        self.overhead_s = max(0.0, (sy - slope * sx) / n)
+
+    def seconds(self, nbytes: float) -> float:
+        return self.overhead_s + nbytes / self.bytes_s
+
+
+@dataclass
 class LoadCostModel:
-    """Loading ``n`` blocks costs ``overhead + bytes / bandwidth``; recomputing costs
-    ``tokens / prefill speed``. All speeds are moving averages of what this worker measured.
+    """Loading ``n`` blocks costs ``overhead + bytes / bandwidth`` (a line fitted per tier
+    to this worker's transfers); recomputing costs ``tokens / prefill speed`` (a moving
+    average of its prefill steps).
 
     ``policy``: ``auto`` (cheaper wins), ``always`` (load) or ``never`` (recompute).
     """
 
     policy: str = "auto"
-    bandwidth: dict[str, Ema] = field(default_factory=lambda: {
-        "L2": Ema(4e9), "L3": Ema(4e8)})            # bytes/s priors
-    overhead_s: dict[str, Ema] = field(default_factory=lambda: {
-        "L2": Ema(1e-4), "L3": Ema(2e-3)})
+    transfer: dict[str, TransferFit] = field(default_factory=lambda: {
+        "L2": TransferFit(1e-4, 4e9), "L3": TransferFit(2e-3, 4e8)})   # priors
     prefill_tok_s: Ema = field(default_factory=lambda: Ema(500.0))
     decisions: dict[str, int] = field(default_factory=lambda: {"load": 0, "recompute": 0})
 
@@ -42,7 +72,7 @@ class LoadCostModel:
             raise ValueError(f"load policy must be auto, always or never, got {self.policy!r}")
 
     def load_seconds(self, tier: str, nbytes: int) -> float:
-        return self.overhead_s[tier].value + nbytes / self.bandwidth[tier].value
+        return self.transfer[tier].seconds(nbytes)
 
     def recompute_seconds(self, tokens: int) -> float:
         return tokens / self.prefill_tok_s.value
@@ -75,7 +105,7 @@ class LoadCostModel:
 
     def observe_transfer(self, tier: str, nbytes: int, seconds: float) -> None:
         if nbytes > 0 and seconds > 0:
-            self.bandwidth[tier].update(nbytes / seconds)
+            self.transfer[tier].update(nbytes, seconds)
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         if tokens >= 64 and seconds > 0:

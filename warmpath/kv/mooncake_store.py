@@ -25,8 +25,8 @@ from warmpath.kv.block_codec import HEADER_SIZE, BlockFormatError, check_block, 
 
 log = logging.getLogger(__name__)
 NOT_FOUND = -704
-EXISTS = -706      # another worker stored the block first: fine
-NO_SPACE = -200    # store full until the master evicts: a future miss, not an error
+EXISTS = -706      # another worker stored the block first: it is in L3 all the same
+NO_SPACE = -200    # store full until the master evicts: not stored, a future miss, not an error
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ class MooncakeL3:
         self._lock = threading.Lock()   # one transfer at a time through the staging buffer
         self._store = None
         self._down_until = 0.0
+        self.not_found: list[bytes] = []   # hashes a get found missing (drained by the caller)
         self.connect()
 
     # -- connection --------------------------------------------------------
@@ -200,7 +201,9 @@ class MooncakeL3:
                 ok = 0
                 for i, (h, r) in enumerate(zip(chunk, res)):
                     if r < 0:
-                        if r != NOT_FOUND:
+                        if r == NOT_FOUND:
+                            self.not_found.append(h)
+                        else:
                             self._mark_down()
                         break
                     view = memoryview(self.staging[i * self.slot:i * self.slot + r])
@@ -221,9 +224,29 @@ class MooncakeL3:
         self.stats.misses += len(hashes) - done
         return done
 
-    def put(self, hashes: list[bytes], source: Callable[[int, np.ndarray], None]) -> int:
-        """Write blocks; ``source(i, payload)`` fills block i's payload. Returns blocks stored."""
-        stored = 0
+    def exists(self, hashes: list[bytes]) -> list[bool] | None:
+        """Whether each block is in the store (``None``: the store could not be asked)."""
+        if not hashes or not self.available:
+            return None
+        try:
+            res = self._call(self._store.batch_is_exist, [self.key(h) for h in hashes])
+        except Exception:  # noqa: BLE001 - timeout or RPC failure
+            self._mark_down()
+            return None
+        if any(r < 0 for r in res):
+            return None
+        return [r == 1 for r in res]
+
+    def put(self, hashes: list[bytes], source: Callable[[int, np.ndarray], None]
+            ) -> tuple[list[bytes], list[bytes]]:
+        """Write blocks; ``source(i, payload)`` fills block i's payload.
+
+        Returns ``(written, present)``: the hashes this call stored (result 0) and those the
+        store already held (``EXISTS``). Both are in L3 afterwards; ``NO_SPACE``, errors and
+        blocks after a failed call are in neither.
+        """
+        written: list[bytes] = []
+        present: list[bytes] = []
         step = self.cfg.staging_blocks
         t0 = time.perf_counter()
         with self._lock:
@@ -243,15 +266,19 @@ class MooncakeL3:
                 except Exception:  # noqa: BLE001
                     self._mark_down()
                     break
-                ok = sum(1 for r in res if r == 0)
-                self.stats.rejected_full += sum(1 for r in res if r == NO_SPACE)
-                if any(r < 0 and r not in (EXISTS, NO_SPACE) for r in res):
-                    self.stats.errors += 1
-                stored += ok
-                self.stats.bytes_written += ok * self.slot
-        self.stats.blocks_written += stored
+                self._count_put(chunk, res, written, present)
         self.stats.write_seconds += time.perf_counter() - t0
-        return stored
+        return written, present
+
+    def _count_put(self, chunk: list[bytes], res: list[int], written: list, present: list) -> None:
+        ok = [h for h, r in zip(chunk, res) if r == 0]
+        written.extend(ok)
+        present.extend(h for h, r in zip(chunk, res) if r == EXISTS)
+        self.stats.rejected_full += sum(1 for r in res if r == NO_SPACE)
+        if any(r < 0 and r not in (EXISTS, NO_SPACE) for r in res):
+            self.stats.errors += 1
+        self.stats.blocks_written += len(ok)
+        self.stats.bytes_written += len(ok) * self.slot
 
     def probe(self) -> bool:
         """If L3 is down and the retry time has come, try a cheap call to bring it back."""

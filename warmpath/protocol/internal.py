@@ -33,9 +33,24 @@ class PrefillRequest(BaseModel):
     request: SamplingFields
 
 
+class TierTokens(BaseModel):
+    """Prompt tokens by where their KV came from: ``L1`` reused on the device, ``L2`` /
+    ``L3`` loaded from host DRAM / the store."""
+
+    model_config = _STRICT
+    L1: int = Field(0, ge=0)
+    L2: int = Field(0, ge=0)
+    L3: int = Field(0, ge=0)
+
+
 class PrefillReply(BaseModel):
     """What a prefill worker measured (the L3 seconds are the worker's while the request
-    ran: other requests' reads and writes in that time are in them too)."""
+    ran: other requests' reads and writes in that time are in them too).
+
+    ``cached_tokens``: prompt tokens this worker did not compute (``cached_by_tier`` says
+    from where). ``kv_bytes``: bytes this worker wrote to L3 for this request (blocks the
+    store took now; 0 without write-through or L3). ``kv_blocks``: full prompt blocks this
+    worker knows are in L3 after it (written now or already there)."""
 
     model_config = _STRICT
     token: TokenId
@@ -47,10 +62,25 @@ class PrefillReply(BaseModel):
     kv_bytes: int = Field(ge=0)
     l3_get_s: float = Field(ge=0)
     l3_put_s: float = Field(ge=0)
+    cached_by_tier: TierTokens = TierTokens()
+
+
+class PrefillStage(BaseModel):
+    """The prefill worker's own measurements, relayed by the router to the decode worker
+    (which reports them, as measured by that worker, in ``usage["warmpath"]["prefill"]``)."""
+
+    model_config = _STRICT
+    cached_tokens: int = Field(ge=0)
+    cached_by_tier: TierTokens | None = None
+    kv_bytes: int | None = Field(None, ge=0)
+    kv_blocks: int | None = Field(None, ge=0)
 
 
 class GenerateRequest(BaseModel):
-    """Generate the answer; with ``first_token`` this is the decode side of a handoff."""
+    """Generate the answer; with ``first_token`` this is the decode side of a handoff.
+
+    ``prefill``: what the prefill stage measured (from its :class:`PrefillReply`).
+    ``cached_tokens`` (older routers): the same as ``prefill={"cached_tokens": n}``."""
 
     model_config = _STRICT
     kind: Literal["chat", "text"]
@@ -58,6 +88,13 @@ class GenerateRequest(BaseModel):
     request: SamplingFields
     first_token: TokenId | None = None
     cached_tokens: int | None = Field(None, ge=0)
+    prefill: PrefillStage | None = None
+
+    def prefill_stage(self) -> PrefillStage | None:
+        """The relayed prefill measurements, from either field (``prefill`` wins)."""
+        if self.prefill is not None:
+            return self.prefill
+        return None if self.cached_tokens is None else PrefillStage(cached_tokens=self.cached_tokens)
 
 
 class Namespace(BaseModel):

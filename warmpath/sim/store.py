@@ -67,5 +67,6 @@ class SimStore:
                 gone.append(self.blocks.popitem(last=False)[0])
             self.blocks[h] = None
             new.append(h)
+        gone = [g for g in gone if g not in self.blocks]   # evicted, then stored again by this put
         self.evicted += len(gone)
         return new, gone

@@ -31,7 +31,8 @@ class Job:
     parsed: SamplingFields
     prompt_tokens: int
     start: float
-    cached_tokens: int | None = None  # reported by the prefill worker of a handoff
+    prefill: dict | None = None       # the prefill stage's measurements, relayed (handoff)
+    handoff: bool = False             # the first token came from a prefill worker
 
 
 def engine_error(e: Exception) -> APIError:
@@ -90,11 +91,21 @@ class WorkerFront:
 
     # -- rendering ---------------------------------------------------------
     def usage(self, job: Job, o: RequestOutput | None) -> dict:
+        """OpenAI usage; ``cached_tokens`` is the prefill stage's measurement when there was
+        one, else this worker's. ``usage["warmpath"]`` has each stage's own measurements:
+        ``prefill`` (relayed from the prefill worker) and this worker's (``decode`` for a
+        handoff, else ``worker``): prompt tokens whose KV it reused (L1) or loaded (L2/L3)
+        and those it recomputed."""
         done = o.completion_tokens if o else 0
+        own = o.cached_tokens if o else 0
+        cached = job.prefill["cached_tokens"] if job.prefill is not None else own
+        ext: dict = {} if job.prefill is None else {"prefill": job.prefill}
+        if o is not None and o.cached_by_tier is not None:
+            ext["decode" if job.handoff else "worker"] = {
+                "loaded_tokens": o.cached_by_tier, "recomputed_tokens": job.prompt_tokens - own}
         return {"prompt_tokens": job.prompt_tokens, "completion_tokens": done,
                 "total_tokens": job.prompt_tokens + done,
-                "prompt_tokens_details": {"cached_tokens": job.cached_tokens if job.cached_tokens
-                                          is not None else (o.cached_tokens if o else 0)}}
+                "prompt_tokens_details": {"cached_tokens": cached}, "warmpath": ext}
 
     def chunk(self, job: Job, text: str | None, reason: str | None, first: bool = False) -> dict:
         if job.kind == "chat":

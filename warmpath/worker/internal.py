@@ -4,13 +4,15 @@
 :class:`~warmpath.protocol.internal.PrefillReply`)
     Runs the prompt to its first token. With write-through (the default for prefill roles)
     every sealed block of the prompt is in L3 before the answer leaves: that is the P→D
-    handoff.
+    handoff. The reply carries what this worker measured: its cached tokens by tier, the
+    bytes it wrote to L3 for the request (``kv_bytes``) and the prompt blocks in L3 after it.
 
 ``POST /internal/generate`` (:class:`~warmpath.protocol.internal.GenerateRequest`)
     The client's OpenAI response (streamed or not). With ``first_token`` this is the decode
     side of a handoff: the token is reported at once, the prompt's blocks come from L3 (or
     are recomputed when missing), generation continues after it. Without it the worker
     computes the prompt itself: a PPD append-prefill on a decode worker, or a replica.
+    ``prefill`` (what the prefill stage measured) is relayed in ``usage["warmpath"]``.
 
 ``POST /internal/fault`` (only with fault injection on: tests and chaos runs)
     ``{"kind": "engine-crash"}`` stops the engine thread as an engine bug would;
@@ -29,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from warmpath.engine.async_engine import AsyncEngine
 from warmpath.worker.front import WorkerFront, engine_error
-from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
+from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest, TierTokens
 from warmpath.protocol.openai import Seed
 
 
@@ -59,14 +61,14 @@ def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | N
             if isinstance(item, Exception):
                 raise engine_error(item)
             break
-        blocks = len(ids) // engine.cfg.block_size
         block_bytes = engine.tiers.block_bytes if engine.tiers is not None else 0
         get1, put1 = l3_seconds()
         reply = PrefillReply(token=item.new_token_ids[-1], prompt_tokens=len(ids),
                              cached_tokens=item.cached_tokens, queue_s=item.queue_time or 0.0,
-                             prefill_s=time.monotonic() - t0, kv_blocks=blocks,
-                             kv_bytes=blocks * block_bytes, l3_get_s=max(0.0, get1 - get0),
-                             l3_put_s=max(0.0, put1 - put0))
+                             prefill_s=time.monotonic() - t0, kv_blocks=item.l3_prompt_blocks or 0,
+                             kv_bytes=item.l3_written_blocks * block_bytes, l3_get_s=max(0.0, get1 - get0),
+                             l3_put_s=max(0.0, put1 - put0),
+                             cached_by_tier=TierTokens(**(item.cached_by_tier or {})))
         return JSONResponse(reply.model_dump())
 
     @app.post("/internal/generate", dependencies=dependencies)
@@ -74,8 +76,10 @@ def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | N
         first = body.first_token
         job = front.admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
                     output_prefix=[first] if first is not None else None)
-        if body.cached_tokens is not None:
-            job.cached_tokens = body.cached_tokens
+        stage = body.prefill_stage()
+        if stage is not None:
+            job.prefill = stage.model_dump(exclude_none=True)
+        job.handoff = first is not None
         return await front.respond(req, job)
 
 

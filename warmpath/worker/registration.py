@@ -43,8 +43,8 @@ def load_report(engine: LLMEngine, worker_id: str, healthy: bool = True) -> Hear
            "kv_usage": min(1.0, max(0.0, float(engine.pool.usage)))}
     if engine.tiers is not None:
         c = engine.tiers.cost
-        rep.update(prefill_tok_s=c.prefill_tok_s.value, l2_bytes_s=c.bandwidth["L2"].value,
-                   l3_bytes_s=c.bandwidth["L3"].value)
+        rep.update(prefill_tok_s=c.prefill_tok_s.value, l2_bytes_s=c.transfer["L2"].bytes_s,
+                   l3_bytes_s=c.transfer["L3"].bytes_s)
     return Heartbeat(worker_id=worker_id, healthy=healthy, **rep)
 
 

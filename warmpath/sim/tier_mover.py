@@ -1,0 +1,90 @@
+"""The simulator's byte mover under the production :class:`~warmpath.engine.tier_rules.TierRules`
+(pure, no torch): L2 is the real :class:`LRUSlotIndex`, L3 the shared :class:`SimStore`, and a
+move costs modelled time instead of copying bytes.
+"""
+
+from __future__ import annotations
+
+from warmpath.engine.sequence import Sequence
+from warmpath.engine.tier_rules import LoadResult, TierMover
+from warmpath.kv.block_pool import KVBlock
+from warmpath.kv.lru_index import LRUSlotIndex
+from warmpath.sim.store import SimStore
+
+
+class SimTierMover(TierMover):
+    """Models one worker's L2 and its link to the store.
+
+    Load time accumulates in :attr:`load_s` (added to the step that needs it); blocks written
+    to the store accumulate in :attr:`put_blocks` (one write at the end of the step).
+    """
+
+    def __init__(self, l2_blocks: int, store: SimStore | None, block_bytes: int,
+                 dram_bytes_s: float, nic_bytes_s: float) -> None:
+        self.l2 = LRUSlotIndex(l2_blocks)
+        self.store, self.block_bytes = store, block_bytes
+        self.dram_bytes_s, self.nic_bytes_s = dram_bytes_s, nic_bytes_s
+        self.now = 0.0
+        self.load_s = 0.0
+        self.put_blocks = 0
+        self._removed: list[bytes] = []
+
+    @property
+    def l2_capacity(self) -> int:
+        return self.l2.capacity
+
+    @property
+    def has_l3(self) -> bool:
+        return self.store is not None
+
+    def count_l2(self, hashes: list[bytes]) -> int:
+        return self.l2.count_prefix(hashes)
+
+    def count_l3(self, hashes: list[bytes]) -> int:
+        return self.store.count_prefix(hashes)
+
+    def in_l2(self, h: bytes) -> bool:
+        return h in self.l2
+
+    def l2_victim(self) -> bytes | None:
+        old = self.l2.oldest()
+        return None if old is None else old[0]
+
+    def demote(self, blk: KVBlock) -> bytes | None:
+        got = self.l2.insert(blk.block_hash)
+        return None if got is None else got[1]
+
+    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
+        return self._put([b.block_hash for b in blocks])
+
+    def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
+        return self._put([h])
+
+    def _put(self, hashes: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+        before = [h for h in hashes if h in self.store.blocks]
+        new, gone = self.store.put(hashes)
+        written = set(new)
+        present = [h for h in before if h not in written]
+        self.put_blocks += len(new)
+        self._removed.extend(gone)
+        return new, present
+
+    def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
+        hashes = seq.full_block_hashes()
+        ok2 = 0
+        for h in hashes[first_block:first_block + n_l2]:
+            if self.l2.get(h) is None:
+                break
+            ok2 += 1
+        self.load_s += ok2 * self.block_bytes / self.dram_bytes_s
+        if ok2 < n_l2 or not n_l3:
+            return LoadResult(ok2, 0)
+        start = first_block + ok2
+        ok3 = self.store.count_prefix(hashes[start:start + n_l3])
+        if ok3:
+            self.load_s += self.store.link.transfer(self.now, ok3 * self.block_bytes, self.nic_bytes_s)
+        return LoadResult(ok2, ok3)
+
+    def take_l3_removed(self) -> list[bytes]:
+        gone, self._removed = self._removed, []
+        return gone
