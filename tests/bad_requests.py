@@ -112,9 +112,9 @@ WORKER_INTERNAL = [
     ("generate first_token 10^9", "POST", "/internal/generate",
      {"json": {"kind": "text", "prompt_token_ids": [1, 2], "request": {}, "first_token": 10**9}}, 400,
      "first_token"),
-    ("generate cached_tokens -1", "POST", "/internal/generate",
-     {"json": {"kind": "text", "prompt_token_ids": [1, 2], "request": {}, "cached_tokens": -1}}, 400,
-     "cached_tokens"),
+    ("generate prefill.cached_tokens -1", "POST", "/internal/generate",
+     {"json": {"kind": "text", "prompt_token_ids": [1, 2], "request": {}, "prefill": {"cached_tokens": -1}}},
+     400, "prefill.cached_tokens"),
     ("generate nested", "POST", "/internal/generate", {"content": nested(5_000)}, 400, "body"),
     ("prefill GET", "GET", "/internal/prefill", {}, 405, None),
 ]

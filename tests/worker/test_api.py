@@ -187,7 +187,7 @@ def test_internal_prefill_then_generate_continues_after_the_handed_off_token(ser
     assert p["prompt_tokens"] == len(prompt) and p["kv_blocks"] == p["kv_bytes"] == 0   # no L3: nothing written
     assert p["l3_get_s"] == p["l3_put_s"] == 0.0   # this server has no L3
     gen = httpx.post(server + "/internal/generate", timeout=60, headers=AUTH, json={
-        "kind": "text", "prompt_token_ids": prompt, "request": req, "first_token": p["token"], "cached_tokens": 3})
+        "kind": "text", "prompt_token_ids": prompt, "request": req, "first_token": p["token"], "prefill": {"cached_tokens": 3}})
     body = gen.json()
     assert body["choices"][0]["text"] == ref.choices[0].text
     assert body["usage"]["completion_tokens"] == 8 and body["usage"]["prompt_tokens_details"]["cached_tokens"] == 3

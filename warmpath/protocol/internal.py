@@ -79,22 +79,14 @@ class PrefillStage(BaseModel):
 class GenerateRequest(BaseModel):
     """Generate the answer; with ``first_token`` this is the decode side of a handoff.
 
-    ``prefill``: what the prefill stage measured (from its :class:`PrefillReply`).
-    ``cached_tokens`` (older routers): the same as ``prefill={"cached_tokens": n}``."""
+    ``prefill``: what the prefill stage measured (from its :class:`PrefillReply`)."""
 
     model_config = _STRICT
     kind: Literal["chat", "text"]
     prompt_token_ids: PromptIds
     request: SamplingFields
     first_token: TokenId | None = None
-    cached_tokens: int | None = Field(None, ge=0)
     prefill: PrefillStage | None = None
-
-    def prefill_stage(self) -> PrefillStage | None:
-        """The relayed prefill measurements, from either field (``prefill`` wins)."""
-        if self.prefill is not None:
-            return self.prefill
-        return None if self.cached_tokens is None else PrefillStage(cached_tokens=self.cached_tokens)
 
 
 class Namespace(BaseModel):

@@ -20,7 +20,7 @@ from dataclasses import replace
 from fastapi.responses import Response
 
 from warmpath.protocol.errors import APIError
-from warmpath.protocol.internal import GenerateRequest, PrefillRequest
+from warmpath.protocol.internal import GenerateRequest, PrefillRequest, PrefillStage
 from warmpath.protocol.openai import SamplingFields
 from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
 from warmpath.router.relay import relay
@@ -138,8 +138,10 @@ class RequestFlow:
         if t.body.stream:   # the usage chunk tells the router how many tokens went out
             req["stream_options"] = {"include_usage": True}
         p = t.prefill
+        stage = None if p is None else PrefillStage(cached_tokens=p.cached_tokens, cached_by_tier=p.cached_by_tier,
+                                                     kv_bytes=p.kv_bytes, kv_blocks=p.kv_blocks)
         return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req,
-                               first_token=p.token if p else None, cached_tokens=p.cached_tokens if p else None)
+                               first_token=p.token if p else None, prefill=stage)
 
     async def _decode(self, t: Trip, sess: SessionState | None) -> Response:
         s, d = self.s, t.decision

@@ -76,7 +76,7 @@ def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | N
         first = body.first_token
         job = front.admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
                     output_prefix=[first] if first is not None else None)
-        stage = body.prefill_stage()
+        stage = body.prefill
         if stage is not None:
             job.prefill = stage.model_dump(exclude_none=True)
         job.handoff = first is not None
