@@ -40,8 +40,8 @@ class TierConfig:
     events_port: int = 0                 # 0 = a free port
     events_advertise_host: str | None = None   # the address announced to the router (default: events_host)
     events_token: str | None = field(default=None, repr=False)   # subscribers must present it (ZeroMQ PLAIN)
-    l3_check_interval_s: float = 1.0     # re-check announced L3 blocks this often (0 = never)
-    l3_check_blocks: int = 256           # ... this many per check
+    l3_check_interval_s: float = 2.0     # re-check announced L3 blocks this often (0 = never)
+    l3_check_blocks: int = 64            # ... this many per check (each check leases them ~5 s)
     l3_record_blocks: int = 1 << 16      # announced L3 hashes remembered (LRU)
 
     def __post_init__(self) -> None:
