@@ -63,7 +63,7 @@ def test_same_text_in_every_topology(topology, ppd, reference):
             stages = [x.split(";")[0] for x in st.headers["server-timing"].split(", ")]
             assert stages[0] == "route" and stages[-1] == "decode_first", stages
             st.read()
-        msgs, routes, prefill_after_turn1, kv_after_turn1, ppd_after_turn1 = [], [], None, None, None
+        msgs, routes, stages, prefill_after_turn1, kv_after_turn1, ppd_after_turn1 = [], [], [], None, None, None
         for i, q in enumerate(TURNS):
             msgs.append({"role": "user", "content": q})
             resp = httpx.post(base + "/v1/chat/completions", timeout=120, headers={"X-Session-Id": "conv"},
@@ -72,6 +72,7 @@ def test_same_text_in_every_topology(topology, ppd, reference):
             a = resp.json()["choices"][0]["message"]["content"]
             assert a == reference["turns"][i], f"turn {i + 1}"
             routes.append(resp.headers["x-warmpath-route"])
+            stages.append(resp.json()["usage"]["warmpath"])   # what each worker measured itself
             timing = dict(x.split(";dur=") for x in resp.headers["server-timing"].split(", "))
             split = routes[-1] not in ("local", "replica")
             assert list(timing) == (["route", "prefill", "prefill_worker", "prefill_queue", "prefill_l3_get",
@@ -93,10 +94,14 @@ def test_same_text_in_every_topology(topology, ppd, reference):
             assert info["kv_handoff_bytes"] == kv_after_turn1
             assert info["ppd_decisions"]["local"] - ppd_after_turn1["local"] == 2
             assert info["ppd_decisions"]["remote"] == ppd_after_turn1["remote"]
+            for st in stages[1:]:   # the decode worker found the history in its own L1
+                assert set(st) == {"worker"} and st["worker"]["loaded_tokens"]["L3"] == 0
+                assert st["worker"]["loaded_tokens"]["L1"] > 0
         elif ppd == "x0":
             assert routes == ["pd", "pd", "pd"]
             assert info["ppd_decisions"]["remote"] - ppd_after_turn1["remote"] == 2
             assert info["ppd_decisions"]["local"] == 0
-            assert info["kv_handoff_bytes"] > kv_after_turn1
+            for st in stages[1:]:   # the decode worker loaded the prompt the prefill worker stored
+                assert st["decode"]["loaded_tokens"]["L3"] > 0, st
         if topology == "replica":
             assert set(routes) == {"replica"} and info["kv_handoff_bytes"] == 0

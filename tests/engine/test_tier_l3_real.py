@@ -13,60 +13,68 @@ from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.events import KVEventSubscriber
 from warmpath.kv.hashing import KVNamespace
 from warmpath.kv.mooncake_service import MooncakeService
-from warmpath.kv.mooncake_store import NOT_FOUND, MooncakeConfig
+from warmpath.kv.mooncake_store import MooncakeConfig
 from warmpath.router.index import GlobalKVIndex
 
 BS = 4
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=BS)
 
 
+def _run(tiers, bm, written, r):
+    """Sequence ``r``: 8 blocks, sealed and written through (one engine step's flush)."""
+    seq = Sequence(f"s{r}", list(range(r * 1000, r * 1000 + 32)), SamplingParams(), NS)
+    assert bm.allocate_slots(seq, 32)
+    seq.num_computed_tokens = 32
+    bm.seal_full_blocks(seq)
+    written.extend(tiers.after_step())
+    bm.free(seq)
+
+
+def _drain(sub, index):
+    for _, batch, _ in sub.poll(1000):
+        index.apply("w", batch, 0.0)
+
+
 def test_store_full_then_evicting_keeps_the_index_honest():
     os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
-    # one block: [1 layer, 2, 4 tokens, 1 head, 8192] float32 = 256 KiB; 16 MiB holds 56 of them
+    # one block: [1 layer, 2, 4 tokens, 1 head, 8192] float32 = 256 KiB; 16 MiB holds 56 of them.
+    # The master evicts half its objects once 60% full, and leases last 50 ms: what is
+    # written and then idle is soon evicted by Mooncake itself, nobody telling the worker.
     kv = torch.zeros(1, 2, 8, BS, 1, 8192)
     pool = BlockPool(8, enable_caching=True)
     bm = BlockManager(pool, BS)
-    with MooncakeService(segment_bytes=16 << 20) as svc:
+    flags = ("--eviction_high_watermark_ratio=0.6", "--eviction_ratio=0.5", "--default_kv_lease_ttl=50")
+    with MooncakeService(segment_bytes=16 << 20, master_args=flags) as svc:
         l3 = MooncakeConfig(master=svc.master, metadata=svc.metadata, staging_blocks=8, op_timeout_s=5)
         tiers = TieredKV(TierConfig(l2_gib=0, l3=l3, write_policy="write-through",
-                                    l3_check_interval_s=0.01, l3_check_blocks=1000), kv, pool, BS, "w")
+                                    l3_check_interval_s=3600, l3_check_blocks=1000),   # checked when the test says
+                         kv, pool, BS, "w")
         sub = KVEventSubscriber(tiers.events.endpoint, tiers.events.replay_endpoint)
         index = GlobalKVIndex()
         try:
             time.sleep(0.3)
-            written = []
-
-            def write(r):                  # a sequence of 8 blocks, sealed and written through
-                seq = Sequence(f"s{r}", list(range(r * 1000, r * 1000 + 32)), SamplingParams(), NS)
-                assert bm.allocate_slots(seq, 32)
-                seq.num_computed_tokens = 32
-                bm.seal_full_blocks(seq)
-                written.extend(tiers.after_step())
-                bm.free(seq)
-
-            for r in range(10):            # 80 puts, 8 at a time
-                write(r)
-            rejected = tiers.l3.stats.rejected_full
-            assert len(written) + rejected == 80 and rejected > 0      # NO_SPACE: not announced
-            for _, batch, _ in sub.poll(1000):
-                index.apply("w", batch, 0.0)
-            assert index.l3 == set(written)
-            # Blocks leave the store without telling the worker (the master evicts at its
-            # watermark; here: removed by another client, which is observed the same way).
-            gone = written[:5]
-            deadline = time.time() + 15    # a leased object (just written) is not removed yet
-            for h in gone:
-                while (rc := tiers.l3._store.remove(tiers.l3.key(h))) not in (0, NOT_FOUND) \
-                        and time.time() < deadline:
-                    time.sleep(0.5)
-                assert rc in (0, NOT_FOUND)    # NOT_FOUND: the master had evicted it already
+            written: list[bytes] = []
+            for r in range(4):             # 32 blocks: under the watermark, all accepted
+                _run(tiers, bm, written, r)
+            _drain(sub, index)
+            assert len(written) == 32 and index.l3 == set(written) and tiers.l3.stats.rejected_full == 0
+            deadline = time.time() + 20    # past the watermark: the master evicts on its own
+            r = 4
+            while time.time() < deadline and all(tiers.l3.exists(written)):
+                _run(tiers, bm, written, r)
+                r += 1
+                time.sleep(0.2)
+            alive = dict(zip(written, tiers.l3.exists(written)))
+            evicted = {h for h, ok in alive.items() if not ok}
+            assert evicted, "Mooncake evicted nothing past its watermark"
+            _drain(sub, index)
+            assert evicted <= index.l3     # the router still counts them until told
             tiers._next_check = 0.0
             tiers.idle()                   # the engine's idle time: check, withdraw, publish
-            for _, batch, _ in sub.poll(1000):
-                index.apply("w", batch, 0.0)
-            known = set(tiers.rules.l3_known)
-            assert tiers.stats.l3_removed >= 5 and not index.l3 & set(gone) and index.l3 == known
-            assert known == {h for h, ok in zip(written, tiers.l3.exists(written)) if ok}
+            _drain(sub, index)
+            assert not index.l3 & evicted  # withdrawn: the router stops counting evicted blocks
+            assert tiers.stats.l3_removed >= len(evicted)
+            assert index.l3 == set(tiers.rules.l3_known) <= {h for h, ok in alive.items() if ok}
         finally:
             sub.close()
             tiers.close()

@@ -42,6 +42,7 @@ class MooncakeService:
     http_port: int = 0
     external_master: str | None = None      # segment only: lend memory to this master ("host:port")
     external_metadata: str | None = None    # ... and its metadata URL
+    master_args: tuple[str, ...] = ()       # extra mooncake_master flags (e.g. eviction tuning)
 
     def __post_init__(self) -> None:
         self.master_proc: subprocess.Popen | None = None
@@ -67,7 +68,7 @@ class MooncakeService:
         self.http_port = self.http_port or free_port(self.host)
         cmd = [master_binary(), f"--rpc_port={self.rpc_port}", "--enable_http_metadata_server=true",
                f"--http_metadata_server_host={self.host}", f"--http_metadata_server_port={self.http_port}",
-               f"--metrics_port={free_port(self.host)}", "--enable_metric_reporting=false"]
+               f"--metrics_port={free_port(self.host)}", "--enable_metric_reporting=false", *self.master_args]
         self.master_proc = subprocess.Popen(cmd, stdout=self._log("mooncake_master"),
                                             stderr=subprocess.STDOUT, start_new_session=True,
                                             preexec_fn=die_with_parent)
