@@ -30,7 +30,17 @@ $(VENV)/.base-installed: requirements/base.txt pyproject.toml $(VENV)/.sys-deps 
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.test-installed: requirements/test.txt $(VENV)/.base-installed
+# The dashboard / report.html tests drive a real headless browser: Debian's chromium and its
+# chromedriver, installed only when missing.
+$(VENV)/.browser: | $(BIN)/python
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		echo "installing chromium + chromium-driver (browser tests)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; \
+	fi
+	touch $@
+
+$(VENV)/.test-installed: requirements/test.txt $(VENV)/.base-installed $(VENV)/.browser
 	$(BIN)/pip install -q -r requirements/test.txt
 	touch $@
 

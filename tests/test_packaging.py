@@ -74,10 +74,16 @@ def test_requirement_pins_fall_in_the_declared_ranges_with_the_same_markers():
         'platform_machine == "x86_64"'
 
 
-def test_every_code_directory_is_a_package_and_needs_no_data_files():
+def test_every_code_directory_is_a_package_and_its_data_files_are_declared():
     for d in (ROOT / "warmpath").rglob("*"):
         if d.is_dir() and d.name != "__pycache__":
             assert (d / "__init__.py").exists() or not any(d.glob("*.py")), d
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     data = [p for p in (ROOT / "warmpath").rglob("*")
             if p.is_file() and p.suffix not in (".py", ".pyc")]
-    assert data == [], "package data: declare it in [tool.setuptools.package-data]"
+    undeclared = [str(p.relative_to(ROOT)) for p in data
+                  if not any(p.relative_to(ROOT / pkg.replace(".", "/")).match(g)
+                             for pkg, globs in declared.items() if p.is_relative_to(ROOT / pkg.replace(".", "/"))
+                             for g in globs)]
+    assert undeclared == [], "package data: declare it in [tool.setuptools.package-data]"
+    assert sorted(p.name for p in data) == ["dashboard.css", "dashboard.html", "dashboard.js"]

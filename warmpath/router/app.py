@@ -23,6 +23,7 @@ from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import JSONRoute, install_error_handlers
 from warmpath.protocol.internal import Heartbeat, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
+from warmpath.router.dashboard_routes import add_dashboard_routes
 from warmpath.router.dispatch import WorkerClient
 from warmpath.router.flow import RequestFlow
 from warmpath.router.handler import RequestHandler
@@ -73,6 +74,7 @@ def build_router(state: RouterState) -> FastAPI:
 
     _add_worker_routes(app, state, http, [Depends(require_cluster_token(token))])
     _add_status_routes(app, state, public)
+    add_dashboard_routes(app, state, public)
     return app
 
 
@@ -86,6 +88,7 @@ async def _expire_loop(state: RouterState) -> None:
                 state.drop(w)
                 state.metrics.dropped.labels("silent").inc()
             state.sessions.expire(now)
+            state.dashboard.sample(state, now)
         except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
             log.exception("router expiry pass failed")
             state.metrics.thread_errors.labels("expire").inc()

@@ -169,6 +169,7 @@ class RequestFlow:
             t.first_token_seen(s.metrics, sent + float(r.headers.get("x-warmpath-ttft-s", 0.0)),
                                float(r.headers.get("x-warmpath-queue-s", 0.0)))
         t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
+        t.usage = r.json().get("usage")
         t.timing["decode"] = time.monotonic() - sent
         headers["Server-Timing"] = t.server_timing()
         self._ended(t, sess)
@@ -177,6 +178,7 @@ class RequestFlow:
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
         self.s.load.add(t.decision.decode, running=-1)
         t.finished(self.s.metrics)
+        self.s.dashboard.trip_ended(t)
         if sess is not None:
             sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)
         self.s.release()

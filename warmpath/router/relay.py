@@ -34,6 +34,7 @@ def relay(s: RouterState, t: Trip, up: UpstreamStream, ended: Callable[[], None]
     def out(ev) -> bytes | None:
         if '"usage"' in ev.data and (c := chunk(ev)) is not None and (n := _usage_tokens(c)) is not None:
             t.completion_tokens = n
+            t.usage = c["usage"]
             if not want_usage:
                 return None
         return b"data: " + ev.data.encode() + b"\n\n"

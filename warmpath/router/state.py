@@ -14,6 +14,7 @@ from warmpath.kv.hashing import KVNamespace
 from warmpath.models.tokenizer import TextTokenizer
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
 from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.router.dashboard import Dashboard
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
@@ -66,6 +67,7 @@ class RouterState:
         self.mid_stream_failures = 0
         self.pids: dict[str, int | None] = {}
         self.gone: dict[str, asyncio.Event] = {}
+        self.dashboard = Dashboard()     # /dashboard's rings (router/dashboard.py)
 
     @property
     def policy(self) -> RoutingPolicy:

@@ -29,6 +29,7 @@ class Trip:
     completion_tokens: int = 0
     first_token_at: float | None = None
     timing: dict[str, float] = field(default_factory=dict)   # seconds per stage (Server-Timing)
+    usage: dict | None = None     # the response's usage (with usage["warmpath"]), for the dashboard
 
     @property
     def cls(self) -> str:
