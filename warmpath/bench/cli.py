@@ -120,8 +120,9 @@ def main(a: argparse.Namespace, sim_sweep=None) -> int:
     summary = sim_sweep(a) if a.sim else asyncio.run(_bench(a))
     write_results(a.out, summary)
     from warmpath.bench.plots import plot_summaries
+    from warmpath.bench.report import write_report
 
-    plot_summaries({a.url: summary}, a.out)
+    write_report(a.out, summary, plot_summaries({a.url: summary}, a.out), f"warmpath bench: {a.url}")
     for rate, classes in summary["rates"].items():
         c = classes["all"]
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
@@ -130,5 +131,5 @@ def main(a: argparse.Namespace, sim_sweep=None) -> int:
               f"goodput {fmt(c['goodput_rps'])}")
     if "max_rate_meeting_slo" in summary:
         print(f"max rate meeting SLO: {summary['max_rate_meeting_slo']}")
-    print(f"wrote {a.out / 'summary.json'}")
+    print(f"wrote {a.out / 'summary.json'} and {a.out / 'report.html'}")
     return 0

@@ -116,6 +116,7 @@ def setup_from_args(a: argparse.Namespace):
 def main(a: argparse.Namespace) -> int:
     from warmpath.bench.metrics import parse_slo
     from warmpath.bench.plots import plot_summaries
+    from warmpath.bench.report import write_report
     from warmpath.bench.sweep import write_results
     from warmpath.sim.run import sweep
 
@@ -140,7 +141,7 @@ def main(a: argparse.Namespace) -> int:
     summary = sweep(setup, make, [r * mult for r in rates], a.duration, slo, label, name, a.ramp, a.seed,
                     fixed_arrivals=a.trace is not None)
     write_results(a.out, summary)
-    plot_summaries({label: summary}, a.out, gpus=setup.gpus)
+    write_report(a.out, summary, plot_summaries({label: summary}, a.out, gpus=setup.gpus), label)
     for r, res in summary["runs"].items():
         c = summary["rates"][r]["all"]
         f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
