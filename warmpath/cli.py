@@ -195,6 +195,7 @@ def _router(a: argparse.Namespace) -> int:
     from warmpath.router.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
     from warmpath.router.app import build_router
+    from warmpath.router.elastic import ElasticConfig
     from warmpath.router.state import RouterConfig, RouterState
 
     token = cluster_token(a.cluster_token)
@@ -209,7 +210,8 @@ def _router(a: argparse.Namespace) -> int:
                        DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
                        ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
-                       cluster_token=token, api_keys=api_keys(a.api_key))
+                       cluster_token=token, api_keys=api_keys(a.api_key),
+                       elastic=ElasticConfig(enabled=a.elastic == "on"))
     state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
     print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
@@ -273,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                         "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
     s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
+    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
+                   help="elastic CPD tiers (auto: on for cpd topologies)")
     s.add_argument("--max-in-flight", type=int, default=24, help="router admission limit")
     s.add_argument("--cold-queue", type=int, default=32, help="router wait queue for cold requests")
     s.add_argument("--warm-queue", type=int, default=64, help="router wait queue for warm requests")
@@ -296,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
+    rt.add_argument("--elastic", default="off", choices=("on", "off"),
+                    help="workers change role between the CPD tiers as the mix drifts")
     rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
     _auth_args(rt)
     rt.set_defaults(fn=_router)

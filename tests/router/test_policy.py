@@ -1,7 +1,7 @@
 import pytest
 
 from warmpath.router.estimate import estimate
-from warmpath.router.policy import CPDConfig, CPDPolicy, PDPolicy, ReplicaPolicy
+from warmpath.router.policy import CPDConfig, CPDPolicy, PDKVPolicy, PDPolicy, ReplicaPolicy
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16)
@@ -20,10 +20,13 @@ def test_estimate_components_by_hand():
     e = estimate(s.workers[0], REQ, s)
     assert e.queue_s == 1.0                        # 500 queued tokens at 500 tok/s
     assert e.cached_tokens == 1280                 # 800 local + 480 from L3 (load beats recompute)
-    assert e.compute_s == pytest.approx(320 / 500)
-    assert e.load_s == pytest.approx(800 * 1000 / 4e9 + 480 * 1000 / 4e8)
-    assert e.handoff_s == pytest.approx(1600 * 1000 / 1e9)
-    assert e.ttft_s == pytest.approx(e.queue_s + e.load_s + e.compute_s + e.handoff_s)
+    # 320 new tokens after 1280 of context: 320 · (1 + (1280 + 160) / 8192) work units at 500/s
+    assert e.compute_s == pytest.approx(320 * (1 + 1440 / 8192) / 500) == pytest.approx(0.7525)
+    # L2 at the heartbeat's 4 GB/s; L3 by the prior line: 2 ms + bytes / 0.4 GB/s
+    assert e.load_s == pytest.approx(800 * 1000 / 4e9 + 2e-3 + 480 * 1000 / 4e8)
+    # write-through of the 20 blocks (320 tokens) the store lacks, before the reply
+    assert e.handoff_s == pytest.approx(2e-3 + 320 * 1000 / 4e8)
+    assert e.ttft_s == pytest.approx(e.queue_s + e.load_s + e.compute_s + e.handoff_s)   # no hop without a model
 
 
 def test_l3_recompute_when_cheaper():
@@ -50,12 +53,42 @@ def test_cpd_threshold_and_min_cached():
         REQ, snap(ws, hits)).tier == "cold"
 
 
-def test_cpd_spills_to_idle_warm_worker_when_cold_tier_saturated():
+def test_cpd_cold_spills_to_an_idle_warm_worker_unless_it_harms_warm_traffic():
     ws = [w("c", "pre-prefill", q=10000), w("p", "prefill"), w("d", "decode")]
+    # c: 20 s of queue + 3.5125 s of compute (1600 · (1 + 800/8192) work at 500/s) + 6 ms of
+    # write-through = 23.5185 s; p: the same without the queue = 3.5185 s, and no warm
+    # request is arriving that it would delay: spill
     d = CPDPolicy().route(REQ, snap(ws))
-    assert (d.prefill, d.tier) == ("p", "cold") and d.reason.startswith("spill")
-    busy_warm = [w("c", "pre-prefill", q=10000), w("p", "prefill", q=5), w("d", "decode")]
-    assert CPDPolicy().route(REQ, snap(busy_warm)).prefill == "c"
+    assert (d.prefill, d.tier, d.est_ttft_s) == ("p", "cold", pytest.approx(3.5185))
+    assert d.reason.endswith("harm 0.000s (spill)")
+    # 4 warm requests/s at p would each wait 3.5125/2 s on average: harm 4 · 3.5125² / 2 =
+    # 24.68 s, so 3.5185 + 24.68 > 23.5185: the cold tier keeps it
+    s = snap(ws)
+    s.arrivals_s = {"warm": 4.0}
+    d = CPDPolicy().route(REQ, s)
+    assert d.prefill == "c" and "harm 0.000s" in d.reason and "spill" not in d.reason
+    assert CPDPolicy(CPDConfig(harm_weight=0)).route(REQ, s).prefill == "p"
+
+
+def test_cpd_warm_spills_to_an_idle_cold_worker():
+    ws = [w("c", "pre-prefill"), w("p", "prefill", q=10000), w("d", "decode")]
+    # p holds 90 blocks locally but 20 s of queue; c loads them from L3 (2 ms + 1.44 MB at
+    # 0.4 GB/s), computes 160 tokens after 1440 (160 · (1 + 1520/8192) at 500/s) and writes
+    # 10 blocks through (2 ms + 0.16 MB at 0.4 GB/s)
+    d = CPDPolicy().route(REQ, snap(ws, {"p": PrefixHit(90, 0), "c": PrefixHit(0, 90)}))
+    assert (d.prefill, d.tier, d.cached_tokens) == ("c", "warm", 1440) and d.reason.endswith("(spill)")
+    assert d.est_ttft_s == pytest.approx(2e-3 + 1440e3 / 4e8 + 160 * (1 + 1520 / 8192) / 500 + 2e-3 + 160e3 / 4e8)
+
+
+def test_pd_kv_cost_credits_cached_blocks_by_tier():
+    ws = [w("a", "prefill", q=300), w("b", "prefill", q=0), w("d", "decode")]
+    hits = {"a": PrefixHit(60, 0), "b": PrefixHit(0, 60)}
+    pol = PDKVPolicy()
+    # a: 300 queued + 1600 - 960 = 940; b: 0 + 1600 - 0.5 · 960 = 1120
+    assert (pol.cost(ws[0], REQ, snap(ws, hits)), pol.cost(ws[1], REQ, snap(ws, hits))) == (940, 1120)
+    d = pol.route(REQ, snap(ws, hits))
+    assert (d.prefill, d.decode, d.tier, d.reason) == ("a", "d", "pd", "kv-aware: cost 940 tokens")
+    assert PDKVPolicy(l3_credit=1.0).route(REQ, snap(ws, hits)).prefill == "b"    # 640 < 940
 
 
 def test_session_keeps_its_decode_worker():

@@ -141,6 +141,8 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
                 token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys))
     try:
         ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
+        if "--elastic" not in router_argv and topo.policy == "cpd":
+            router_argv = [*router_argv, "--elastic", "on"]
         c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
                            "--policy", topo.policy, *ppd, *router_argv])
         per = threads or max(1, (os.cpu_count() or 2) // topo.size)
@@ -214,6 +216,8 @@ def serve_cluster(a, model_id: str) -> int:
                    "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
+    if getattr(a, "elastic", "auto") != "auto":
+        router_argv += ["--elastic", a.elastic]
     from warmpath.protocol.auth import api_keys, cluster_token
 
     cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,

@@ -15,6 +15,7 @@ from warmpath.engine.detokenizer import IncrementalDetokenizer
 from warmpath.engine.model_runner import ModelRunner
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
 from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.engine.tier_rules import credit_l3_writes
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.hashing import KVNamespace
 from warmpath.models.loader import LoadedModel, load_model
@@ -263,7 +264,7 @@ class LLMEngine:
         if self.tiers is not None:
             self.tiers.cost.observe_prefill(out.num_tokens, time.perf_counter() - t0)
             t_put = time.perf_counter()
-            self._credit_l3_writes(sealed, self.tiers.after_step())
+            credit_l3_writes(sealed, self.tiers.after_step())
             tiers_s += time.perf_counter() - t_put
         outputs = []
         for rid in result.sampled_ids:
@@ -290,15 +291,6 @@ class LLMEngine:
         """Nothing to schedule: the lower tiers may do their background checks."""
         if self.tiers is not None:
             self.tiers.idle()
-
-    @staticmethod
-    def _credit_l3_writes(sealed: list[tuple[Sequence, int]], written: list[bytes]) -> None:
-        """Count, per sequence, the blocks it sealed this step that the store took now."""
-        if not written:
-            return
-        w = set(written)
-        for seq, before in sealed:
-            seq.l3_written_blocks += sum(1 for h in seq.block_hashes[before:seq.num_sealed_blocks] if h in w)
 
     def _output(self, seq: Sequence, done: bool) -> RequestOutput:
         """The output of a sequence that just got a token (forgets it when done)."""

@@ -308,3 +308,16 @@ class TierRules(ExternalPrefixSource):
             return e
         stored, tier, hashes, tokens = e
         return BlockStored(hashes, None, tokens, self.bs, tier) if stored else BlockRemoved(hashes, tier)
+
+
+def credit_l3_writes(sealed: list[tuple[Sequence, int]], written: list[bytes]) -> None:
+    """Count, per sequence, the blocks it sealed this step that the store took now
+    (``sealed``: each scheduled sequence with its sealed-block count before the step).
+
+    NOTE: a sequence that finished this step was freed already (its sealed count is back
+    to 0), so every hash after ``before`` is matched, not only up to the sealed count."""
+    if not written:
+        return
+    w = set(written)
+    for seq, before in sealed:
+        seq.l3_written_blocks += sum(1 for h in seq.block_hashes[before:] if h in w)

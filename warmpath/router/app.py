@@ -79,7 +79,8 @@ def build_router(state: RouterState) -> FastAPI:
 
 
 async def _expire_loop(state: RouterState) -> None:
-    """Drop workers silent past ``drop_after_s`` and idle sessions, once a second."""
+    """Once a second: drop workers silent past ``drop_after_s`` and idle sessions,
+    rebalance the CPD tiers (elastic), sample the dashboard."""
     while True:
         await asyncio.sleep(1.0)
         try:
@@ -88,6 +89,7 @@ async def _expire_loop(state: RouterState) -> None:
                 state.drop(w)
                 state.metrics.dropped.labels("silent").inc()
             state.sessions.expire(now)
+            state.rebalance(now)
             state.dashboard.sample(state, now)
         except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
             log.exception("router expiry pass failed")
@@ -186,6 +188,9 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             return out
         m = state.metrics
         return {"policy": state.policy.name, "ppd": state.cfg.ppd.mode if state.cfg.ppd else None,
+                "model": state.planner.model.params(),
+                "elastic": {"enabled": state.cfg.elastic.enabled,
+                            "changes": [vars(c) for c in state.planner.elastic.changes[-20:]]},
                 "workers": [worker(w, r) for w, r in state.registry.workers.items()],
                 "sessions": len(state.sessions.sessions), "retries": int(m.retries._value.get()),
                 "mid_stream_failures": state.mid_stream_failures,

@@ -1,13 +1,17 @@
-"""TTFT estimate of a candidate prefill worker (pure).
+"""TTFT estimate of a candidate prefill worker (pure), from the router's learnt model.
 
-TTFT ≈ queue wait + load of the prefix it lacks locally (the cheaper of loading it from L3
-and recomputing it) + compute of the new tokens + the P→D handoff.
+TTFT ≈ the router's hop + queue wait + load of the prefix it lacks locally (from L3 only
+when loading it and computing the rest beats computing it all) + compute of the new tokens
+(context-dependent) + the write-through of the blocks the store lacks (the P→D handoff the
+prefill reply waits for). Every term comes from :class:`~warmpath.router.model.RouterModel`
+lines fitted to the workers' replies, or the worker's heartbeat speeds before any.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warmpath.router.model import WorkerModel
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 
@@ -21,23 +25,29 @@ class Estimate:
     handoff_s: float
 
 
+def worker_model(w: WorkerView, snap: Snapshot) -> WorkerModel:
+    return snap.model.of(w) if snap.model is not None else WorkerModel.prior(w)
+
+
 def estimate(w: WorkerView, req: RequestView, snap: Snapshot, handoff: bool = True) -> Estimate:
     """Estimated TTFT if ``w`` prefills ``req`` (``handoff``: KV then goes to a decode worker)."""
+    m = worker_model(w, snap)
     hit = snap.hits.get(w.worker_id, PrefixHit())
-    bs = req.block_size
-    max_cached = req.num_tokens - 1                        # the last token is always computed
+    n, bs, per_tok = req.num_tokens, req.block_size, snap.kv_bytes_per_token
+    max_cached = n - 1                                     # the last token is always computed
     local = min(hit.local_blocks * bs, max_cached)
     l3 = max(0, min(hit.l3_blocks * bs, max_cached - local))
-    per_tok = snap.kv_bytes_per_token
     load_local = local * per_tok / w.l2_bytes_s            # L1 hits are free; L2 is the bound
-    l3_load, l3_recompute = l3 * per_tok / w.l3_bytes_s, l3 / w.prefill_tok_s
-    use_l3 = l3 > 0 and l3_load < l3_recompute
+    l3_load = m.l3_read.seconds(l3 * per_tok) if l3 else 0.0
+    use_l3 = l3 > 0 and l3_load + m.compute_s(n - local - l3, local + l3) < m.compute_s(n - local, local)
     cached = local + (l3 if use_l3 else 0)
-    queue = w.queued_prefill_tokens / w.prefill_tok_s
-    compute = (req.num_tokens - cached) / w.prefill_tok_s
+    queue = m.queue_s(w.queued_prefill_tokens)
+    compute = m.compute_s(n - cached, cached)
     load = load_local + (l3_load if use_l3 else 0.0)
-    hand = req.num_tokens * per_tok / snap.network_bytes_s if handoff else 0.0
-    return Estimate(queue + load + compute + hand, cached, queue, load, compute, hand)
+    unstored = max(0, (n // bs) * bs - cached)             # full blocks the store does not hold yet
+    hand = m.l3_write.seconds(unstored * per_tok) if handoff and unstored else 0.0
+    hop = snap.model.hop_s.value if snap.model is not None else 0.0
+    return Estimate(hop + queue + load + compute + hand, cached, queue, load, compute, hand)
 
 
 def best(workers: list[WorkerView], req: RequestView, snap: Snapshot,

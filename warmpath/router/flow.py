@@ -23,6 +23,7 @@ from warmpath.protocol.errors import APIError
 from warmpath.protocol.internal import GenerateRequest, PrefillRequest, PrefillStage
 from warmpath.protocol.openai import SamplingFields
 from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
+from warmpath.router.model import PrefillObservation
 from warmpath.router.relay import relay
 from warmpath.router.sessions import SessionState
 from warmpath.router.state import RouterState
@@ -36,9 +37,11 @@ class RequestFlow:
     def __init__(self, state: RouterState, client: WorkerClient) -> None:
         self.s, self.client = state, client
 
-    def plan(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True) -> Decision:
+    def plan(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True,
+             arrival: bool = True) -> Decision:
         try:
-            return self.s.planner.plan(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local)
+            return self.s.planner.plan(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local,
+                                       arrival)
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
 
@@ -76,7 +79,7 @@ class RequestFlow:
                 s.release()  # we had already been given the slot: hand it on
             raise
         try:
-            return self.plan(rv, sess)
+            return self.plan(rv, sess, arrival=False)
         except BaseException:
             s.release()
             raise
@@ -119,7 +122,7 @@ class RequestFlow:
         """After a worker failed: plan again (no PPD-local: its decode worker may be the one
         that failed), or, once the first token exists (its KV is in L3), any decode worker."""
         if t.first_token is None:
-            return self.plan(t.rv, sess, allow_local=False)
+            return self.plan(t.rv, sess, allow_local=False, arrival=False)
         try:
             return replace(t.decision, decode=self.s.planner.decode_for(self.s.snapshot(t.rv, None)))
         except LookupError as e:
@@ -132,6 +135,10 @@ class RequestFlow:
             reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
                                                                      request=t.body.forwarded()))
         t.prefilled(self.s.metrics, reply, sent)
+        self.s.planner.observe_prefill(PrefillObservation(
+            worker, reply.prompt_tokens, reply.cached_tokens, reply.cached_by_tier.L3, reply.queue_s, reply.prefill_s,
+            reply.l3_get_s, reply.l3_put_s, reply.kv_bytes, t.timing["prefill"]),
+            self.s.registry.workers[worker].view if worker in self.s.registry.workers else None)
 
     def _generate_msg(self, t: Trip) -> GenerateRequest:
         req = t.body.forwarded()
@@ -177,7 +184,10 @@ class RequestFlow:
 
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
         self.s.load.add(t.decision.decode, running=-1)
-        t.finished(self.s.metrics)
+        tpot = t.finished(self.s.metrics)
+        ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
+        if (err := self.s.planner.observe_outcome(t.decision, ttft, tpot)) is not None:
+            self.s.metrics.ttft_error.observe(err)
         self.s.dashboard.trip_ended(t)
         if sess is not None:
             sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)

@@ -47,6 +47,11 @@ class RouterMetrics:
                                 "workers through the store", registry=r)
         self.kv_put_s = Counter("warmpath_router_kv_handoff_put_seconds",
                                 "Time prefill workers spent writing handoff KV", registry=r)
+        self.role_changes = Counter("warmpath_router_role_changes", "Elastic tiers: workers moved to a role",
+                                    ["role"], registry=r)
+        self.ttft_error = Histogram("warmpath_router_ttft_error_ratio", "|predicted - measured| / measured TTFT "
+                                    "(from admission) per request", buckets=(0.05, 0.1, 0.15, 0.25, 0.5, 1, 2, 4),
+                                    registry=r)
         self.ppd = Counter("warmpath_router_ppd_decisions", "Turn 2+ append-prefill: local or remote",
                            ["path"], registry=r)
         self.in_flight = Gauge("warmpath_router_in_flight", "Requests admitted and running", registry=r)

@@ -9,7 +9,10 @@ The steps every request takes before it runs, in one place:
    the session's own decode worker for a PPD-local turn);
 3. :meth:`Planner.plan` — the routing policy, then the PPD switch for turn 2+ (the
    append-prefill runs on the session's decode worker, or not), and the request's class
-   (cold / warm, :mod:`warmpath.router.classify`).
+   (cold / warm, :mod:`warmpath.router.classify`);
+4. what happened next feeds back: :meth:`Planner.observe_prefill` (the online TTFT model,
+   ``model.py``), :meth:`Planner.observe_outcome` (predicted vs measured TTFT, the PPD
+   feedback), and :meth:`Planner.rebalance` (elastic tiers, ``elastic.py``).
 
 ``router/flow.py`` and ``sim/cluster.py`` both call it; neither decides anything itself.
 """
@@ -21,6 +24,9 @@ from typing import Callable
 
 from warmpath.router import ppd
 from warmpath.router.classify import ColdRule, reuse
+from warmpath.router.elastic import Elastic, ElasticConfig, RoleChange
+from warmpath.router.estimate import estimate
+from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionState
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
@@ -32,10 +38,15 @@ class Planner:
     """The policy, the PPD switch and the cold rule, applied the same way everywhere."""
 
     def __init__(self, policy: RoutingPolicy, ppd_cfg: ppd.PPDConfig | None = None,
-                 ppd_table: ppd.PPDTable | None = None, network_bytes_s: float = 1e9) -> None:
+                 ppd_table: ppd.PPDTable | None = None, network_bytes_s: float = 1e9,
+                 elastic: ElasticConfig = ElasticConfig(enabled=False)) -> None:
         self.policy, self.ppd_cfg = policy, ppd_cfg
         self.ppd_table = ppd_table or ppd.PPDTable()
         self.network_bytes_s = network_bytes_s
+        self.model = RouterModel()
+        self.rates = ArrivalRates()
+        self.feedback = ppd.PPDFeedback()
+        self.elastic = Elastic(elastic)
 
     @property
     def cold_rule(self) -> ColdRule:
@@ -53,29 +64,52 @@ class Planner:
                            max_tokens=max_tokens)
 
     def snapshot(self, views: list[WorkerView], lookup: Lookup, session_decode: str | None,
-                 kv_bytes_per_token: int) -> Snapshot:
-        """What the policies see: ``views`` (with load) and the prefix hits where they matter."""
+                 kv_bytes_per_token: int, now: float = 0.0) -> Snapshot:
+        """What the policies see: ``views`` (with load), the prefix hits where they matter,
+        the learnt model and the recent arrival rates per class."""
         hits = {v.worker_id: lookup(v.worker_id) for v in views
                 if v.role != "decode" or v.worker_id == session_decode}
-        return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s)
+        self.model.kv_bytes_per_token = kv_bytes_per_token
+        return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s,
+                        self.model, self.rates.rates(now), now)
 
-    def plan(self, rv: RequestView, snap: Snapshot, allow_local: bool = True) -> Decision:
+    def plan(self, rv: RequestView, snap: Snapshot, allow_local: bool = True, arrival: bool = True) -> Decision:
         """Where ``rv`` runs (``LookupError`` when no worker can take it). ``Decision.ppd``
-        says which way the PPD switch went, for a turn 2+ it applied to."""
+        says which way the PPD switch went, for a turn 2+ it applied to. ``arrival``: a new
+        request (counted in the arrival rates), not a re-plan of one."""
         d = self.policy.route(rv, snap)
         cls = d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens)
         d = replace(d, cls=cls)
+        if arrival:
+            self.rates.note(cls, snap.now)
         if (self.ppd_cfg is None or rv.turn < 2 or d.prefill in (None, d.decode)
                 or snap.session_decode_worker is None or d.decode != snap.session_decode_worker):
             return d
         views = {w.worker_id: w for w in snap.workers}
         dw, pw = views[d.decode], views[d.prefill]
-        choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, pw.queued_prefill_tokens / pw.prefill_tok_s)
+        remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
+        choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
+                            ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0))
         if not (choice.local and allow_local):
-            return replace(d, ppd="remote")
-        hit = snap.hits.get(dw.worker_id, PrefixHit())
-        cached = min(rv.num_tokens - 1, hit.local_blocks * rv.block_size)
-        return Decision(None, dw.worker_id, "local", 0.0, cached, choice.reason, ppd="local", cls=cls)
+            return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}")
+        return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,
+                        ppd="local", cls=cls, bucket=choice.bucket)
+
+    def observe_prefill(self, obs: PrefillObservation, view: WorkerView | None) -> None:
+        """A prefill reply: refit that worker's lines."""
+        if view is not None:
+            self.model.observe_prefill(obs, view)
+
+    def observe_outcome(self, d: Decision, ttft_s: float | None, tpot_s: float | None) -> float | None:
+        """A request's measured TTFT (from its admission) and TPOT: the model's error, and
+        the PPD feedback of the path it took. Returns the relative TTFT error."""
+        if d.bucket is not None and d.ppd is not None:
+            self.feedback.observe(d.bucket, d.ppd, ttft_s, tpot_s)
+        return self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
+
+    def rebalance(self, views: list[WorkerView], now: float) -> RoleChange | None:
+        """Elastic tiers: a role change to apply now, if the queues call for one."""
+        return self.elastic.step(views, lambda w: self.model.of(w).queue_s(w.queued_prefill_tokens), now)
 
     def decode_for(self, snap: Snapshot) -> str:
         """A decode worker to go on with a request whose first token exists (its KV is in

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.estimate import best, estimate, least_loaded_decode
-from warmpath.router.views import Decision, RequestView, Snapshot, WorkerView
+from warmpath.router.estimate import Estimate, best, estimate, least_loaded_decode
+from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 
 class RoutingPolicy(ABC):
@@ -38,20 +38,39 @@ class RoutingPolicy(ABC):
 @dataclass(frozen=True)
 class CPDConfig:
     """Cold when the reuse ratio is below ``cold_threshold`` or fewer than
-    ``min_cached_tokens`` tokens are cached; ``spill_factor``: a cold request goes to an
-    idle warm worker when the cold tier's estimate is that many times worse."""
+    ``min_cached_tokens`` tokens are cached (the request's class). The worker is the one
+    with the lowest predicted TTFT plus ``harm_weight`` × the delay the request adds to the
+    requests expected to arrive at that worker's tier while it computes there."""
 
     cold_threshold: float = 0.5
     min_cached_tokens: int = 256
-    spill_factor: float = 2.0
+    harm_weight: float = 1.0
 
     def __post_init__(self) -> None:
         ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
-        if self.spill_factor < 1:
-            raise ValueError(f"spill_factor must be >= 1, got {self.spill_factor}")
+        if self.harm_weight < 0:
+            raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
+
+
+def tier_class(w: WorkerView) -> str:
+    """The class of request a worker's tier is for: pre-prefill → cold, prefill → warm."""
+    return "cold" if w.role == "pre-prefill" else "warm"
+
+
+def harm_s(w: WorkerView, e: Estimate, snap: Snapshot) -> float:
+    """Expected delay ``e``'s work adds to later requests at ``w``: arrivals of its tier's
+    class per worker of the tier (λ) during the work (c) wait c/2 on average: λ·c²/2."""
+    tier = [x for x in snap.workers if x.role == w.role]
+    lam = snap.arrivals_s.get(tier_class(w), 0.0) / max(1, len(tier))
+    busy = e.compute_s + e.load_s
+    return lam * busy * busy / 2
 
 
 class CPDPolicy(RoutingPolicy):
+    """Cold prompts to the pre-prefill tier, warm ones to the prefill tier — by cost: any
+    prefill-type worker may take a request when its predicted TTFT plus the harm it does
+    there is lowest (a spill, either way)."""
+
     name = "cpd"
 
     def __init__(self, cfg: CPDConfig = CPDConfig()) -> None:
@@ -60,22 +79,21 @@ class CPDPolicy(RoutingPolicy):
 
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
         cold_tier, warm_tier = snap.by_role("pre-prefill"), snap.by_role("prefill")
-        if not cold_tier and not warm_tier:
+        pool = cold_tier + warm_tier
+        if not pool:
             raise LookupError("no healthy prefill worker")
-        cached = reuse(req, snap, cold_tier + warm_tier)
-        ratio = cached / req.num_tokens
-        cold = self.cold_rule.is_cold(cached, req.num_tokens)
+        cached = reuse(req, snap, pool)
+        cls = self.cold_rule.label(cached, req.num_tokens)
         dec = self.decode_for(snap)
-        if cold and cold_tier:
-            w, e = best(cold_tier, req, snap)
-            spill = best([x for x in warm_tier if x.queued_prefill_tokens == 0], req, snap)
-            if spill and e.ttft_s > self.cfg.spill_factor * spill[1].ttft_s:
-                return Decision(spill[0].worker_id, dec.worker_id, "cold", spill[1].ttft_s,
-                                spill[1].cached_tokens, f"spill: reuse {ratio:.2f}, cold tier busy")
-            return Decision(w.worker_id, dec.worker_id, "cold", e.ttft_s, e.cached_tokens,
-                            f"cold: reuse {ratio:.2f}")
-        w, e = best(warm_tier or cold_tier, req, snap)
-        return Decision(w.worker_id, dec.worker_id, "warm", e.ttft_s, e.cached_tokens, f"warm: reuse {ratio:.2f}")
+        scored = []
+        for w in pool:
+            e = estimate(w, req, snap)
+            h = self.cfg.harm_weight * harm_s(w, e, snap)
+            scored.append((e.ttft_s + h, w.worker_id, w, e, h))
+        _, _, w, e, h = min(scored, key=lambda x: x[:2])
+        spill = " (spill)" if tier_class(w) != cls and (cold_tier if cls == "cold" else warm_tier) else ""
+        return Decision(w.worker_id, dec.worker_id, cls, e.ttft_s, e.cached_tokens,
+                        f"{cls}: reuse {cached / req.num_tokens:.2f}; TTFT {e.ttft_s:.3f}s + harm {h:.3f}s{spill}")
 
 
 class PDPolicy(RoutingPolicy):
@@ -106,4 +124,31 @@ class ReplicaPolicy(RoutingPolicy):
         return Decision(w.worker_id, w.worker_id, "replica", e.ttft_s, e.cached_tokens, "prefix-aware")
 
 
-POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "replica": ReplicaPolicy}
+class PDKVPolicy(RoutingPolicy):
+    """One prefill pool with a KV-aware cost, as Dynamo's and llm-d's routers do: queued
+    prefill tokens plus the request's uncached tokens, with cached blocks credited by tier
+    (L1/L2 fully, L3 by ``l3_credit``); decode by least load."""
+
+    name = "pd-kv"
+
+    def __init__(self, l3_credit: float = 0.5) -> None:
+        if not 0 <= l3_credit <= 1:
+            raise ValueError(f"l3_credit must be in [0, 1], got {l3_credit}")
+        self.l3_credit = l3_credit
+
+    def cost(self, w: WorkerView, req: RequestView, snap: Snapshot) -> float:
+        hit = snap.hits.get(w.worker_id, PrefixHit())
+        credit = (hit.local_blocks + self.l3_credit * hit.l3_blocks) * req.block_size
+        return w.queued_prefill_tokens + max(0.0, req.num_tokens - credit)
+
+    def route(self, req: RequestView, snap: Snapshot) -> Decision:
+        pool = snap.by_role("prefill", "pre-prefill")
+        if not pool:
+            raise LookupError("no healthy prefill worker")
+        c, _, w = min((self.cost(w, req, snap), w.worker_id, w) for w in pool)
+        e = estimate(w, req, snap)
+        return Decision(w.worker_id, self.decode_for(snap).worker_id, "pd", e.ttft_s, e.cached_tokens,
+                        f"kv-aware: cost {c:.0f} tokens")
+
+
+POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy}

@@ -2,8 +2,12 @@
 
 ``x=0``: always through a prefill worker; ``x=1``: always local; ``dynamic``: score
 S = w_ttft·ΔTTFT − w_tpot·ΔTPOT, where ΔTTFT is the relative TTFT saved by going local and
-ΔTPOT the relative TPOT slowdown it causes, taken from a table measured offline by
-``warmpath calibrate`` and corrected online with live queue times. Local when S > 0.
+ΔTPOT the relative TPOT slowdown it causes. Local when S > 0. The two paths' TTFT/TPOT come
+from, in order: what was observed on both paths in the request's bucket
+(:class:`PPDFeedback`, once each has ``min_samples``); else the table measured offline by
+``warmpath calibrate`` (corrected with live queue times); else the router's online model
+(the TTFT estimates of both paths). While one path of a bucket lacks samples, every
+``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
 
 NOTE: pure; no torch, no I/O.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from warmpath.kv.load_cost import Ema
 from warmpath.router.views import RequestView, WorkerView
 
 CTX_EDGES = (512, 4096)             # ≤512 / 512–4096 / >4096
@@ -66,11 +71,57 @@ class PPDDecision:
     local: bool
     score: float
     reason: str
+    bucket: tuple[int, int, int] | None = None
 
 
-def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView,
-           remote_queue_s: float) -> PPDDecision:
-    """Whether turn ``req.turn`` (≥ 2) runs its append-prefill on ``decode``."""
+@dataclass
+class PathStats:
+    """Observed outcomes of one path in one bucket (moving averages)."""
+
+    ttft: Ema = field(default_factory=lambda: Ema(0.0))
+    tpot: Ema = field(default_factory=lambda: Ema(0.0))
+
+
+@dataclass
+class PPDFeedback:
+    """TTFT / TPOT observed per bucket and path (``local`` / ``remote``)."""
+
+    min_samples: int = 3
+    explore_every: int = 8
+    paths: dict[tuple, PathStats] = field(default_factory=dict)
+    seen: dict[tuple, int] = field(default_factory=dict)      # decisions per bucket
+
+    def observe(self, bucket: tuple, path: str, ttft_s: float | None = None, tpot_s: float | None = None) -> None:
+        st = self.paths.setdefault((bucket, path), PathStats())
+        if ttft_s is not None:
+            st.ttft.update(ttft_s)
+        if tpot_s is not None:
+            st.tpot.update(tpot_s)
+
+    def ready(self, bucket: tuple, path: str) -> bool:
+        st = self.paths.get((bucket, path))
+        return st is not None and st.ttft.samples >= self.min_samples
+
+    def cell(self, bucket: tuple) -> Cell | None:
+        """Both paths' observed means, once both have enough samples."""
+        if not (self.ready(bucket, "local") and self.ready(bucket, "remote")):
+            return None
+        lo, re = self.paths[(bucket, "local")], self.paths[(bucket, "remote")]
+        return Cell(lo.ttft.value, re.ttft.value, lo.tpot.value, re.tpot.value)
+
+    def explore(self, bucket: tuple) -> str | None:
+        """The path to try now to learn it (every ``explore_every``-th decision), if any."""
+        n = self.seen[bucket] = self.seen.get(bucket, 0) + 1
+        for path in ("local", "remote"):
+            if not self.ready(bucket, path) and n % self.explore_every == 1:
+                return path
+        return None
+
+
+def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView, remote_queue_s: float,
+           feedback: PPDFeedback | None = None, model_cell: Cell | None = None) -> PPDDecision:
+    """Whether turn ``req.turn`` (≥ 2) runs its append-prefill on ``decode``
+    (``model_cell``: the online model's estimate of both paths, queues included)."""
     if req.turn < 2:
         return PPDDecision(False, 0.0, "turn 1 always goes through prefill")
     if cfg.mode == "x0":
@@ -79,17 +130,26 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
         return PPDDecision(True, 0.0, "x=1")
     new = req.new_tokens if req.new_tokens is not None else req.num_tokens
     key = bucket_of(req.num_tokens, new, req.max_tokens, decode.running)
+    if feedback is not None:
+        if (path := feedback.explore(key)) is not None:
+            return PPDDecision(path == "local", 0.0, f"explore {path} (bucket {key})", key)
+        if (cell := feedback.cell(key)) is not None:
+            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed")
     cell = table.cells.get(key)
-    if cell is None:  # no measurement: a first-principles cell from the worker's speeds
+    if cell is not None:  # offline table, corrected with the live queues on both sides
+        local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
+        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table")
+    if model_cell is None:   # neither: a first-principles cell from the worker's speeds
         t_new = new / decode.prefill_tok_s
-        cell = Cell(ttft_local=t_new, ttft_remote=t_new + 0.05, tpot_local=0.0, tpot_remote=0.0)
-    # online correction: live queues on both sides
-    local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
-    ttft_local, ttft_remote = cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s
+        model_cell = Cell(t_new, t_new + 0.05 + remote_queue_s, 0.0, 0.0)
+    return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model")
+
+
+def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str) -> PPDDecision:
     d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
     d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
-    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, bucket {key})")
+    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, {src}, bucket {key})", key)
 
 
 # Representative values of each bucket used to fill a table from a step model.

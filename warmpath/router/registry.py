@@ -64,6 +64,14 @@ class Registry:
         rec.last_seen = now
         return True
 
+    def set_role(self, worker_id: str, role: str) -> bool:
+        """Change a registered worker's role (elastic tiers); ``False`` if unknown."""
+        rec = self.workers.get(worker_id)
+        if rec is None or role not in ROLES:
+            return False
+        rec.view = replace(rec.view, role=role)
+        return True
+
     def expire(self, now: float) -> list[str]:
         """Drop workers silent for longer than ``drop_after_s``; returns their ids."""
         gone = [w for w, r in self.workers.items() if now - r.last_seen > self.cfg.drop_after_s]

@@ -16,6 +16,7 @@ from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
 from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.dashboard import Dashboard
 from warmpath.router.index import GlobalKVIndex
+from warmpath.router.elastic import ElasticConfig
 from warmpath.router.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
 from warmpath.router.plan import Planner
@@ -42,6 +43,7 @@ class RouterConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
+    elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes between the CPD tiers
 
 
 class RouterState:
@@ -50,7 +52,7 @@ class RouterState:
     def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig,
                  ppd_table: PPDTable | None = None):
         self.tok, self.model_id, self.cfg = tokenizer, model_id, cfg
-        self.planner = Planner(policy, cfg.ppd, ppd_table)
+        self.planner = Planner(policy, cfg.ppd, ppd_table, elastic=cfg.elastic)
         self.load = LoadBook()
         self.registry = Registry(cfg.discovery)
         self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
@@ -80,7 +82,14 @@ class RouterState:
         with self.lock:
             return self.planner.snapshot(self.load.views(self.registry.views()),
                                          lambda w: self.index.lookup(w, rv.block_hashes, now),
-                                         session_decode, self.kv_bytes_per_token)
+                                         session_decode, self.kv_bytes_per_token, now)
+
+    def rebalance(self, now: float) -> None:
+        """Elastic tiers: apply a role change if the planner calls for one."""
+        ch = self.planner.rebalance(self.registry.views(), now)
+        if ch is not None and self.registry.set_role(ch.worker, ch.new):
+            self.metrics.role_changes.labels(ch.new).inc()
+            log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
 
     def release(self) -> None:
         """A request ended: give its admission slot to the next waiter, if any."""

@@ -63,8 +63,11 @@ class Trip:
         m.kv_put_s.inc(reply.l3_put_s)
         self.first_token_seen(m, now, reply.queue_s)
 
-    def finished(self, m: RouterMetrics) -> None:
-        """The last token went out: TPOT over the tokens after the first."""
+    def finished(self, m: RouterMetrics) -> float | None:
+        """The last token went out: TPOT over the tokens after the first (returned)."""
         n = self.completion_tokens
         if n > 1 and self.first_token_at is not None:
-            m.tpot.labels(self.cls).observe((time.monotonic() - self.first_token_at) / (n - 1))
+            tpot = (time.monotonic() - self.first_token_at) / (n - 1)
+            m.tpot.labels(self.cls).observe(tpot)
+            return tpot
+        return None

@@ -60,6 +60,9 @@ class Snapshot:
     session_decode_worker: str | None = None
     kv_bytes_per_token: int = 46080
     network_bytes_s: float = 1e9
+    model: object | None = None        # the router's learnt RouterModel (None: heartbeat speeds)
+    arrivals_s: dict = field(default_factory=dict)   # class -> requests/s arriving (recent)
+    now: float = 0.0
 
     def by_role(self, *roles: str) -> list[WorkerView]:
         return [w for w in self.workers if w.role in roles]
@@ -77,3 +80,4 @@ class Decision:
     reason: str
     ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
     cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
+    bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)

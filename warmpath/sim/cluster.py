@@ -24,6 +24,8 @@ from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionTable
+from warmpath.router.elastic import ElasticConfig
+from warmpath.router.model import PrefillObservation
 from warmpath.router.plan import Planner
 from warmpath.router.views import Decision, RequestView
 from warmpath.sim.cpu import SharedCores
@@ -42,6 +44,7 @@ class Req:
     arrival: float
     rv: RequestView
     decision: Decision | None = None
+    admitted: float = 0.0
     first_at: float | None = None
     output: list[int] = field(default_factory=list)
     cached: int = 0
@@ -56,6 +59,7 @@ class SimStats:
     ppd_remote: int = 0
     rejected: int = 0
     routed: dict = field(default_factory=dict)
+    role_changes: list = field(default_factory=list)   # (time, worker, new role)
 
 
 class Simulation:
@@ -67,11 +71,13 @@ class Simulation:
                  ppd_cfg: ppd.PPDConfig | None = None, ppd_table: ppd.PPDTable | None = None,
                  net_latency_s: float = 2e-4, cpu_cores: int | None = None,
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
-                 transfer_cpu: float = 0.0, contention: float = 0.0) -> None:
+                 transfer_cpu: float = 0.0, contention: float = 0.0,
+                 elastic: ElasticConfig = ElasticConfig(enabled=False)) -> None:
         self.workers = {w.wid: w for w in workers}
         self.ns, self.store, self.index = namespace, store, index
         self.kvb = kv_bytes_per_token
-        self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s)
+        self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
+        self._next_rebalance = 0.0
         self.admission = Admission(admission)
         self.net = net_latency_s
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
@@ -127,16 +133,22 @@ class Simulation:
             return
         self._dispatch(req, d)
 
-    def _plan(self, req: Req) -> Decision:
+    def _plan(self, req: Req, arrival: bool = True) -> Decision:
         """The router's plan (``router/plan.py``) over the workers' state now."""
+        if self.now >= self._next_rebalance:   # the router's once-a-second elastic pass
+            self._next_rebalance = self.now + 1.0
+            ch = self.planner.rebalance([w.view() for w in self.workers.values()], self.now)
+            if ch is not None:
+                self.workers[ch.worker].set_role(ch.new)
+                self.stats.role_changes.append((ch.at, ch.worker, ch.new))
         sess = self.sessions.sessions.get(req.session.sid)
         snap = self.planner.snapshot([w.view() for w in self.workers.values()],
                                      lambda w: self.index.lookup(w, req.rv.block_hashes, self.now),
-                                     sess.decode_worker if sess else None, self.kvb)
-        return self.planner.plan(req.rv, snap)
+                                     sess.decode_worker if sess else None, self.kvb, self.now)
+        return self.planner.plan(req.rv, snap, arrival=arrival)
 
     def _dispatch(self, req: Req, d: Decision) -> None:
-        req.decision = d
+        req.decision, req.admitted = d, self.now
         if d.ppd == "local":
             self.stats.ppd_local += 1
         elif d.ppd == "remote":
@@ -219,11 +231,19 @@ class Simulation:
 
     def _prefill_done(self, req: Req, seq: Sequence) -> None:
         del self._by_seq[seq.request_id]
+        started = self.workers[req.decision.prefill].first_scheduled.get(seq.request_id, self.now)
         self.workers[req.decision.prefill].forget(seq.request_id)
         req.first_at = self.now + self.net + self.overhead
         req.cached = max(0, seq.num_cached_tokens)
         req.output = [seq.output_token_ids[-1]]
-        self.stats.handoff_bytes += (len(req.prompt) // self.ns.block_size) * self.ns.block_size * self.kvb
+        bs, worker = self.ns.block_size, req.decision.prefill
+        written = seq.l3_written_blocks * bs * self.kvb   # what the prefill worker's tiers stored
+        self.stats.handoff_bytes += written
+        arrived = seq.arrival_time
+        self.planner.observe_prefill(PrefillObservation(
+            worker, len(req.prompt), req.cached, seq.cached_by_tier["L3"],
+            started - arrived, self.now - arrived, 0.0, 0.0, written,
+            req.first_at - arrived), self.workers[worker].view())
         self._at(req.first_at, self._handoff, req)
 
     def _handoff(self, req: Req) -> None:
@@ -249,6 +269,9 @@ class Simulation:
         t = s.turns[req.turn]
         self.records.append(Record(s.sid, req.turn + 1, t.cls, True, req.first_at - req.arrival,
                                    self.now - req.arrival, len(req.output), len(req.prompt), req.cached))
+        n = len(req.output)
+        self.planner.observe_outcome(req.decision, req.first_at - req.admitted,
+                                     (self.now - req.first_at) / (n - 1) if n > 1 else None)
         self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
         answer = req.output
         if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
@@ -262,7 +285,7 @@ class Simulation:
         while nxt is not None:
             q = self._queued.pop(nxt)
             try:
-                self._dispatch(q, self._plan(q))
+                self._dispatch(q, self._plan(q, arrival=False))
                 break
             except LookupError as e:
                 self._fail(q, f"no worker: {e}")

@@ -14,6 +14,7 @@ from warmpath.cluster.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
 from warmpath.kv.hashing import KVNamespace
+from warmpath.router.elastic import ElasticConfig
 from warmpath.router.admission import AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
@@ -50,6 +51,7 @@ class SimSetup:
     admission: AdmissionConfig = AdmissionConfig()
     cpd: CPDConfig = CPDConfig()
     ppd_table: PPDTable | None = None
+    elastic: bool | None = None           # elastic CPD tiers (None: on for the cpd policy, as served)
     step_time: StepTime | None = None     # overrides both (tests, custom profiles)
     cpu_cores: int | None = None          # CPU profile: workers share this many cores
     request_overhead_s: float = 0.0       # router + HTTP hops on the way to the first token at the client
@@ -91,7 +93,8 @@ def build(s: SimSetup) -> Simulation:
     mode = s.topology.ppd
     return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
-                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention)
+                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
+                      ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic))
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

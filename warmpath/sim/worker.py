@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_rules import TierRules
+from warmpath.engine.tier_rules import credit_l3_writes, TierRules
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.load_cost import LoadCostModel
 from warmpath.router.index import GlobalKVIndex
@@ -61,6 +61,7 @@ class SimWorker:
                                lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
         self.sched = Scheduler(cfg.scheduler, self.bm, external=self.rules)
         self.l2 = self.mover.l2
+        self.first_scheduled: dict[str, float] = {}   # request id -> simulated time it first ran
         self.busy = False          # a step (or its write-through) is in progress or about to start
         self.now = 0.0
         self._view: WorkerView | None = None
@@ -80,6 +81,10 @@ class SimWorker:
                                     self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
         return self._view
 
+    def set_role(self, role: str) -> None:
+        """Elastic tiers moved this worker (the router's view changes, nothing else)."""
+        self.role, self._view = role, None
+
     def add(self, seq: Sequence) -> None:
         self._view = None
         self.sched.add(seq)
@@ -93,6 +98,8 @@ class SimWorker:
         self.rules.apply_loads()
         if out.is_empty:
             return None
+        for s in out.scheduled:   # the scheduler stamps wall-clock time; the simulation's clock is ``now``
+            self.first_scheduled.setdefault(s.seq.request_id, now)
         items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled]
         dt = self.st.step_s(items) + self.mover.load_s
         self.last_load_s, self.mover.load_s = self.mover.load_s, 0.0
@@ -107,8 +114,9 @@ class SimWorker:
         self._view = None
         sampled = {s.seq.request_id: self._token(s.seq) for s in out.scheduled if s.samples}
         got = [s.seq for s in out.scheduled if s.samples]
+        sealed = [(s.seq, s.seq.num_sealed_blocks) for s in out.scheduled]
         finished = self.sched.update(out, sampled, ())
-        put_s = self._flush(now)
+        put_s = self._flush(now, sealed)
         return got, finished, put_s
 
     def _token(self, seq: Sequence) -> int:
@@ -120,10 +128,11 @@ class SimWorker:
 
     def forget(self, rid: str) -> None:
         self._tok_base.pop(rid, None)
+        self.first_scheduled.pop(rid, None)
 
-    def _flush(self, now: float) -> float:
+    def _flush(self, now: float, sealed: list) -> float:
         """The rules' end-of-step flush; returns the seconds its L3 writes take."""
-        self.rules.flush()
+        credit_l3_writes(sealed, self.rules.flush())
         n, self.mover.put_blocks = self.mover.put_blocks, 0
         if not n:
             return 0.0

@@ -1,0 +1,76 @@
+"""The router's online model (lines fitted to the workers' replies) and the PPD switch's
+correction from observed outcomes."""
+
+import pytest
+
+from warmpath.router import ppd
+from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel, work
+from warmpath.router.views import RequestView, WorkerView
+
+W = WorkerView("p", "prefill", prefill_tok_s=400.0, l3_bytes_s=1e8)
+
+
+def obs(prompt, cached=0, l3=0, queue=0.0, worker=1.0, get=0.0, put=0.0, put_bytes=0, trip=None):
+    return PrefillObservation("p", prompt, cached, l3, queue, worker, get, put, put_bytes,
+                              worker + 0.01 if trip is None else trip)
+
+
+def test_priors_until_two_sizes_then_the_fitted_line():
+    m = RouterModel(kv_bytes_per_token=1000)
+    assert m.of(W).compute.bytes_s == 400.0 and m.of(W).compute_s(100, 0) == pytest.approx(work(100, 0) / 400)
+    m.observe_prefill(obs(1000, queue=0.1, worker=2.1), W)      # compute 2.0 s of 1061.03 work units
+    assert m.of(W).compute.bytes_s == 400.0                     # one size: still the prior
+    m.observe_prefill(obs(2000, worker=4.0), W)                 # compute 4.0 s of 2244.14 units
+    x1, x2 = work(1000, 0), work(2000, 0)
+    assert (x1, x2) == (1000 * (1 + 500 / 8192), 2000 * (1 + 1000 / 8192))
+    slope = (4.0 - 2.0) / (x2 - x1)
+    got = m.of(W).compute
+    assert got.bytes_s == pytest.approx(1 / slope) and got.overhead_s == pytest.approx(2.0 - slope * x1)
+    assert m.params()["workers"]["p"]["observations"] == 2
+    assert m.hop_s.value == pytest.approx(0.01)                 # round trip less the worker's time
+
+
+def test_l3_lines_from_the_replies():
+    m = RouterModel(kv_bytes_per_token=1000)
+    # 1600 tokens read from L3 in 10 ms then 3200 in 18 ms: 1.6 MB per 8 ms = 200 MB/s, 2 ms overhead
+    m.observe_prefill(obs(2000, cached=1600, l3=1600, worker=1.0, get=0.010), W)
+    m.observe_prefill(obs(4000, cached=3200, l3=3200, worker=1.0, get=0.018), W)
+    r = m.of(W).l3_read
+    assert r.bytes_s == pytest.approx(2e8) and r.overhead_s == pytest.approx(0.002)
+    m.observe_prefill(obs(100, put=0.5, put_bytes=10), W)     # one write size: prior kept
+    assert m.of(W).l3_write.bytes_s == 1e8
+
+
+def test_prediction_error_and_arrival_rates():
+    m = RouterModel()
+    assert m.observe_ttft(1.2, 1.0) == pytest.approx(0.2) and m.observe_ttft(0.5, 1.0) == pytest.approx(0.5)
+    assert m.params()["ttft_error_p50"] == pytest.approx(0.35) and m.observe_ttft(1.0, 0.0) is None
+    r = ArrivalRates(window_s=10.0)
+    for t in (0.0, 1.0, 2.0, 9.0):
+        r.note("cold", t)
+    r.note("warm", 9.5)
+    # 0.0 fell out of the window; one more than seen: (3 + 1) / 10 and (1 + 1) / 10
+    assert r.rates(10.5) == {"cold": 0.4, "warm": 0.2}
+    assert ArrivalRates(window_s=30.0).rates(0.0) == {"cold": 1 / 30, "warm": 1 / 30}
+
+
+def test_ppd_explores_then_corrects_a_wrong_table_from_observed_outcomes():
+    rv = RequestView(1000, (), 16, "s", turn=2, new_tokens=50, max_tokens=100)
+    dw = WorkerView("d", "decode", running=1)
+    key = ppd.bucket_of(1000, 50, 100, 1)
+    table = ppd.PPDTable({key: ppd.Cell(0.1, 0.5, 0.02, 0.02)})     # says: local is 5x faster
+    fb = ppd.PPDFeedback(min_samples=2, explore_every=4)
+    cfg = ppd.PPDConfig("dynamic")
+    first = ppd.decide(cfg, table, rv, dw, 0.0, fb)
+    assert first.local and first.reason == f"explore local (bucket {key})" and first.bucket == key
+    assert [ppd.decide(cfg, table, rv, dw, 0.0, fb).reason.split(" (")[1].startswith("dTTFT")
+            for _ in range(3)] == [True] * 3                        # decisions 2-4: the table
+    fb.observe(key, "local", 1.0, 0.05)
+    fb.observe(key, "local", 1.0, 0.05)
+    fifth = ppd.decide(cfg, table, rv, dw, 0.0, fb)                 # remote has no samples yet
+    assert not fifth.local and fifth.reason.startswith("explore remote")
+    fb.observe(key, "remote", 0.5, 0.02)
+    fb.observe(key, "remote", 0.5, 0.02)
+    d = ppd.decide(cfg, table, rv, dw, 0.0, fb)
+    # observed: local 1.0 s vs remote 0.5 s (dTTFT -1.0) and TPOT +150%: remote
+    assert not d.local and d.score == pytest.approx(-1.0 - 1.5) and "observed" in d.reason

@@ -1,0 +1,149 @@
+"""The router's TTFT model, learnt online from what the workers report (pure, no I/O).
+
+Per worker, every input of the estimate is a fitted line through observations (priors only
+until the first ones):
+
+* prefill compute: ``seconds = a + b·work`` with ``work = new·(1 + (context + new/2)/K)``
+  (attention grows with the context; ``K`` tokens of context cost as much as the MLPs),
+  from each prefill reply (its own seconds less queue and L3 time);
+* L3 read and write: ``seconds = overhead + bytes / bandwidth``, from the reply's L3
+  seconds and the tokens it loaded from L3 / the bytes it wrote;
+* the router's hop: round trip less the worker's own time (moving average).
+
+``Prediction`` records what the plan expected so the router can compare with the TTFT it
+then measured (``warmpath_router_ttft_error_ratio``; goal: median ≤ 15% at low load).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from warmpath.kv.load_cost import Ema, TransferFit
+from warmpath.stats import percentile
+
+ATTN_TOKENS = 8192        # K: context tokens whose attention costs as much as a token's MLPs
+
+
+def work(new: int, context: int) -> float:
+    """Prefill work of ``new`` tokens after ``context`` cached ones, in token units."""
+    return new * (1.0 + (context + new / 2) / ATTN_TOKENS)
+
+
+@dataclass
+class WorkerModel:
+    """What the router has learnt about one worker (lines fitted to its replies)."""
+
+    compute: TransferFit                    # seconds vs work units (``bytes_s``: work units/s)
+    l3_read: TransferFit                    # seconds vs bytes
+    l3_write: TransferFit
+    observations: int = 0
+
+    @classmethod
+    def prior(cls, w) -> "WorkerModel":
+        """Before any reply: the speeds the worker measured and heartbeats."""
+        return cls(TransferFit(0.0, w.prefill_tok_s), TransferFit(2e-3, w.l3_bytes_s), TransferFit(2e-3, w.l3_bytes_s))
+
+    def compute_s(self, new: int, context: int) -> float:
+        return self.compute.seconds(work(new, context)) if new > 0 else 0.0
+
+    def queue_s(self, queued_tokens: int) -> float:
+        """Seconds to clear ``queued_tokens`` of prompt work (context unknown: none)."""
+        return queued_tokens / self.compute.bytes_s if queued_tokens > 0 else 0.0
+
+    def params(self) -> dict:
+        c, r, wr = self.compute, self.l3_read, self.l3_write
+        return {"prefill_tok_s": round(c.bytes_s, 1), "prefill_overhead_s": round(c.overhead_s, 4),
+                "l3_read_bytes_s": round(r.bytes_s), "l3_write_bytes_s": round(wr.bytes_s),
+                "observations": self.observations}
+
+
+@dataclass(frozen=True)
+class PrefillObservation:
+    """One prefill as its worker measured it (``/internal/prefill``'s reply) and the router's
+    round trip to it."""
+
+    worker: str
+    prompt_tokens: int
+    cached_tokens: int
+    l3_tokens: int                 # of the cached ones, loaded from L3
+    queue_s: float
+    worker_s: float                # the worker's own time, arrival to first token
+    l3_get_s: float
+    l3_put_s: float
+    l3_put_bytes: int
+    round_trip_s: float
+
+
+@dataclass
+class RouterModel:
+    """Per-worker lines plus the router's own hop; ``kv_bytes_per_token`` from registration."""
+
+    kv_bytes_per_token: int = 46080
+    workers: dict[str, WorkerModel] = field(default_factory=dict)
+    hop_s: Ema = field(default_factory=lambda: Ema(0.005, alpha=0.1))
+    errors: list[float] = field(default_factory=list)     # |predicted - actual| / actual, recent
+    max_errors: int = 512
+
+    def of(self, w) -> WorkerModel:
+        """The worker's model (its heartbeat speeds until it answered a prefill)."""
+        m = self.workers.get(w.worker_id)
+        return m if m is not None else WorkerModel.prior(w)
+
+    def forget(self, worker: str) -> None:
+        self.workers.pop(worker, None)
+
+    def observe_prefill(self, o: PrefillObservation, view) -> None:
+        m = self.workers.get(o.worker)
+        if m is None:
+            m = self.workers[o.worker] = WorkerModel.prior(view)
+        m.observations += 1
+        compute = o.worker_s - o.queue_s - o.l3_get_s - o.l3_put_s
+        new = o.prompt_tokens - o.cached_tokens
+        if compute > 0 and new > 0:
+            m.compute.update(work(new, o.cached_tokens), compute)
+        if o.l3_tokens > 0 and o.l3_get_s > 0:
+            m.l3_read.update(o.l3_tokens * self.kv_bytes_per_token, o.l3_get_s)
+        if o.l3_put_bytes > 0 and o.l3_put_s > 0:
+            m.l3_write.update(o.l3_put_bytes, o.l3_put_s)
+        if o.round_trip_s >= o.worker_s:
+            self.hop_s.update(o.round_trip_s - o.worker_s)
+
+    def observe_ttft(self, predicted_s: float, actual_s: float) -> float | None:
+        """Record a request's predicted vs measured TTFT; returns the relative error."""
+        if actual_s <= 0 or predicted_s <= 0:
+            return None
+        err = abs(predicted_s - actual_s) / actual_s
+        self.errors.append(err)
+        del self.errors[:-self.max_errors]
+        return err
+
+    def params(self) -> dict:
+        """What the router believes now (``/v1/cluster``)."""
+        return {"hop_s": round(self.hop_s.value, 4), "kv_bytes_per_token": self.kv_bytes_per_token,
+                "ttft_error_p50": percentile(self.errors, 50), "ttft_error_n": len(self.errors),
+                "workers": {w: m.params() for w, m in self.workers.items()}}
+
+
+@dataclass
+class ArrivalRates:
+    """Requests per second arriving per class (``cold``, ``warm``) over the last
+    ``window_s``, counting one more than seen (so an unseen class is never taken to be
+    certainly absent: a spill that would block it is charged for at least one arrival per
+    window). Pure; the caller passes the time."""
+
+    window_s: float = 30.0
+    times: dict[str, list[float]] = field(default_factory=lambda: {"cold": [], "warm": []})
+
+    def note(self, cls: str, now: float) -> None:
+        self.times.setdefault(cls, []).append(now)
+
+    def rates(self, now: float) -> dict[str, float]:
+        out = {}
+        for cls, ts in self.times.items():
+            cut = 0
+            while cut < len(ts) and ts[cut] < now - self.window_s:
+                cut += 1
+            del ts[:cut]
+            out[cls] = (len(ts) + 1) / self.window_s
+        return out
+
