@@ -112,6 +112,30 @@ def rel(a: float, b: float) -> float:
     return abs(a - b) / b
 
 
+def cpu_profile(calibration: Path, variation: Path | None, overhead: Path, answers: Path | None,
+                l3_gbps: float | None = None):
+    """This machine as the simulator's CPU profile, from measurements taken on other runs:
+    (step model, hardware, SimSetup extras, request_overhead.py's output)."""
+    cal = json.loads(calibration.read_text())
+    fitted = StepModel.from_json(cal["step_model"])
+    # measured by `calibrate --from-trace` on served runs: steps' scatter and their contention
+    var_src = json.loads(variation.read_text()) if variation and variation.exists() else cal
+    variation = {k: max(0.0, var_src[k]) for k in ("step_cv", "contention") if var_src.get(k) is not None}
+    hw = replace(CPU, nic_bytes_s=l3_gbps * 1e9) if l3_gbps else CPU
+    measured = json.loads(overhead.read_text()) if overhead.exists() else {}
+    overhead = measured["overhead_s"]["median"] if measured else 0.0
+    # the segment holder's CPU while KV moves (it shares the machine's cores with the workers)
+    holder = measured.get("cpu_s", {}).get("holder_cores_per_transfer", 0.0) if measured else 0.0
+    put = measured.get("l3_put") if measured else None
+    if put:   # L3 writes as measured per request: fixed cost + bandwidth (the link adds its latency)
+        hw = replace(hw, l3_write_bytes_s=put["write_bytes_s"],
+                     l3_write_latency_s=max(0.0, put["fixed_s"] - hw.net_latency_s))
+    # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
+    miss = json.loads(answers.read_text())["miss_share"] if answers and answers.exists() else 0.0
+    extra = {"request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder, **variation}
+    return fitted, hw, extra, measured
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
@@ -135,23 +159,7 @@ def main() -> int:
     p.add_argument("--l3-gbps", type=float, default=None,
                    help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
     a = p.parse_args()
-    cal = json.loads(a.calibration.read_text())
-    fitted = StepModel.from_json(cal["step_model"])
-    # measured by `calibrate --from-trace` on served runs: steps' scatter and their contention
-    var_src = json.loads(a.variation.read_text()) if a.variation and a.variation.exists() else cal
-    variation = {k: max(0.0, var_src[k]) for k in ("step_cv", "contention") if var_src.get(k) is not None}
-    hw = replace(CPU, nic_bytes_s=a.l3_gbps * 1e9) if a.l3_gbps else CPU
-    measured = json.loads(a.overhead.read_text()) if a.overhead.exists() else {}
-    overhead = measured["overhead_s"]["median"] if measured else 0.0
-    # the segment holder's CPU while KV moves (it shares the machine's cores with the workers)
-    holder = measured.get("cpu_s", {}).get("holder_cores_per_transfer", 0.0) if measured else 0.0
-    put = measured.get("l3_put") if measured else None
-    if put:   # L3 writes as measured per request: fixed cost + bandwidth (the link adds its latency)
-        hw = replace(hw, l3_write_bytes_s=put["write_bytes_s"],
-                     l3_write_latency_s=max(0.0, put["fixed_s"] - hw.net_latency_s))
-    # the client re-tokenizes answers (as the real run's did): the share whose KV it loses
-    miss = json.loads(a.answers.read_text())["miss_share"] if a.answers and a.answers.exists() else 0.0
-    extra = {"request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder, **variation}
+    fitted, hw, extra, measured = cpu_profile(a.calibration, a.variation, a.overhead, a.answers, a.l3_gbps)
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
     rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
     for topo in ("cpd-1d", "pd-2p1d"):

@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="single (one worker, no router) | " + " | ".join(TOPOLOGIES) + " | FILE.json "
                         "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
     s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
+                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
                    help="elastic CPD tiers (auto: on for cpd topologies)")

@@ -209,7 +209,7 @@ def serve_cluster(a, model_id: str) -> int:
     """``warmpath serve --topology NAME`` from its parsed flags: start, print, wait, stop."""
     from warmpath.cluster.topology import resolve
 
-    topo = resolve(a.topology, a.ppd)
+    topo = resolve(a.topology, a.ppd, getattr(a, "route_policy", None))
     router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
                    str(a.cold_queue), "--warm-queue", str(a.warm_queue),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),

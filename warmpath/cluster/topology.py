@@ -60,9 +60,10 @@ TOPOLOGIES = {t.name: t for t in (
 )}
 
 
-def resolve(spec: str, ppd: str | None = None) -> Topology:
+def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Topology:
     """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n}}``;
-    ``ppd`` overrides the PPD mode."""
+    ``ppd`` and ``policy`` override its PPD mode and routing policy (e.g. ``pd-2p1d`` with
+    ``pd-kv``: the same workers under the KV-aware baseline)."""
     if spec in TOPOLOGIES:
         t = TOPOLOGIES[spec]
     elif spec.endswith(".json"):
@@ -77,4 +78,5 @@ def resolve(spec: str, ppd: str | None = None) -> Topology:
                              f"{{role: count}}}}: {e}") from e
     else:
         raise ValueError(f"--topology: {spec!r} is neither one of {sorted(TOPOLOGIES)} nor a .json file")
-    return replace(t, ppd=ppd) if ppd else t
+    t = replace(t, ppd=ppd) if ppd else t
+    return replace(t, name=f"{t.name}+{policy}", policy=policy) if policy and policy != t.policy else t

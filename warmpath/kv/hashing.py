@@ -96,9 +96,13 @@ def hash_prefix_blocks(namespace: KVNamespace, tokens: Sequence[int],
     only the blocks after them are hashed.
     """
     out = list(start_hashes)
-    bs = namespace.block_size
-    parent = out[-1] if out else None
-    for i in range(len(out), len(tokens) // bs):
-        parent = hash_block(namespace, parent, tokens[i * bs:(i + 1) * bs])
+    bs, first, n = namespace.block_size, len(out), len(tokens) // namespace.block_size
+    if first >= n:
+        return out
+    # the same bytes hash_block feeds its hasher, packed once and hashed in one call per block
+    buf, head, step = _pack_tokens(tokens[first * bs:n * bs]), namespace.digest, 4 * bs
+    parent = out[-1] if out else b"\x00" * 16
+    for off in range(0, len(buf), step):
+        parent = xxhash.xxh3_128_digest(head + parent + buf[off:off + step])
         out.append(parent)
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
 from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
+from warmpath.router.policy import POLICIES
 from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
@@ -29,6 +30,10 @@ def add_parser(sub) -> None:
     s = sub.add_parser("sim", help="simulate a topology at cluster scale (same policy code)")
     s.add_argument("--topology", default="cpd-1d", help=" | ".join(TOPOLOGIES) + " | FILE.json")
     s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
+                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
+    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
+                   help="elastic CPD tiers (auto: on for the cpd policy)")
     s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
     s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
@@ -77,7 +82,7 @@ def setup_from_args(a: argparse.Namespace):
     from warmpath.sim.run import SimSetup
 
     GIB = 1 << 30
-    topo = resolve(a.topology, a.ppd)
+    topo = resolve(a.topology, a.ppd, a.route_policy)
     fitted = table = None
     variation: dict = {}
     if a.calibration is not None:
@@ -109,6 +114,7 @@ def setup_from_args(a: argparse.Namespace):
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
                     cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
                     retokenize_miss=a.retokenize_miss,
+                    elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
                     transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0, seed=a.seed,
                     **(variation if a.hardware == "cpu" else {}))
 
