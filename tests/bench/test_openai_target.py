@@ -65,3 +65,16 @@ def test_http_errors_and_a_non_sse_answer_fail_the_request():
     assert (ans.ok, ans.error) == (False, "HTTP 429: b'{\"error\": {\"message\": \"no\"}}'")
     ans, _ = complete('{"choices": []}', headers={"content-type": "application/json"})
     assert not ans.ok and ans.error.startswith("SSEError: Expected response header Content-Type")
+
+
+def server_metrics(status: int, body: str) -> dict:
+    t = OpenAITarget("http://bench.test", model="m", timeout_s=5)
+    t.http = httpx.AsyncClient(transport=httpx.MockTransport(lambda req: httpx.Response(status, text=body)))
+    return asyncio.run(t.server_metrics())
+
+
+def test_server_metrics_of_a_target_without_prometheus_metrics_is_empty():
+    not_found = '{"error":{"type":"invalid_request_error","code":"unknown_url","message":"Invalid URL (GET /metrics)"}}'
+    assert server_metrics(404, not_found) == {}          # smg's answer: 404 with a JSON body
+    assert server_metrics(200, not_found) == {}          # 200 but not Prometheus text
+    assert server_metrics(200, "warmpath_requests_total{model=\"m\"} 3.0\n") == {"warmpath_requests_total": 3.0}

@@ -132,11 +132,13 @@ class OpenAITarget(BenchTarget):
         return stream.answer(len(prompt))
 
     async def server_metrics(self) -> dict[str, float]:
+        """The ``warmpath_*`` totals of ``/metrics``; empty when the target has no such page
+        (a peer router answers 404 with a JSON body) or it is not Prometheus text."""
         try:
-            text = (await self.http.get(self.url + "/metrics", timeout=5)).text
-        except httpx.HTTPError:
+            r = await self.http.get(self.url + "/metrics", timeout=5)
+            return warmpath_totals(r.text) if r.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
             return {}
-        return warmpath_totals(text)
 
     async def close(self) -> None:
         await self.http.aclose()
