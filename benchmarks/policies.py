@@ -42,7 +42,7 @@ from warmpath.cluster.topology import Topology, resolve  # noqa: E402
 from warmpath.sim.run import build  # noqa: E402
 
 SHARES = (0.0, 0.1, 0.25, 0.5, 0.75)
-RATES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
+RATES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2)
 CONFIGS = {"cpd": ("cpd-1d", None), "pd": ("pd-2p1d", None), "pd-kv": ("pd-2p1d", "pd-kv"),
            "replica": (Topology("replica-3", "replica", {"replica": 3}), None)}
 
@@ -115,11 +115,14 @@ def drift_sessions(rate: float, phase_s: float, seed: int):
 def part_drift(rate: float, phase_s: float, seed: int, window_s: float = 20.0) -> dict:
     from warmpath.bench.workload import Session, Turn, repo_contexts
     from warmpath.sim.profiles import HARDWARE, MODELS
+    from warmpath.router.admission import AdmissionConfig
     from warmpath.sim.run import SimSetup
 
     out = {}
     for elastic in (True, False):
-        sim = build(SimSetup(DRIFT, MODELS["llama-3.1-8b"], HARDWARE["b200"], elastic=elastic))
+        # admission wide open: the workers' queues (what elastic tiers act on) must form, not the router's
+        sim = build(SimSetup(DRIFT, MODELS["llama-3.1-8b"], HARDWARE["b200"], elastic=elastic,
+                             admission=AdmissionConfig(1024, {"cold": 4096, "warm": 4096})))
         ctxs = repo_contexts(seed, DRIFT_AGENT["repos"], DRIFT_AGENT["context"], fast_tokens)
         sim.run([Session(f"prime-{i}", [Turn(c[-1:] + [1000], 1)], prefix=c[:-1], start=0.5 * i)
                  for i, c in enumerate(ctxs)])
@@ -145,6 +148,31 @@ def part_drift(rate: float, phase_s: float, seed: int, window_s: float = 20.0) -
               f"{s['cold']['ttft_p90_s']:.3f}s, role changes {out['elastic' if elastic else 'static']['role_changes']}",
               flush=True)
     return out
+
+
+def plot_drift(drift: dict, phase_s: float, path: Path) -> None:
+    """Warm TTFT p90 per window, elastic vs static, with the role changes and the phases."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name, d in drift.items():
+        xs = [float(t) for t in d["warm_ttft_p90_by_window"]]
+        ax.plot(xs, list(d["warm_ttft_p90_by_window"].values()), marker="o", ms=3, label=name)
+        for t, w, role in d["role_changes"]:
+            ax.axvline(t, color="tab:red", ls=":", lw=1)
+            ax.annotate(f"{w} → {role}", (t, ax.get_ylim()[1] * 0.9), fontsize=7, color="tab:red")
+    for k, share in enumerate(("10% cold", "60% cold", "10% cold")):
+        ax.axvspan(k * phase_s, (k + 1) * phase_s, alpha=0.06 * (k % 2 + 1), color="grey")
+        ax.text(k * phase_s + 3, 0.02, share, fontsize=7)
+    ax.set_xlabel("session arrival (s)")
+    ax.set_ylabel("warm TTFT p90 (s)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def part_decide(iters: int = 200) -> dict:
@@ -195,7 +223,7 @@ def main() -> int:
     p.add_argument("--parts", default="share,drift,decide")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals per rate point")
-    p.add_argument("--drift-rate", type=float, default=4.0, help="sessions/s in the drift run")
+    p.add_argument("--drift-rate", type=float, default=8.0, help="sessions/s in the drift run")
     p.add_argument("--drift-phase", type=float, default=120.0, help="seconds per phase of the drift run")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/policies.json"))
     a = p.parse_args()
@@ -209,6 +237,7 @@ def main() -> int:
         res["share"] = part_share(prof, a.seeds, a.duration)
     if "drift" in a.parts:
         res["drift"] = part_drift(a.drift_rate, a.drift_phase, 0)
+        plot_drift(res["drift"], a.drift_phase, a.out.with_name(a.out.stem + "_drift.png"))
     if "decide" in a.parts:
         res["decide"] = part_decide()
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -58,12 +58,13 @@ def tier_class(w: WorkerView) -> str:
 
 
 def harm_s(w: WorkerView, e: Estimate, snap: Snapshot) -> float:
-    """Expected delay ``e``'s work adds to later requests at ``w``: arrivals of its tier's
-    class per worker of the tier (λ) during the work (c) wait c/2 on average: λ·c²/2."""
+    """Expected delay ``e``'s work (c) adds to later requests at ``w``: the requests of its
+    tier's class arriving there (λ per worker of the tier) while the queue ahead of it (q)
+    drains wait c more each, those arriving during c wait c/2 on average: λ·c·(q + c/2)."""
     tier = [x for x in snap.workers if x.role == w.role]
     lam = snap.arrivals_s.get(tier_class(w), 0.0) / max(1, len(tier))
     busy = e.compute_s + e.load_s
-    return lam * busy * busy / 2
+    return lam * busy * (e.queue_s + busy / 2)
 
 
 class CPDPolicy(RoutingPolicy):
