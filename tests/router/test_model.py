@@ -19,7 +19,11 @@ def test_priors_until_two_sizes_then_the_fitted_line():
     m = RouterModel(kv_bytes_per_token=1000)
     assert m.of(W).compute.bytes_s == 400.0 and m.of(W).compute_s(100, 0) == pytest.approx(work(100, 0) / 400)
     m.observe_prefill(obs(1000, queue=0.1, worker=2.1), W)      # compute 2.0 s of 1061.03 work units
-    assert m.of(W).compute.bytes_s == 400.0                     # one size: still the prior
+    # one size: its speed (with the prior's zero overhead), not yet a line
+    assert m.of(W).compute.bytes_s == pytest.approx(1061.03515625 / 2.0) and not m.of(W).compute.fitted
+    # a worker never observed borrows its peers' lines, not its own heartbeat's 999 tok/s
+    fresh = WorkerView("q", "prefill", prefill_tok_s=999.0)
+    assert m.of(fresh).compute.bytes_s == pytest.approx(1061.03515625 / 2.0)
     m.observe_prefill(obs(2000, worker=4.0), W)                 # compute 4.0 s of 2244.14 units
     x1, x2 = work(1000, 0), work(2000, 0)
     assert (x1, x2) == (1000 * (1 + 500 / 8192), 2000 * (1 + 1000 / 8192))

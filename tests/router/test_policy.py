@@ -61,13 +61,25 @@ def test_cpd_cold_spills_to_an_idle_warm_worker_unless_it_harms_warm_traffic():
     d = CPDPolicy().route(REQ, snap(ws))
     assert (d.prefill, d.tier, d.est_ttft_s) == ("p", "cold", pytest.approx(3.5185))
     assert d.reason.endswith("harm 0.000s (spill)")
-    # 4 warm requests/s at p would each wait 3.5125/2 s on average: harm 4 · 3.5125² / 2 =
-    # 24.68 s, so 3.5185 + 24.68 > 23.5185: the cold tier keeps it
+    # 0.2 warm requests/s at p would each wait 3.5125/2 s on average: 0.2 · 3.5125² / 2 =
+    # 1.234 s of warm delay, which weighs 20 / 2 = 10 times a cold request's own: 12.34 s,
+    # and 3.5185 + 12.34 < 23.5185: still a spill; at 0.6/s (37.0 s): the cold tier keeps it
     s = snap(ws)
-    s.arrivals_s = {"warm": 4.0}
+    s.arrivals_s = {"warm": 0.2}
+    assert CPDPolicy().route(REQ, s).reason.endswith("harm 12.338s (spill)")
+    s.arrivals_s = {"warm": 0.6}
     d = CPDPolicy().route(REQ, s)
     assert d.prefill == "c" and "harm 0.000s" in d.reason and "spill" not in d.reason
     assert CPDPolicy(CPDConfig(harm_weight=0)).route(REQ, s).prefill == "p"
+    # the harm counts the queue ahead too: behind 1 s of queue at p, 0.2/s arriving there wait
+    # 3.5125 s more each: 0.2 · 3.5125 · (1 + 3.5125/2) · 10 = 19.36 s, and 4.5185 + 19.36 >
+    # 23.5185: the cold tier keeps it
+    ws2 = [w("c", "pre-prefill", q=10000), w("p", "prefill", q=500), w("d", "decode")]
+    s2 = snap(ws2)
+    s2.arrivals_s = {"warm": 0.2}
+    assert CPDPolicy().route(REQ, s2).prefill == "c"
+    s2.arrivals_s = {"warm": 0.15}    # 14.52 s: 19.04 < 23.5185, a spill again
+    assert CPDPolicy().route(REQ, s2).reason.endswith("harm 14.522s (spill)")
 
 
 def test_cpd_warm_spills_to_an_idle_cold_worker():

@@ -33,6 +33,7 @@ class TransferFit:
     decay: float = 0.98
     samples: int = 0
     sums: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)   # weight, Σx, Σy, Σx², Σxy
+    fitted: bool = False                                  # a line was determined at least once
 
     def update(self, nbytes: float, seconds: float) -> None:
         n, sx, sy, sxx, sxy = (v * self.decay for v in self.sums)
@@ -47,6 +48,7 @@ class TransferFit:
             return
         self.bytes_s = 1.0 / slope
         self.overhead_s = max(0.0, (sy - slope * sx) / n)
+        self.fitted = True
 
     def seconds(self, nbytes: float) -> float:
         return self.overhead_s + nbytes / self.bytes_s

@@ -85,9 +85,19 @@ class RouterModel:
     max_errors: int = 512
 
     def of(self, w) -> WorkerModel:
-        """The worker's model (its heartbeat speeds until it answered a prefill)."""
+        """The worker's model; before it answered a prefill, its peers' (the same model on
+        the same kind of machine), else its heartbeat speeds."""
         m = self.workers.get(w.worker_id)
-        return m if m is not None else WorkerModel.prior(w)
+        if m is not None:
+            return m
+        peers = list(self.workers.values())
+        if not peers:
+            return WorkerModel.prior(w)
+
+        def mean(lines: list[TransferFit]) -> TransferFit:
+            return TransferFit(sum(x.overhead_s for x in lines) / len(lines), sum(x.bytes_s for x in lines) / len(lines))
+        return WorkerModel(mean([p.compute for p in peers]), mean([p.l3_read for p in peers]),
+                           mean([p.l3_write for p in peers]))
 
     def forget(self, worker: str) -> None:
         self.workers.pop(worker, None)
@@ -100,7 +110,10 @@ class RouterModel:
         compute = o.worker_s - o.queue_s - o.l3_get_s - o.l3_put_s
         new = o.prompt_tokens - o.cached_tokens
         if compute > 0 and new > 0:
-            m.compute.update(work(new, o.cached_tokens), compute)
+            x = work(new, o.cached_tokens)
+            m.compute.update(x, compute)
+            if not m.compute.fitted:    # one size so far: its speed, with the prior's overhead
+                m.compute.bytes_s = x / max(1e-9, compute - m.compute.overhead_s)
         if o.l3_tokens > 0 and o.l3_get_s > 0:
             m.l3_read.update(o.l3_tokens * self.kv_bytes_per_token, o.l3_get_s)
         if o.l3_put_bytes > 0 and o.l3_put_s > 0:

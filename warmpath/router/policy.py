@@ -40,16 +40,25 @@ class CPDConfig:
     """Cold when the reuse ratio is below ``cold_threshold`` or fewer than
     ``min_cached_tokens`` tokens are cached (the request's class). The worker is the one
     with the lowest predicted TTFT plus ``harm_weight`` × the delay the request adds to the
-    requests expected to arrive at that worker's tier while it computes there."""
+    requests expected to arrive at that worker's tier while it computes there, each class's
+    delay counted relative to its TTFT target (``warm_slo_s``, ``cold_slo_s``): a second
+    lost by a warm request weighs what ten lost by a new document do."""
 
     cold_threshold: float = 0.5
     min_cached_tokens: int = 256
     harm_weight: float = 1.0
+    warm_slo_s: float = 2.0
+    cold_slo_s: float = 20.0
 
     def __post_init__(self) -> None:
         ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
         if self.harm_weight < 0:
             raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
+        if self.warm_slo_s <= 0 or self.cold_slo_s <= 0:
+            raise ValueError("warm_slo_s and cold_slo_s must be > 0")
+
+    def slo(self, cls: str) -> float:
+        return self.cold_slo_s if cls == "cold" else self.warm_slo_s
 
 
 def tier_class(w: WorkerView) -> str:
@@ -89,7 +98,8 @@ class CPDPolicy(RoutingPolicy):
         scored = []
         for w in pool:
             e = estimate(w, req, snap)
-            h = self.cfg.harm_weight * harm_s(w, e, snap)
+            # the delay to the tier's class, in units of this request's own target
+            h = self.cfg.harm_weight * harm_s(w, e, snap) * self.cfg.slo(cls) / self.cfg.slo(tier_class(w))
             scored.append((e.ttft_s + h, w.worker_id, w, e, h))
         _, _, w, e, h = min(scored, key=lambda x: x[:2])
         spill = " (spill)" if tier_class(w) != cls and (cold_tier if cls == "cold" else warm_tier) else ""
