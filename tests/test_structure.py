@@ -59,7 +59,8 @@ def _calls(attr: str):
 @pytest.mark.parametrize("call,where", [
     ("route", {"router/plan.py"}),                 # the routing policy
     ("decide", {"router/plan.py"}),                # the PPD switch
-    ("is_cold", {"router/classify.py", "router/policy.py"}),
+    ("is_cold", {"router/classify.py"}),
+    ("label", {"router/plan.py", "router/policy.py"}),          # the cold rule's verdict
     ("request_view", {"router/handler.py", "sim/cluster.py"}),
 ])
 def test_each_decision_is_made_in_one_place(call, where):

@@ -183,6 +183,10 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {}))}
+            believed = state.planner.model.of(r.view)    # what the router's learnt model uses now
+            out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
+                       model_l3_read_bytes_s=round(believed.l3_read.bytes_s),
+                       model_l3_write_bytes_s=round(believed.l3_write.bytes_s))
             if not full:
                 del out["url"], out["pid"]
             return out
