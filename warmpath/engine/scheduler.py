@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.sequence import Sequence, SeqStatus
-from warmpath.engine.tier_rules import ExternalPrefixSource
+from warmpath.engine.tier_seams import ExternalPrefixSource
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The lower KV tiers' decisions, written once for the engine and the simulator (pure, no torch).
 
-* :class:`ExternalPrefixSource`: the scheduler's seam to the tiers below L1.
-* :class:`TierMover`: the byte mover under the rules (``engine/tiered_kv.py`` moves torch
-  tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models the same moves).
+The seams it works between are in ``tier_seams.py``: the scheduler's
+(:class:`ExternalPrefixSource`) and the byte mover's (:class:`TierMover`: ``engine/tiered_kv.py``
+moves torch tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models the same moves).
+
 * :class:`TierRules`: what moves when. L1 eviction demotes the block into L2 (the L2 victim
   goes to L3 under write-back); every sealed L1 block goes to L3 under write-through (put
   at the step's flush); a lookup below L1 loads the leading L2 run, then the L3 run, each
@@ -13,104 +14,17 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
 from warmpath.engine.sequence import Sequence
+from warmpath.engine.tier_seams import ExternalPrefixSource, LoadResult, TierMover
 from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.load_cost import LoadCostModel
 
 WRITE_POLICIES = ("write-through", "write-back", "none")
-
-
-class ExternalPrefixSource(ABC):
-    """Prefix blocks the scheduler can get from below L1 (host DRAM, the distributed store)."""
-
-    @abstractmethod
-    def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
-        """Blocks right after the ``num_local_blocks`` L1 hits worth loading (0 = recompute)."""
-
-    @abstractmethod
-    def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
-        """``seq.block_ids[first_block:first_block+num_blocks]`` are allocated; fill them
-        before the next forward (or roll ``seq.num_computed_tokens`` back on failure)."""
-
-    @abstractmethod
-    def cancel(self, seq: Sequence) -> None:
-        """Forget a plan from :meth:`lookup` that the scheduler could not allocate for."""
-
-
-@dataclass
-class LoadResult:
-    """Blocks a mover delivered (leading runs) and the seconds it measured (``None``: not
-    measured, e.g. modelled by the simulator, which must not re-learn its own model)."""
-
-    l2: int
-    l3: int
-    l2_s: float | None = None
-    l3_s: float | None = None
-
-
-class TierMover(ABC):
-    """Moves KV bytes between tiers; :class:`TierRules` decides what moves."""
-
-    block_bytes: int
-
-    @property
-    @abstractmethod
-    def l2_capacity(self) -> int:
-        """L2 blocks (0: no L2)."""
-
-    @property
-    @abstractmethod
-    def has_l3(self) -> bool:
-        """Whether an L3 store is configured."""
-
-    @abstractmethod
-    def count_l2(self, hashes: list[bytes]) -> int:
-        """Leading ``hashes`` L2 holds."""
-
-    @abstractmethod
-    def count_l3(self, hashes: list[bytes]) -> int:
-        """Leading ``hashes`` the store holds."""
-
-    @abstractmethod
-    def in_l2(self, h: bytes) -> bool:
-        """Whether L2 holds ``h``."""
-
-    @abstractmethod
-    def l2_victim(self) -> bytes | None:
-        """The hash the next demotion would evict from L2 (``None``: there is room)."""
-
-    @abstractmethod
-    def demote(self, blk: KVBlock) -> bytes | None:
-        """Copy an L1 block into L2; returns the hash evicted to make room."""
-
-    @abstractmethod
-    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
-        """Write L1 blocks to the store; returns ``(written, present)``: the hashes it
-        stored now and those it already held. Anything else (store full, down) is in neither."""
-
-    @abstractmethod
-    def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
-        """Write L2's copy of ``h`` to the store; ``(written, present)`` as :meth:`put_l3`."""
-
-    @abstractmethod
-    def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
-        """Fill ``seq.block_ids[first_block:]``: ``n_l2`` blocks from L2, then (if all of
-        those arrived) ``n_l3`` from the store; stops at the first missing block."""
-
-    @abstractmethod
-    def take_l3_removed(self) -> list[bytes]:
-        """Hashes found gone from the store since the last call (drained)."""
-
-    def exists_l3(self, hashes: list[bytes]) -> list[bool] | None:
-        """Whether the store holds each hash (``None``: unknown; movers whose store reports
-        its evictions through :meth:`take_l3_removed` need not answer)."""
-        return None
 
 
 @dataclass

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_rules import WRITE_POLICIES, LoadResult, TierMover, TierRules, TierStats
+from warmpath.engine.tier_rules import WRITE_POLICIES, TierRules, TierStats
+from warmpath.engine.tier_seams import LoadResult, TierMover
 from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import KVEventPublisher
 from warmpath.kv.host_pool import HostKVPool

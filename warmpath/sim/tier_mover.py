@@ -6,7 +6,7 @@ move costs modelled time instead of copying bytes.
 from __future__ import annotations
 
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_rules import LoadResult, TierMover
+from warmpath.engine.tier_seams import LoadResult, TierMover
 from warmpath.kv.block_pool import KVBlock
 from warmpath.kv.lru_index import LRUSlotIndex
 from warmpath.sim.store import SimStore

@@ -1,3 +1,0 @@
-"""warmpath: cache-aware prefill/decode-disaggregated LLM serving."""
-
-__version__ = "0.1.0"

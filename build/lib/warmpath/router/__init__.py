@@ -1,1 +1,0 @@
-"""The cache-aware router's pure policy code (no torch, no I/O): shared with the simulator."""

@@ -1,0 +1,97 @@
+"""The seams of the lower KV tiers (pure, no torch): the scheduler's view of them
+(:class:`ExternalPrefixSource`) and the byte mover under the rules (:class:`TierMover`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from warmpath.engine.sequence import Sequence
+from warmpath.kv.block_pool import KVBlock
+
+
+class ExternalPrefixSource(ABC):
+    """Prefix blocks the scheduler can get from below L1 (host DRAM, the distributed store)."""
+
+    @abstractmethod
+    def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
+        """Blocks right after the ``num_local_blocks`` L1 hits worth loading (0 = recompute)."""
+
+    @abstractmethod
+    def schedule_load(self, seq: Sequence, first_block: int, num_blocks: int) -> None:
+        """``seq.block_ids[first_block:first_block+num_blocks]`` are allocated; fill them
+        before the next forward (or roll ``seq.num_computed_tokens`` back on failure)."""
+
+    @abstractmethod
+    def cancel(self, seq: Sequence) -> None:
+        """Forget a plan from :meth:`lookup` that the scheduler could not allocate for."""
+
+
+@dataclass
+class LoadResult:
+    """Blocks a mover delivered (leading runs) and the seconds it measured (``None``: not
+    measured, e.g. modelled by the simulator, which must not re-learn its own model)."""
+
+    l2: int
+    l3: int
+    l2_s: float | None = None
+    l3_s: float | None = None
+
+
+class TierMover(ABC):
+    """Moves KV bytes between tiers; :class:`TierRules` decides what moves."""
+
+    block_bytes: int
+
+    @property
+    @abstractmethod
+    def l2_capacity(self) -> int:
+        """L2 blocks (0: no L2)."""
+
+    @property
+    @abstractmethod
+    def has_l3(self) -> bool:
+        """Whether an L3 store is configured."""
+
+    @abstractmethod
+    def count_l2(self, hashes: list[bytes]) -> int:
+        """Leading ``hashes`` L2 holds."""
+
+    @abstractmethod
+    def count_l3(self, hashes: list[bytes]) -> int:
+        """Leading ``hashes`` the store holds."""
+
+    @abstractmethod
+    def in_l2(self, h: bytes) -> bool:
+        """Whether L2 holds ``h``."""
+
+    @abstractmethod
+    def l2_victim(self) -> bytes | None:
+        """The hash the next demotion would evict from L2 (``None``: there is room)."""
+
+    @abstractmethod
+    def demote(self, blk: KVBlock) -> bytes | None:
+        """Copy an L1 block into L2; returns the hash evicted to make room."""
+
+    @abstractmethod
+    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
+        """Write L1 blocks to the store; returns ``(written, present)``: the hashes it
+        stored now and those it already held. Anything else (store full, down) is in neither."""
+
+    @abstractmethod
+    def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
+        """Write L2's copy of ``h`` to the store; ``(written, present)`` as :meth:`put_l3`."""
+
+    @abstractmethod
+    def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
+        """Fill ``seq.block_ids[first_block:]``: ``n_l2`` blocks from L2, then (if all of
+        those arrived) ``n_l3`` from the store; stops at the first missing block."""
+
+    @abstractmethod
+    def take_l3_removed(self) -> list[bytes]:
+        """Hashes found gone from the store since the last call (drained)."""
+
+    def exists_l3(self, hashes: list[bytes]) -> list[bool] | None:
+        """Whether the store holds each hash (``None``: unknown; movers whose store reports
+        its evictions through :meth:`take_l3_removed` need not answer)."""
+        return None
