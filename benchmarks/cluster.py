@@ -182,7 +182,8 @@ def main() -> int:
                          "rate_gain": best[configs[0]] / base if best[configs[0]] and base else None,
                          "warm_ttft_p50_at_top_rate": warm,
                          "warm_ttft_p50_cut": (min(warm[t] for t in configs[1:] if warm[t]) / warm[configs[0]]
-                                               if warm[configs[0]] else None),
+                                               if warm[configs[0]] and any(warm[t] for t in configs[1:])
+                                               else None),
                          "per_rate": {t: {r: {c: {k: s["rates"][r][c][k] for k in ("ttft_p50_s", "ttft_p90_s", "completed", "failed")}
                                                 for c in ("warm", "cold")} for r in s["rates"]} for t, s in sums.items()}}
         plot_summaries(sums, a.out)
