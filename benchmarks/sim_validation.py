@@ -136,7 +136,7 @@ def cpu_profile(calibration: Path, variation: Path | None, overhead: Path, answe
     return fitted, hw, extra, measured
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
     p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_insitu.json"),
@@ -158,65 +158,76 @@ def main() -> int:
                    help="simulations per real run, with other seeds of the step scatter (step_cv); averaged")
     p.add_argument("--l3-gbps", type=float, default=None,
                    help="L3 bandwidth of the CPU profile in GB/s (default: its 1.0, measured alone)")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def validate(topo: str, dirs: list[Path], setup, a: argparse.Namespace, err: dict) -> list[dict]:
+    """Every point of ``topo`` the first real run met its SLO at: the real runs against
+    their simulation (errors appended to ``err``)."""
+    rows = []
+    runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
+    # each real run in its own order of rates, on one cluster: simulate each the same way,
+    # as many times as --replicas with other draws of the steps' scatter
+    reps = a.replicas if setup.step_cv else 1
+    by_order: dict[tuple, list] = {}   # runs with the same rates in the same order simulate alike
+    for run in runs:
+        order = tuple(float(r) for r in run["runs"])
+        if order not in by_order:
+            by_order[order] = [simulate_sweep(replace(setup, seed=k), list(order), a.duration)
+                               for k in range(reps)]
+    sims = [by_order[tuple(float(r) for r in run["runs"])] for run in runs]
+    for r, run in runs[0]["runs"].items():
+        if not run["meets_slo"]:
+            continue   # saturated: queueing dominates and small errors explode
+        meas = [s["rates"][r]["all"] for s in runs if r in s["rates"]]
+        got = [rep[float(r)] for sm, s in zip(sims, runs) if r in s["rates"] for rep in sm]
+        classes = {c: {k: mean_or_none([g[c][k] for g in got]) for k in ("ttft_p50_s", "ttft_p90_s", "tpot_s")}
+                   for c in ("all", "turn1", "turn2+")}
+        pred = classes["all"]
+        row = {"topology": topo, "rate": float(r), "real_runs": len(meas)}
+        for k in ("ttft_p50", "tpot"):
+            vals = [m[f"{k}_s"] for m in meas]
+            mean = statistics.fmean(vals)
+            row[f"{k}_s"] = {"measured_runs": vals, "measured_mean": mean, "simulated": pred[f"{k}_s"],
+                             "abs_err": rel(pred[f"{k}_s"], mean)}
+            err[k].append(row[f"{k}_s"]["abs_err"])
+            if len(vals) > 1:   # how far one real run is from the mean of the runs
+                err[f"{k}_run_to_run"].append(statistics.median(rel(v, mean) for v in vals))
+        # beside the goal: per class, the p50 is not torn between first turns and follow-ups
+        for c in ("turn1", "turn2+"):
+            vals = [s["rates"][r][c]["ttft_p50_s"] for s in runs if r in s["rates"]]
+            if vals and classes[c]["ttft_p50_s"] is not None:
+                e = rel(classes[c]["ttft_p50_s"], statistics.fmean(vals))
+                row[f"ttft_p50_{c}_s"] = {"measured_mean": statistics.fmean(vals),
+                                          "simulated": classes[c]["ttft_p50_s"], "abs_err": e}
+                err.setdefault(f"ttft_p50_{c}", []).append(e)
+        row["ttft_p90_s"] = {"measured_runs": [m["ttft_p90_s"] for m in meas], "simulated": pred["ttft_p90_s"]}
+        rows.append(row)
+        t, o = row["ttft_p50_s"], row["tpot_s"]
+        print(f"{topo} rate {r}: TTFT p50 measured {' '.join(f'{v:.3f}' for v in t['measured_runs'])} "
+              f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
+              f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
+    return rows
+
+
+def main() -> int:
+    a = parse_args()
     fitted, hw, extra, measured = cpu_profile(a.calibration, a.variation, a.overhead, a.answers, a.l3_gbps)
     dirs = [a.results] + [Path(x) for x in a.repeats.split(",") if x]
-    rows, err = [], {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
-    for topo in ("cpd-1d", "pd-2p1d"):
-        runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
-        # each real run in its own order of rates, on one cluster: simulate each the same way,
-        # as many times as --replicas with other draws of the steps' scatter
-        setup = cluster_setup(topo, fitted, hw, extra)
-        reps = a.replicas if setup.step_cv else 1
-        by_order: dict[tuple, list] = {}   # runs with the same rates in the same order simulate alike
-        for run in runs:
-            order = tuple(float(r) for r in run["runs"])
-            if order not in by_order:
-                by_order[order] = [simulate_sweep(replace(setup, seed=k), list(order), a.duration)
-                                   for k in range(reps)]
-        sims = [by_order[tuple(float(r) for r in run["runs"])] for run in runs]
-        for r, run in runs[0]["runs"].items():
-            if not run["meets_slo"]:
-                continue   # saturated: queueing dominates and small errors explode
-            meas = [s["rates"][r]["all"] for s in runs if r in s["rates"]]
-            got = [rep[float(r)] for sm, s in zip(sims, runs) if r in s["rates"] for rep in sm]
-            classes = {c: {k: mean_or_none([g[c][k] for g in got]) for k in ("ttft_p50_s", "ttft_p90_s", "tpot_s")}
-                       for c in ("all", "turn1", "turn2+")}
-            pred = classes["all"]
-            row = {"topology": topo, "rate": float(r), "real_runs": len(meas)}
-            for k in ("ttft_p50", "tpot"):
-                vals = [m[f"{k}_s"] for m in meas]
-                mean = statistics.fmean(vals)
-                row[f"{k}_s"] = {"measured_runs": vals, "measured_mean": mean, "simulated": pred[f"{k}_s"],
-                                 "abs_err": rel(pred[f"{k}_s"], mean)}
-                err[k].append(row[f"{k}_s"]["abs_err"])
-                if len(vals) > 1:   # how far one real run is from the mean of the runs
-                    err[f"{k}_run_to_run"].append(statistics.median(rel(v, mean) for v in vals))
-            # beside the goal: per class, the p50 is not torn between first turns and follow-ups
-            for c in ("turn1", "turn2+"):
-                vals = [s["rates"][r][c]["ttft_p50_s"] for s in runs if r in s["rates"]]
-                if vals and classes[c]["ttft_p50_s"] is not None:
-                    e = rel(classes[c]["ttft_p50_s"], statistics.fmean(vals))
-                    row[f"ttft_p50_{c}_s"] = {"measured_mean": statistics.fmean(vals),
-                                              "simulated": classes[c]["ttft_p50_s"], "abs_err": e}
-                    err.setdefault(f"ttft_p50_{c}", []).append(e)
-            row["ttft_p90_s"] = {"measured_runs": [m["ttft_p90_s"] for m in meas], "simulated": pred["ttft_p90_s"]}
-            rows.append(row)
-            t, o = row["ttft_p50_s"], row["tpot_s"]
-            print(f"{topo} rate {r}: TTFT p50 measured {' '.join(f'{v:.3f}' for v in t['measured_runs'])} "
-                  f"(mean {t['measured_mean']:.3f}) simulated {t['simulated']:.3f} ({t['abs_err']:.0%}) | TPOT "
-                  f"measured mean {o['measured_mean']:.3f} simulated {o['simulated']:.3f} ({o['abs_err']:.0%})")
+    err = {"ttft_p50": [], "tpot": [], "ttft_p50_run_to_run": [], "tpot_run_to_run": []}
+    rows = [row for topo in ("cpd-1d", "pd-2p1d")
+            for row in validate(topo, dirs, cluster_setup(topo, fitted, hw, extra), a, err)]
+    out0 = None
     if a.overhead.exists():
         zsetup = cluster_setup("cpd-1d", fitted, hw, extra)
         out0 = zero_load(zsetup, measured, a.replicas if zsetup.step_cv else 1)
         print("one request at a time, median TTFT error:", json.dumps(out0["median_abs_err"]))
     out = {"command": " ".join(["python", *sys.argv]), "calibration": str(a.calibration), "l3_bytes_s": hw.nic_bytes_s,
-           "request_overhead_s": overhead, "retokenize_miss": miss, "transfer_cpu": holder,
+           **{k: extra.get(k) for k in ("request_overhead_s", "retokenize_miss", "transfer_cpu", "step_cv",
+                                        "contention")},
            "l3_write_bytes_s": hw.l3_write_bytes_s, "l3_write_latency_s": hw.l3_write_latency_s,
-           "variation": str(a.variation) if var_src is not cal else str(a.calibration),
-           "step_cv": variation.get("step_cv"), "contention": variation.get("contention"), "replicas": a.replicas,
-           "zero_load": out0 if a.overhead.exists() else None,
-           "real_runs": [str(d) for d in dirs], "points": rows,
+           "variation": str(a.variation) if a.variation and a.variation.exists() else str(a.calibration),
+           "replicas": a.replicas, "zero_load": out0, "real_runs": [str(d) for d in dirs], "points": rows,
            "median_abs_err": {k: statistics.median(v) if v else None for k, v in err.items()}}
     a.out.write_text(json.dumps(out, indent=1))
     print("median absolute error:", json.dumps(out["median_abs_err"]))

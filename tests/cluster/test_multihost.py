@@ -93,6 +93,18 @@ def reference(smollm):
     return tok.decode(e.generate([ids], SamplingParams(max_tokens=16, temperature=0))[0], skip_special=True)
 
 
+def start_deployment(procs: dict, tmp_path, env: dict, wait_for) -> None:
+    """Run docs/deploy.md's commands, each on its host (namespace), logs in ``tmp_path``."""
+    for host, argv in deploy_commands():
+        name = argv[argv.index("--worker-id") + 1] if "--worker-id" in argv else argv[0]
+        log = open(tmp_path / f"{name}.log", "w")
+        procs[name] = subprocess.Popen(
+            ["ip", "netns", "exec", NS[host], sys.executable, "-m", "warmpath.cli", "--log-level", "warning",
+             *argv, *TEST_FLAGS[argv[0]]], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if argv[0] == "store":   # the workers need the master up
+            wait_for(lambda: "--kv-store" in (tmp_path / "store.log").read_text(), 60, "store up")
+
+
 def test_a_cluster_across_four_hosts(reference, tmp_path):
     env = {**os.environ, "WARMPATH_CLUSTER_TOKEN": secrets.token_urlsafe(24), "MC_LOG_LEVEL": "ERROR"}
     auth = {"Authorization": f"Bearer {env['WARMPATH_CLUSTER_TOKEN']}"}
@@ -123,15 +135,7 @@ def test_a_cluster_across_four_hosts(reference, tmp_path):
 
     with namespaces():
         try:
-            for host, argv in deploy_commands():
-                name = argv[argv.index("--worker-id") + 1] if "--worker-id" in argv else argv[0]
-                log = open(tmp_path / f"{name}.log", "w")
-                procs[name] = subprocess.Popen(
-                    ["ip", "netns", "exec", NS[host], sys.executable, "-m", "warmpath.cli", "--log-level", "warning",
-                     *argv, *TEST_FLAGS[argv[0]]], stdout=log, stderr=subprocess.STDOUT, env=env,
-                    start_new_session=True)
-                if argv[0] == "store":   # the workers need the master up
-                    wait_for(lambda: "--kv-store" in (tmp_path / "store.log").read_text(), 60, "store up")
+            start_deployment(procs, tmp_path, env, wait_for)
             wait_for(lambda: len(workers()) == 3, 240, "three workers registered")
             assert on_a(httpx.get, ROUTER + "/ready").json()["status"] == "ready"
 

@@ -175,8 +175,8 @@ class RequestFlow:
         if t.ttft_s is None:   # computed on the worker: its own TTFT and queue time
             t.first_token_seen(s.metrics, sent + float(r.headers.get("x-warmpath-ttft-s", 0.0)),
                                float(r.headers.get("x-warmpath-queue-s", 0.0)))
-        t.completion_tokens = r.json().get("usage", {}).get("completion_tokens", 0)
         t.usage = r.json().get("usage")
+        t.completion_tokens = (t.usage or {}).get("completion_tokens", 0)
         t.timing["decode"] = time.monotonic() - sent
         headers["Server-Timing"] = t.server_timing()
         self._ended(t, sess)
