@@ -22,6 +22,10 @@ def test_top_k_1_and_tiny_top_p_equal_greedy():
     want = int(lg.argmax())
     assert s.sample(lg, ["a"], [SamplingParams(temperature=1.5, top_k=1)]) == ([want], {})
     assert s.sample(lg, ["b"], [SamplingParams(temperature=1.5, top_p=1e-6)]) == ([want], {})
+    # below float32's smallest subnormal top_p compares as 0: the likeliest token must stay (was a
+    # NaN distribution and a 500, found by the schema fuzzer)
+    for i, tiny in enumerate((1e-46, 1e-300, 5e-324)):
+        assert s.sample(lg, [f"t{i}"], [SamplingParams(temperature=1.0, top_p=tiny)]) == ([want], {})
 
 
 def test_top_k_restricts_support():

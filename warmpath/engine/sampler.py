@@ -64,6 +64,7 @@ class Sampler:
             probs = sorted_logits.softmax(-1)
             # Drop tokens whose preceding cumulative mass already reaches top_p.
             drop = (probs.cumsum(-1) - probs) >= p.top_p
+            drop[0] = False   # NOTE: the likeliest token stays even when top_p rounds to 0 in float32 (1e-300)
             sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
             row = torch.full_like(row, float("-inf")).scatter(0, idx, sorted_logits)
         probs = row.softmax(-1)
