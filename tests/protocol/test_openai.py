@@ -36,6 +36,9 @@ def test_a_json_integer_beyond_64_bits_is_out_of_range():
     assert first_error(ChatCompletionRequest, body).message == "'seed': integer out of range"
     assert first_error(ChatCompletionRequest, {"messages": MSG, "seed": 1.5}).message == (
         "'seed': Input should be a valid integer")
+    # a float with an integer value in range (JSON 39214.0) is not "out of range": just not an integer
+    assert first_error(ChatCompletionRequest, {"messages": MSG, "top_k": 39214.0}).message == (
+        "'top_k': Input should be a valid integer")
 
 
 def test_in_range_values_pass_and_normalise():

@@ -126,8 +126,8 @@ def validation_error(errors: list[dict]) -> APIError:
     if e.get("type") == "missing":
         msg = "field required"
     inp = e.get("input")
-    if e.get("type") == "int_type" and isinstance(inp, float) and inp.is_integer():
-        msg = "integer out of range"   # JSON integers beyond 64 bits arrive as floats
+    if e.get("type") == "int_type" and isinstance(inp, float) and inp.is_integer() and abs(inp) >= 2**63:
+        msg = "integer out of range"   # JSON integers beyond 64 bits arrive as floats (not 7.0)
     return APIError(400, f"'{param}': {msg}", param=param)
 
 
