@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from warmpath.kv.hashing import KVNamespace
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
@@ -23,6 +23,7 @@ from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import JSONRoute, install_error_handlers
 from warmpath.protocol.internal import Heartbeat, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
+from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.router.dashboard_routes import add_dashboard_routes
 from warmpath.router.dispatch import WorkerClient
 from warmpath.router.flow import RequestFlow
@@ -53,6 +54,7 @@ def build_router(state: RouterState) -> FastAPI:
 
     app = FastAPI(title="warmpath router", lifespan=lifespan)
     app.router.route_class = JSONRoute
+    publish(app)
     app.state.max_body_bytes = state.cfg.max_body_bytes
     install_error_handlers(
         app, on_client_error=lambda status: state.metrics.client_errors.labels(str(status)).inc(),
@@ -60,15 +62,17 @@ def build_router(state: RouterState) -> FastAPI:
         if status == 429 else None)
     public = [Depends(require_api_key(state.cfg.api_keys))]
 
-    @app.post("/v1/chat/completions", dependencies=public)
+    failed = (429, 500, 502, 503)   # 500: a worker's engine failed the request alone (relayed)
+
+    @app.post("/v1/chat/completions", dependencies=public, responses=generation(ChatCompletion, *failed))
     async def chat(body: ChatCompletionRequest, req: Request) -> Response:
         return await handle(req, body)
 
-    @app.post("/v1/completions", dependencies=public)
+    @app.post("/v1/completions", dependencies=public, responses=generation(TextCompletion, *failed))
     async def completions(body: CompletionRequest, req: Request) -> Response:
         return await handle(req, body)
 
-    @app.get("/v1/models", dependencies=public)
+    @app.get("/v1/models", dependencies=public, responses=errors(401))
     async def models() -> dict:
         return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
 
@@ -105,7 +109,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         except httpx.HTTPError:
             return False
 
-    @app.post("/internal/register", dependencies=internal)
+    @app.post("/internal/register", dependencies=internal, responses=errors(*BODY, 409))
     async def register(b: Registration) -> dict:
         try:
             ns = KVNamespace(**b.namespace.model_dump())
@@ -133,7 +137,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         state.pids[b.worker_id] = b.pid
         return {"ok": True}
 
-    @app.post("/internal/heartbeat", dependencies=internal)
+    @app.post("/internal/heartbeat", dependencies=internal, responses=errors(*BODY, 404))
     async def heartbeat(b: Heartbeat) -> Response:
         if not b.healthy:   # its engine failed: stop routing to it now, not after drop_after_s
             state.remove(b.worker_id, "unhealthy")
@@ -147,12 +151,12 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
     """``/health``, ``/ready``, ``/metrics`` and ``/v1/cluster``."""
     token = state.cfg.cluster_token
 
-    @app.get("/health")
+    @app.get("/health", responses=status())
     async def health() -> dict:
         """Liveness: the router process answers."""
         return {"status": "ok", "workers": len(state.registry.workers)}
 
-    @app.get("/ready")
+    @app.get("/ready", responses=status(503))
     async def ready() -> Response:
         """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
         probe = RequestView(1, (), 16)
@@ -163,7 +167,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
         return JSONResponse({"status": "ready", "workers": len(state.registry.workers),
                              "path": [w for w in (d.prefill, d.decode) if w]})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prom() -> Response:
         return Response(state.metrics.render(state.admission.in_flight, state.admission.waiting()),
                         media_type="text/plain; version=0.0.4")
@@ -174,7 +178,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
         keys = state.cfg.api_keys or ((token,) if token else ())
         return not keys or matches(bearer(req), keys)
 
-    @app.get("/v1/cluster", dependencies=public)
+    @app.get("/v1/cluster", dependencies=public, responses=errors(401))
     async def cluster(req: Request) -> dict:
         full = trusted(req)
 

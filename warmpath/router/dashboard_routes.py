@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from warmpath.protocol.errors import APIError
+from warmpath.protocol.openapi import errors, text
 from warmpath.router.state import RouterState
 
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -29,18 +30,19 @@ def static_text(name: str) -> str:
 def add_dashboard_routes(app: FastAPI, state: RouterState, public: list) -> None:
     """Register ``/dashboard``, its static files and ``/v1/dashboard/state``."""
 
-    @app.get("/dashboard")
+    @app.get("/dashboard", response_class=Response, responses=text("text/html"))
     async def page() -> Response:
         return Response(static_text("dashboard.html"), media_type="text/html; charset=utf-8",
                         headers={"Cache-Control": "no-cache"})
 
-    @app.get("/dashboard/static/{name}")
+    @app.get("/dashboard/static/{name}", response_class=Response,
+             responses={**text(*STATIC.values()), **errors(404)})
     async def asset(name: str) -> Response:
         if name not in STATIC:
             raise APIError(404, f"no dashboard file {name!r}", err_type="not_found_error")
         return Response(static_text(name), media_type=STATIC[name] + "; charset=utf-8",
                         headers={"Cache-Control": "no-cache"})
 
-    @app.get("/v1/dashboard/state", dependencies=public)
+    @app.get("/v1/dashboard/state", dependencies=public, responses=errors(401))
     async def dashboard_state() -> dict:
         return state.dashboard.state(state)

@@ -19,6 +19,7 @@ from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, check_prompt_chars
+from warmpath.protocol.openapi import ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.worker.front import WorkerFront
 from warmpath.worker.metrics import EngineMetrics
 
@@ -94,6 +95,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     app = FastAPI(title="warmpath")
     app.router.lifespan_context = _lifespan(app, aengine, cfg)
     app.router.route_class = JSONRoute
+    publish(app)
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
     app.state.max_body_bytes = cfg.max_body_bytes
     install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(front.model_name).inc())
@@ -110,7 +112,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
             raise bad("messages", str(e)) from e
         return tok.encode(text, add_special=False)
 
-    @app.post("/v1/chat/completions", dependencies=public)
+    @app.post("/v1/chat/completions", dependencies=public, responses=generation(ChatCompletion, 429, 500, 503))
     async def chat(body: ChatCompletionRequest, req: Request) -> Response:
         if tok is None:
             raise bad("messages", "this model has no tokenizer; send token ids to /v1/completions")
@@ -118,7 +120,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
         ids = await asyncio.to_thread(chat_ids, body)   # a long prompt must not stall the loop
         return await front.respond(req, front.admit(body, ids, "chat", "messages"))
 
-    @app.post("/v1/completions", dependencies=public)
+    @app.post("/v1/completions", dependencies=public, responses=generation(TextCompletion, 429, 500, 503))
     async def completions(body: CompletionRequest, req: Request) -> Response:
         prompt = body.prompt
         if isinstance(prompt, str):
@@ -141,13 +143,13 @@ def _add_status_routes(app: FastAPI, front: WorkerFront, public: list) -> None:
     """``/v1/models``, ``/ready``, ``/health``, ``/metrics``."""
     engine, aengine, cfg = front.engine, front.aengine, front.cfg
 
-    @app.get("/v1/models", dependencies=public)
+    @app.get("/v1/models", dependencies=public, responses=errors(401))
     async def models() -> dict:
         return {"object": "list", "data": [{
             "id": front.model_name, "object": "model", "created": 0, "owned_by": "warmpath",
             "max_model_len": engine.max_model_len}]}
 
-    @app.get("/ready")
+    @app.get("/ready", responses=status(503))
     async def ready() -> Response:
         """Readiness: the engine runs and its waiting queue has room."""
         if not aengine.alive:
@@ -156,14 +158,14 @@ def _add_status_routes(app: FastAPI, front: WorkerFront, public: list) -> None:
             return JSONResponse({"status": "not ready", "detail": "waiting queue full"}, 503)
         return JSONResponse({"status": "ready"})
 
-    @app.get("/health")
+    @app.get("/health", responses=status(503))
     async def health() -> Response:
         """Liveness: 503 once the engine thread stopped."""
         if not aengine.alive:
             return JSONResponse({"status": "error", "detail": "engine thread stopped"}, 503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prom() -> Response:
         front.metrics.refresh()
         return PlainTextResponse(front.metrics.render(), media_type="text/plain; version=0.0.4")

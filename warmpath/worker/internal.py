@@ -33,6 +33,7 @@ from warmpath.engine.async_engine import AsyncEngine
 from warmpath.worker.front import WorkerFront, engine_error
 from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest, TierTokens
 from warmpath.protocol.openai import Seed
+from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation
 
 
 def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | None = None) -> None:
@@ -45,7 +46,8 @@ def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | N
         t = engine.tiers
         return (t.l3.stats.read_seconds, t.l3.stats.write_seconds) if t is not None and t.l3 is not None else (0.0, 0.0)
 
-    @app.post("/internal/prefill", dependencies=dependencies)
+    @app.post("/internal/prefill", dependencies=dependencies,
+              responses={200: {"model": PrefillReply}, **errors(*BODY, 429, 500, 503)})
     async def prefill(body: PrefillRequest, req: Request) -> Response:
         ids = body.prompt_token_ids
         (get0, put0), t0 = l3_seconds(), time.monotonic()
@@ -71,7 +73,8 @@ def add_internal_routes(app: FastAPI, front: WorkerFront, dependencies: list | N
                              cached_by_tier=TierTokens(**(item.cached_by_tier or {})))
         return JSONResponse(reply.model_dump())
 
-    @app.post("/internal/generate", dependencies=dependencies)
+    @app.post("/internal/generate", dependencies=dependencies,
+              responses=generation(ChatCompletion | TextCompletion, 429, 500, 503))
     async def generate(body: GenerateRequest, req: Request) -> Response:
         first = body.first_token
         job = front.admit(body.request, body.prompt_token_ids, body.kind, "prompt_token_ids",
@@ -94,7 +97,7 @@ class Fault(BaseModel):
 def add_fault_routes(app: FastAPI, aengine: AsyncEngine, dependencies: list | None = None) -> None:
     """``POST /internal/fault``: fault injection (never on unless the operator asks)."""
 
-    @app.post("/internal/fault", dependencies=dependencies)
+    @app.post("/internal/fault", dependencies=dependencies, responses=errors(*BODY))
     async def fault(body: Fault) -> dict:
         if body.kind == "engine-crash":
             aengine.inject_crash()
