@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Awaitable
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -19,6 +20,33 @@ from warmpath.router.sessions import session_id
 from warmpath.router.state import RouterState
 
 
+DISCONNECT_POLL_S = 0.25
+
+
+async def unless_gone(req: Request, work: Awaitable[Response], poll_s: float = DISCONNECT_POLL_S) -> Response:
+    """``await work``, cancelled when the client disconnects first (answered 499, which no
+    one reads): its worker calls are closed, so the workers abort it and free its KV blocks.
+
+    NOTE: Starlette cancels nothing when a client leaves before the response starts; without
+    this a client gone from a long non-streamed request kept a worker generating for nobody.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while not (await asyncio.wait({task}, timeout=poll_s))[0]:
+            if await req.is_disconnected():
+                task.cancel()
+                break
+    finally:
+        if not task.done():   # this handler itself was cancelled
+            task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if task.cancelled() and not asyncio.current_task().cancelling():
+            return Response(status_code=499)
+        raise
+
+
 class RequestHandler:
     """``await handler(req, body)`` answers one chat or text completion request."""
 
@@ -29,7 +57,8 @@ class RequestHandler:
         arrival = time.monotonic()
         ids, msgs = await self._tokens(body)
         rv, sess = self._view(req, body, ids, msgs, arrival)
-        return await self.flow.serve(id(req), rv, sess, ids, body, "chat" if msgs is not None else "text", arrival)
+        return await unless_gone(req, self.flow.serve(id(req), rv, sess, ids, body,
+                                                      "chat" if msgs is not None else "text", arrival))
 
     def _tokenize(self, body: SamplingFields) -> tuple[list[int], list | None]:
         tok = self.state.tok
