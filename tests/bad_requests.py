@@ -9,7 +9,6 @@ import concurrent.futures as cf
 import httpx
 from httpx_sse import connect_sse
 
-from tests.conftest import AUTH
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
@@ -23,6 +22,20 @@ def chat(**over) -> dict:
 
 def text(**over) -> dict:
     return {"prompt": "Hello", "max_tokens": 2, **over}
+
+
+class Chunked:
+    """A JSON body of about ``size`` bytes sent chunked (no ``Content-Length``: the limit can
+    only be found while reading), made afresh on every send."""
+
+    def __init__(self, size: int, piece: int = 1 << 16) -> None:
+        self.size, self.piece = size, piece
+
+    def __iter__(self):
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(self.size // self.piece):
+            yield b"a" * self.piece
+        yield b'"}]}'
 
 
 def nested(depth: int) -> bytes:
@@ -90,6 +103,9 @@ PUBLIC = [
     ("prompt of 600K characters", "POST", TEXT, {"json": text(prompt="ab" * 300_000)}, 400, "prompt"),
     ("9 MiB body", "POST", CHAT, {"content": b'{"messages": [{"role": "user", "content": "'
                                             + b"a" * (9 << 20) + b'"}]}'}, 413, None),
+    ("10 MB body", "POST", CHAT, {"content": b'{"messages": [{"role": "user", "content": "'
+                                             + b"a" * 10_000_000 + b'"}]}'}, 413, None),
+    ("10 MB chunked body (no Content-Length)", "POST", CHAT, {"content": Chunked(10_000_000)}, 413, None),
     ("unknown route", "POST", "/v1/nope", {"json": {}}, 404, None),
     ("wrong method", "GET", CHAT, {}, 405, None),
     ("DELETE models", "DELETE", "/v1/models", {}, 405, None),
@@ -143,15 +159,22 @@ ROUTER_INTERNAL = [
 ]
 
 
-def check(base: str, cases: list) -> list[str]:
-    """Send every case with the cluster token (as the router and the workers do: a worker
-    behind a router wants it on /v1/* too; a router without API keys ignores it); returns
-    what went wrong (empty when every case got its 4xx)."""
-    wrong = []
+def cluster_auth() -> dict:
+    """The cluster token header of the processes tests.conftest starts."""
+    from tests.conftest import AUTH
+
+    return AUTH
+
+
+def check(base: str, cases: list, auth: dict | None = None) -> list[str]:
+    """Send every case with the cluster token ``auth`` (default: tests.conftest's; as the
+    router and the workers do: a worker behind a router wants it on /v1/* too; a router
+    without API keys ignores it); returns what went wrong (empty when every case got its 4xx)."""
+    wrong, auth = [], auth if auth is not None else cluster_auth()
     with httpx.Client(timeout=60) as c:
         for name, method, path, kw, status, param in cases:
             try:
-                r = c.request(method, base + path, **kw, headers=AUTH)
+                r = c.request(method, base + path, **kw, headers=auth)
             except httpx.HTTPError as e:
                 wrong.append(f"{name}: {type(e).__name__}: {e}")
                 continue

@@ -108,9 +108,11 @@ def serve_process(*args: str, timeout: float = 120, command: str = "serve", port
 
 
 @contextlib.contextmanager
-def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict | None = None):
+def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict | None = None,
+                    logs: list | None = None):
     """Run ``warmpath serve --topology T`` (router + workers + Mooncake as processes) on a free
-    port; yields the router URL once every worker of the topology is registered."""
+    port; yields the router URL once every worker of the topology is registered (``logs``:
+    gets the file their output goes to; read it with ``os.pread``, which leaves its offset)."""
     import httpx
 
     from warmpath.cluster.topology import resolve
@@ -124,6 +126,8 @@ def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict |
          "--l3-gib", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0.25", *args],
         stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "WARMPATH_CLUSTER_TOKEN": CLUSTER_TOKEN, **(env or {})})
+    if logs is not None:
+        logs.append(log)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, lambda: len(httpx.get(base + "/v1/cluster", timeout=2, headers=AUTH).json()["workers"]) == size,
