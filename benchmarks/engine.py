@@ -2,9 +2,12 @@
 
 Prints and writes JSON: prefill tokens/s at several prompt lengths, decode tokens/s at
 several batch sizes, the machine's fp32 matmul GFLOP/s and copy bandwidth, and the
-ratios the engine issue sets as goals.
+ratios the engine issue sets as goals. ``--modes none,fp16w,int8`` also compares the
+quantization modes (models/quant.py): decode and prefill speed, the share of the
+memory-bandwidth roofline their weight bytes allow, and greedy agreement with ``none``.
 
     .venv/bin/python benchmarks/engine.py [--out benchmarks/results/engine.json]
+    .venv/bin/python benchmarks/engine.py --modes none,fp16w,int8 --prefill 2048 --batches 1,16
 """
 
 from __future__ import annotations
@@ -99,6 +102,45 @@ def hf_generate(ref, batch: int, new: int, prompt_len: int = 32) -> float:
     return batch * new / (time.perf_counter() - t0)
 
 
+AGREEMENT_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,",
+                     "The three laws of thermodynamics are", "import numpy as np\n",
+                     "Q: What is 17*23?\nA:", "The quick brown fox", "In machine learning, overfitting"]
+WEIGHT_BYTES = {"none": 4, "fp16w": 2, "int8": 1}
+
+
+def greedy_answers(lm, n: int = 32) -> list[list[int]]:
+    tok = lm.tokenizer
+    eng = LLMEngine(EngineConfig(num_blocks=256), loaded=lm)
+    return eng.generate([tok.encode(p) for p in AGREEMENT_PROMPTS],
+                        SamplingParams(max_tokens=n, temperature=0))
+
+
+def compare_modes(a, copy: float) -> dict:
+    """Per mode: prefill and decode tok/s, roofline share at batch 1, greedy agreement."""
+    out, ref = {}, None
+    for mode in a.modes.split(","):
+        lm = load_model("smollm2", quantization=mode)
+        cfg = lm.config
+        # bytes a batch-1 decode step must read: every linear weight (head included) once
+        linear = cfg.num_layers * cfg.hidden_size * (cfg.num_heads * cfg.head_dim
+                                                     + 2 * cfg.num_kv_heads * cfg.head_dim
+                                                     + cfg.num_heads * cfg.head_dim
+                                                     + 3 * cfg.intermediate_size) + cfg.vocab_size * cfg.hidden_size
+        answers = greedy_answers(lm)
+        ref = ref or answers
+        row = {"prefill_tok_s": {t: round(ours_prefill(lm, int(t), 2), 1) for t in a.prefill.split(",")},
+               "decode_tok_s": {b: round(ours_decode(lm, int(b), a.new_tokens), 1) for b in a.batches.split(",")},
+               "greedy_equal_to_none": f"{sum(x == y for x, y in zip(answers, ref))}/{len(ref)}"}
+        roof = copy / 2 * 1e9 / (linear * WEIGHT_BYTES[mode])   # copy_gbps counts read + write
+        row["decode_b1_roofline_tok_s"] = round(roof, 1)
+        if "1" in row["decode_tok_s"]:
+            row["decode_b1_share_of_roofline"] = round(row["decode_tok_s"]["1"] / roof, 3)
+        out[mode] = row
+        print(f"{mode:>6}: prefill {row['prefill_tok_s']} tok/s, decode {row['decode_tok_s']} tok/s, "
+              f"b1 roofline {roof:.0f} tok/s, greedy equal to none {row['greedy_equal_to_none']}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
@@ -106,9 +148,17 @@ def main() -> None:
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--hf-max-prefill", type=int, default=8191, help="skip HF prefill above this")
+    ap.add_argument("--modes", default=None, help="compare quantization modes, e.g. none,fp16w,int8")
     ap.add_argument("--out", default="benchmarks/results/engine.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.modes:
+        res = {"copy_gbps": round(copy_gbps(), 2), "threads": a.threads}
+        res["modes"] = compare_modes(a, res["copy_gbps"])
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=1))
+        print(f"wrote {a.out}")
+        return
     import transformers
 
     lm = load_model("smollm2")

@@ -29,6 +29,15 @@ def smollm():
 
 
 @pytest.fixture(scope="session")
+def served_model():
+    """SmolLM2 as ``warmpath worker`` serves it by default (``--quantization auto``): the
+    reference for answers that come from running workers."""
+    from warmpath.models.loader import load_model
+
+    return load_model("smollm2", quantization="auto")
+
+
+@pytest.fixture(scope="session")
 def tiny():
     from warmpath.models.loader import load_model
 

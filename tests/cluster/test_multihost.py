@@ -86,8 +86,8 @@ def enter_netns(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(smollm):
-    e = LLMEngine(EngineConfig(), loaded=smollm)
+def reference(served_model):
+    e = LLMEngine(EngineConfig(), loaded=served_model)
     tok = e.tokenizer
     ids = tok.encode(tok.apply_chat_template(QUESTION), add_special=False)
     return tok.decode(e.generate([ids], SamplingParams(max_tokens=16, temperature=0))[0], skip_special=True)

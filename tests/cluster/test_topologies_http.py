@@ -16,9 +16,9 @@ TURNS = ["Tell me about the history of Rome in two sentences.", "And then?", "Wh
 
 
 @pytest.fixture(scope="module")
-def reference(smollm):
+def reference(served_model):
     """Greedy answers of a single engine: the question, the text prompt, a 3-turn chat."""
-    e = LLMEngine(EngineConfig(), loaded=smollm)
+    e = LLMEngine(EngineConfig(), loaded=served_model)
     tok = e.tokenizer
 
     def run(ids, n):

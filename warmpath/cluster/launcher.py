@@ -229,7 +229,8 @@ def serve_cluster(a, model_id: str) -> int:
 
 def worker_argv(a) -> list[str]:
     """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
-    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--block-size", str(a.block_size),
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--quantization", a.quantization,
+            "--block-size", str(a.block_size),
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,

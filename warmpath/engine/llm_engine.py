@@ -26,12 +26,14 @@ class EngineConfig:
     """Engine settings (model, memory, batching).
 
     ``device``/``dtype`` ``"auto"``: CUDA + bfloat16 when available, else CPU + float32.
-    ``num_blocks`` overrides ``kv_cache_gib`` when set.
+    ``num_blocks`` overrides ``kv_cache_gib`` when set. ``quantization``: none (the float32
+    reference) | int8 | fp16w | auto (fp16w on CPU); see ``models/quant.py``.
     """
 
     model: str = "smollm2"
     device: str = "auto"
     dtype: str = "auto"
+    quantization: str = "none"
     block_size: int = 16
     kv_cache_gib: float = 1.0
     num_blocks: int | None = None
@@ -92,7 +94,8 @@ class LLMEngine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         device, dtype = config.resolve_device()
-        self.loaded = loaded or load_model(config.model, device, dtype, seed=config.seed)
+        self.loaded = loaded or load_model(config.model, device, dtype, seed=config.seed,
+                                             quantization=config.quantization)
         self.tokenizer = self.loaded.tokenizer
         mcfg = self.loaded.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,

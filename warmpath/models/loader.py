@@ -111,8 +111,11 @@ def load_tokenizer(spec: str = DEFAULT_MODEL) -> TextTokenizer:
 
 
 def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32, seed: int = 0) -> LoadedModel:
-    """Load a model by spec (see module docstring).
+               dtype: torch.dtype = torch.float32, seed: int = 0,
+               quantization: str = "none") -> LoadedModel:
+    """Load a model by spec (see module docstring), quantized per ``quantization``
+    (``models/quant.py``: none | int8 | fp16w | auto; the mode joins the revision, so KV
+    computed by differently quantized weights is never shared).
 
     Raises:
         ModelFileError: naming the missing or corrupt file.
@@ -144,4 +147,21 @@ def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
     else:
         raise ModelFileError(f"{spec_path}: model file or directory not found")
     model, cfg, tok = load_hf_dir(hf_dir, device, dtype)
-    return LoadedModel(model, cfg, tok, name, revision, hf_dir)
+    loaded = LoadedModel(model, cfg, tok, name, revision, hf_dir)
+    return quantized(loaded, quantization)
+
+
+def quantized(loaded: LoadedModel, mode: str) -> LoadedModel:
+    """``loaded`` with its linear layers replaced per ``mode`` (calibrated on the tokenizer's
+    encoding of ``quant.CALIBRATION_TEXT``); ``none`` returns it unchanged."""
+    from warmpath.models import quant
+
+    mode = quant.resolve_mode(mode, next(loaded.model.parameters()).device)
+    if mode == "none":
+        return loaded
+    if mode == "int8" and loaded.tokenizer is None:
+        raise ModelFileError("int8 calibration needs the model's tokenizer")
+    ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if loaded.tokenizer else []
+    quant.quantize_model(loaded.model, mode, ids)
+    return LoadedModel(loaded.model, loaded.config, loaded.tokenizer, loaded.model_id,
+                       f"{loaded.revision}+{mode}", loaded.hf_dir)

@@ -1,0 +1,70 @@
+"""Quantized linear layers (models/quant.py): mode rules, exact small cases, the real model."""
+
+import pytest
+import torch
+
+from warmpath.engine.llm_engine import EngineConfig, LLMEngine
+from warmpath.engine.sequence import SamplingParams
+from warmpath.models.loader import load_model
+from warmpath.models.quant import Fp16Linear, Int8Linear, resolve_mode
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,",
+           "The three laws of thermodynamics are", "import numpy as np\n",
+           "Q: What is 17*23?\nA:", "The quick brown fox", "In machine learning, overfitting"]
+
+
+def test_auto_means_fp16_weights_on_cpu_and_the_reference_elsewhere():
+    assert resolve_mode("auto", torch.device("cpu")) == "fp16w"
+    assert resolve_mode("auto", torch.device("cuda")) == "none"
+    assert resolve_mode("int8", torch.device("cpu")) == "int8"
+    with pytest.raises(ValueError, match="fbgemm CPU kernels"):
+        resolve_mode("fp16w", torch.device("cuda"))
+    with pytest.raises(ValueError, match="got 'int4'"):
+        resolve_mode("int4", torch.device("cpu"))
+
+
+def test_fp16_linear_is_exact_for_fp16_representable_weights():
+    w = torch.tensor([[0.5, -1.25, 2.0], [0.0, 0.75, -0.125]])      # [out 2, in 3]
+    b = torch.tensor([1.0, -2.0])
+    x = torch.tensor([[1.0, 2.0, 3.0], [-4.0, 0.0, 8.0]])
+    # row 0: 0.5 - 2.5 + 6 + 1 = 5; 0 + 1.5 - 0.375 - 2 = -0.875
+    # row 1: -2 + 0 + 16 + 1 = 15; 0 + 0 - 1 - 2 = -3
+    assert Fp16Linear(w, b)(x).tolist() == [[5.0, -0.875], [15.0, -3.0]]
+
+
+def test_int8_linear_smooths_an_outlier_channel():
+    """One input channel 100x larger than the rest: smoothing keeps the small channels."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 32, generator=g) * 0.05
+    x = torch.randn(8, 32, generator=g)
+    x[:, 3] *= 100.0
+    ref = x @ w.t()
+    smoothed = Int8Linear(w, None, x.abs().amax(dim=0))(x)
+    plain = Int8Linear(w, None, x.abs().amax(dim=0), alpha=0.0)(x)   # s = 1/amax_w: no smoothing of x
+    err = lambda y: ((y - ref).norm() / ref.norm()).item()  # noqa: E731
+    assert err(smoothed) < 0.02
+    assert err(smoothed) < err(plain)
+
+
+@pytest.mark.slow
+def test_fp16w_logits_and_greedy_answers_match_the_reference(smollm):
+    q = load_model("smollm2", quantization="fp16w")
+    assert q.revision == smollm.revision + "+fp16w"       # never shares KV with fp32 workers
+    params = sum(p.numel() for p in q.model.parameters())
+    cfg = q.config
+    # only the embedding table and the RMSNorm weights stay float32 parameters
+    assert params == cfg.vocab_size * cfg.hidden_size + (2 * cfg.num_layers + 1) * cfg.hidden_size
+    tok = smollm.tokenizer
+    prompts = [tok.encode(p) for p in PROMPTS]
+    sp = SamplingParams(max_tokens=32, temperature=0)
+    ref = LLMEngine(EngineConfig(num_blocks=256), loaded=smollm).generate(prompts, sp)
+    eng = LLMEngine(EngineConfig(num_blocks=256), loaded=q)
+    ours = eng.generate(prompts, sp)
+    assert ours == ref
+    eng.add_request(prompts[0], SamplingParams(max_tokens=1, temperature=0), "r")
+    out = eng.scheduler.schedule()
+    logits = eng.runner.execute(out, return_logits=True).logits[0]
+    ref_eng = LLMEngine(EngineConfig(num_blocks=64), loaded=smollm)
+    ref_eng.add_request(prompts[0], SamplingParams(max_tokens=1, temperature=0), "r")
+    ref_logits = ref_eng.runner.execute(ref_eng.scheduler.schedule(), return_logits=True).logits[0]
+    assert (logits - ref_logits).abs().max().item() < 0.05   # measured 0.019 on a 300-token prompt

@@ -1,0 +1,168 @@
+"""Quantized linear layers for CPU decode: fbgemm dynamic int8 and fbgemm fp16 weights.
+
+Modes (``--quantization``):
+
+* ``none``  — the float32 reference path (``Linear``: ``x @ W^T``).
+* ``fp16w`` — weights stored as float16, computed in float32 by fbgemm
+  (``linear_dynamic_fp16``): half the weight bytes, near-reference logits.
+* ``int8``  — weights int8 per output channel, activations quantized per step to
+  uint8 per tensor by fbgemm (``linear_dynamic``): a quarter of the weight bytes and
+  integer matmuls. Per-tensor activation scales lose the small channels next to
+  SmolLM2's large activation outliers, so each layer first divides its input by a
+  per-input-channel factor ``s`` and multiplies its weight columns by it
+  (SmoothQuant, Xiao et al. 2023: ``s = amax_x^α / amax_w^(1-α)``), with ``amax_x``
+  measured once at load on a fixed calibration text. Two costs, measured on SmolLM2
+  (``benchmarks/engine.py``): greedy answers differ from the reference from the first
+  tokens, and the activation scale spans every token of a step, so a request's answer
+  depends on its batch mates. Opt-in only.
+
+The LM head is quantized too (for tied embeddings a separate head is built; the
+embedding table stays float32 for the lookup). The quantized kernels are CPU kernels:
+``auto`` means ``fp16w`` on CPU (batch-invariant, greedy answers equal to the reference
+on the test prompts) and ``none`` elsewhere. How the modes compare in speed
+and agreement with the reference is measured in ``benchmarks/engine.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from warmpath.models.attention import AttentionMetadata
+from warmpath.models.llama import Linear, LlamaForCausalLM
+
+QUANT_MODES = ("none", "int8", "fp16w")
+SMOOTH_ALPHA = 0.5
+
+# Fixed calibration text: prose, code and a chat turn, as the workloads mix them.
+CALIBRATION_TEXT = """<|im_start|>system
+You are a helpful assistant.<|im_end|>
+<|im_start|>user
+Explain how a hash map handles collisions, then write a Python function that merges two
+sorted lists.<|im_end|>
+<|im_start|>assistant
+A hash map stores each key in a bucket chosen by its hash. When two keys land in the same
+bucket, the map either chains them in a small list or probes for the next free slot.
+def merge(a: list[int], b: list[int]) -> list[int]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        if a[i] <= b[j]:
+            out.append(a[i]); i += 1
+        else:
+            out.append(b[j]); j += 1
+    return out + a[i:] + b[j:]
+The capital of France is Paris. Photosynthesis turns light, water and carbon dioxide into
+sugar and oxygen. SELECT name, COUNT(*) FROM orders GROUP BY name ORDER BY 2 DESC;
+import numpy as np
+x = np.linspace(0, 1, 100)  # 100 points
+print(f"{x.mean():.3f}")
+"""
+
+
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """``auto`` → ``fp16w`` on CPU, ``none`` elsewhere; other modes are checked and kept.
+
+    Raises:
+        ValueError: for an unknown mode, or a quantized mode on a non-CPU device.
+    """
+    if mode == "auto":
+        return "fp16w" if device.type == "cpu" else "none"
+    if mode not in QUANT_MODES:
+        raise ValueError(f"quantization must be auto, {', '.join(QUANT_MODES)}; got {mode!r}")
+    if mode != "none" and device.type != "cpu":
+        raise ValueError(f"--quantization {mode} uses fbgemm CPU kernels; use none on {device.type}")
+    return mode
+
+
+class Int8Linear(nn.Module):
+    """``y = Q(x / s) · Q(W · s)^T + b`` with fbgemm's dynamic int8 GEMM.
+
+    ``weight``: [out, in] float32; ``act_amax``: [in] largest |x| per input channel seen
+    in calibration.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 act_amax: torch.Tensor, alpha: float = SMOOTH_ALPHA) -> None:
+        super().__init__()
+        w_amax = weight.abs().amax(dim=0).clamp(min=1e-5)
+        s = (act_amax.clamp(min=1e-5) ** alpha / w_amax ** (1 - alpha)).clamp(min=1e-5)
+        self.register_buffer("inv_s", (1.0 / s).float(), persistent=False)
+        w = (weight * s).float().contiguous()
+        scale = (w.abs().amax(dim=1).clamp(min=1e-8) / 127.0).double()
+        zero = torch.zeros(w.shape[0], dtype=torch.long)
+        q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+        b = None if bias is None else bias.detach().float().contiguous()
+        self._packed = torch.ops.quantized.linear_prepack(q, b)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x * self.inv_s, self._packed, False)
+
+
+class Fp16Linear(nn.Module):
+    """``y = x · W^T + b`` with W stored as float16 (fbgemm), computed in float32."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        b = None if bias is None else bias.detach().float().contiguous()
+        self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), b)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
+
+
+@torch.inference_mode()
+def input_amax(model: LlamaForCausalLM, token_ids: list[int], block_size: int = 16
+               ) -> dict[str, torch.Tensor]:
+    """Largest |input| per channel of every ``Linear`` (and ``"lm_head"``) over one prefill."""
+    cfg, t = model.cfg, len(token_ids)
+    nblocks = -(-t // block_size)
+    kv = torch.zeros(cfg.num_layers, 2, nblocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+    meta = AttentionMetadata.build(block_size, [], [], [(t, t, list(range(nblocks)))],
+                                   list(range(t)), torch.device("cpu"))
+    amax: dict[str, torch.Tensor] = {}
+
+    def hook(name: str):
+        def record(_mod, inp, _out):
+            a = inp[0].detach().abs().amax(dim=0).float()
+            amax[name] = torch.maximum(amax[name], a) if name in amax else a
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
+               if isinstance(m, Linear)]
+    try:
+        hidden = model(torch.tensor(token_ids), torch.arange(t), kv, meta)
+    finally:
+        for h in handles:
+            h.remove()
+    amax["lm_head"] = hidden.abs().amax(dim=0).float()
+    return amax
+
+
+def quantize_model(model: LlamaForCausalLM, mode: str, calibration_ids: list[int]) -> int:
+    """Replace every ``Linear`` and the LM head by ``mode``'s layer, in place.
+
+    Returns how many layers were replaced (0 for ``none``). The float32 weights of the
+    replaced layers are dropped; the embedding table stays float32.
+    """
+    if mode == "none":
+        return 0
+    model = model.float()
+    amax = input_amax(model, calibration_ids) if mode == "int8" else {}
+
+    def build(weight: torch.Tensor, bias: torch.Tensor | None, name: str) -> nn.Module:
+        if mode == "int8":
+            return Int8Linear(weight, bias, amax[name])
+        return Fp16Linear(weight, bias)
+
+    swaps = [(parent, child_name, f"{pname}.{child_name}" if pname else child_name, child)
+             for pname, parent in model.named_modules()
+             for child_name, child in parent.named_children() if isinstance(child, Linear)]
+    for parent, child_name, full, child in swaps:
+        w = child.weight_t.detach().t()
+        setattr(parent, child_name, build(w, None if child.bias is None else child.bias.detach(), full))
+    head_w = model.embed_tokens.weight.detach() if model.lm_head is None else None
+    if head_w is not None:
+        model.lm_head = build(head_w, None, "lm_head")
+    elif not isinstance(model.lm_head, (Int8Linear, Fp16Linear)):
+        model.lm_head = build(model.lm_head.weight_t.detach().t(), None, "lm_head")
+    return len(swaps) + 1
