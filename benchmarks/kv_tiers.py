@@ -8,7 +8,7 @@ the L3 read path (and the L2 load) of the same blocks with the checks and withou
 ``--repeats`` times, alternating (no model is loaded; SmolLM2-135M's KV layout).
 
     .venv/bin/python benchmarks/kv_tiers.py [--tokens 4096] [--out benchmarks/results/kv_tiers.json]
-    .venv/bin/python benchmarks/kv_tiers.py --verify-overhead [--repeats 3] [--out benchmarks/results/kv_verify.json]
+    .venv/bin/python benchmarks/kv_tiers.py --verify-overhead --threads 1 [--repeats 3] [--inner 20] [--tokens 4096]
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--verify-overhead", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--inner", type=int, default=8, help="with --verify-overhead: on/off pairs per repeat")
+    ap.add_argument("--inner", type=int, default=20, help="with --verify-overhead: on/off pairs per repeat")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

@@ -1,5 +1,6 @@
 """L1 → L2 → L3 with the real model and a real Mooncake store."""
 
+import dataclasses
 import random
 
 import pytest
@@ -137,8 +138,9 @@ def _verify_failures(eng):
 
 def test_garbage_or_a_misplaced_block_in_l3_is_recomputed_and_removed(smollm, prompts, reference, mooncake):
     """Another client writes garbage over block 3 of p in the store, and block 3's bytes under
-    block 4's key of r: each reader refuses the block, recomputes from there with the same greedy
-    output as without L3, counts one failure, and the bad entry leaves the store."""
+    block 4's key of r: each reader refuses the block (while it fetches the next chunk),
+    recomputes from there with the same greedy output as without L3, counts one failure, and
+    the bad entry leaves the store."""
     from warmpath.engine.sequence import Sequence
 
     a = engine(smollm, l3=l3cfg(mooncake), write="write-through")
@@ -150,8 +152,9 @@ def test_garbage_or_a_misplaced_block_in_l3_is_recomputed_and_removed(smollm, pr
     garbage = bytes(range(256)) * (l3.slot // 256) + bytes(l3.slot % 256)
     for key, data in ((l3.key(hp[3]), garbage), (l3.key(hr[4]), st.get(l3.key(hr[3])))):
         assert len(data) == l3.slot and st.remove(key, True) == 0 and st.put(key, data) == 0
+    small = dataclasses.replace(l3cfg(mooncake), staging_blocks=4)   # chunks of 2: the bad one is not the first
     for name, h, reason in (("p", hp[3], "format"), ("r", hr[4], "key")):
-        b = engine(smollm, l3=l3cfg(mooncake))
+        b = engine(smollm, l3=small)
         assert b.generate([prompts[name]], G)[0] == reference[name]
         assert b.tiers.stats.verify_failures == {("L3", reason): 1} == _verify_failures(b)
         n, planned = (3, 20) if name == "p" else (4, 12)   # (321 - 1) // 16, (200 - 1) // 16 blocks

@@ -10,8 +10,8 @@ A stored block is a header then the raw tensor bytes. The header says what the b
   reader compares all three with its own request, so a collision of the non-cryptographic
   key, accidental or crafted, is a miss and never another prefix's KV;
 * ``checksum``: xxh3-128 of the payload (seeded from the secret when there is one) against
-  bit flips, truncation and torn writes. BLAKE2b or SHA-256 over the payload would be a
-  real MAC but reads ~0.4 GB/s on one core, slower than the store (``docs/kv_verify.md``);
+  bit flips, truncation and torn writes. A keyed BLAKE2b (or HMAC-SHA-256) over the payload
+  would be a MAC but hashes ≤ 0.5 GB/s on one core, slower than the store (``docs/benchmarks.md``);
 * ``tag``: BLAKE2b-128 of the header and tokens, keyed with the cluster's secret: without
   it nobody can make a header a reader accepts. (Without a secret it is a plain checksum.)
 
@@ -20,6 +20,8 @@ token count u16, 2 pad bytes, shape 6 × u32 ``(layers, 2, block_size, kv_heads,
 0)``, payload length u64, block hash 16 B, parent 16 B, digest 32 B, checksum 16 B), the
 16-byte tag, the token ids (u32 each), zero padding to a multiple of 64 bytes
 (:func:`header_size`), then the payload.
+
+Threat model and decisions: ``docs/kv_verify.md``.
 
 NOTE: no torch here (numpy / memoryview only).
 """

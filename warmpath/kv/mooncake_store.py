@@ -50,7 +50,8 @@ class MooncakeL3:
     def __post_init__(self) -> None:
         self.header = header_size(self.shape[2])
         self.slot = self.header + self.block_bytes
-        self.staging = np.zeros(self.cfg.staging_blocks * self.slot, dtype=np.uint8)
+        self.half = max(1, self.cfg.staging_blocks // 2)   # a get's chunk: two in flight
+        self.staging = np.zeros(max(self.cfg.staging_blocks, 2 * self.half) * self.slot, dtype=np.uint8)
         self._exec = cf.ThreadPoolExecutor(1, thread_name_prefix="mooncake")
         self._lock = threading.Lock()   # one transfer at a time through the staging buffer
         self._store = None
@@ -65,12 +66,10 @@ class MooncakeL3:
 
         st = MooncakeDistributedStore()
         c = self.cfg
-        rc = st.setup(c.local_hostname, c.metadata, c.global_segment_bytes, c.local_buffer_bytes,
-                      c.protocol, c.device, c.master)
-        if rc != 0:
+        if rc := st.setup(c.local_hostname, c.metadata, c.global_segment_bytes, c.local_buffer_bytes,
+                          c.protocol, c.device, c.master):
             raise ConnectionError(f"mooncake setup failed ({rc}) for master {c.master}")
-        rc = st.register_buffer(self.staging.ctypes.data, self.staging.nbytes)
-        if rc != 0:
+        if rc := st.register_buffer(self.staging.ctypes.data, self.staging.nbytes):
             raise ConnectionError(f"mooncake register_buffer failed ({rc})")
         return st
 
@@ -133,55 +132,72 @@ class MooncakeL3:
             self._mark_down()
             self.stats.fallbacks += 1
             return 0
-        n = 0
-        for r in res:
-            if r != 1:
-                if r < 0:
-                    self._mark_down()
-                break
-            n += 1
+        n = next((i for i, r in enumerate(res) if r != 1), len(res))
+        if n < len(res) and res[n] < 0:
+            self._mark_down()
         return n
 
     def get(self, want: list[BlockIdentity], sink: Callable[[int, np.ndarray], None]) -> int:
         """Read blocks in order; ``sink(i, payload)`` gets each one verified as ``want[i]``.
 
-        Stops at the first missing, refused or failed block; returns how many leading
-        blocks were delivered. A refused block is noted in :attr:`rejected`.
+        Stops at the first missing, refused (noted in :attr:`rejected`) or failed block;
+        returns how many leading blocks were delivered. Chunks of :attr:`half` blocks take
+        turns in the two staging halves: the next is fetched while one is checked and delivered.
         """
-        done = 0
-        step = self.cfg.staging_blocks
-        hashes = [w.block_hash for w in want]
+        done, hashes = 0, [w.block_hash for w in want]
+        chunks = [hashes[s:s + self.half] for s in range(0, len(hashes), self.half)]
         t0 = time.perf_counter()
         with self._lock:
-            while done < len(hashes) and self.available:
-                chunk = hashes[done:done + step]
-                ptrs = [self.staging.ctypes.data + i * self.slot for i in range(len(chunk))]
-                try:
-                    res = self._call(self._store.batch_get_into, [self.key(h) for h in chunk], ptrs,
-                                     [self.slot] * len(chunk))
-                except Exception:  # noqa: BLE001
-                    self._mark_down()
+            nxt = self._fetch(chunks[0], 0) if chunks and self.available else None
+            for k, chunk in enumerate(chunks):
+                res = self._wait(nxt)
+                if res is None:
                     break
-                ok = 0
-                for i, (h, r) in enumerate(zip(chunk, res)):
-                    if r < 0:
-                        if r == NOT_FOUND:
-                            self.not_found.append(h)
-                        else:
-                            self._mark_down()
-                        break
-                    if not self._verified(i, r, want[done + i]):
-                        break
-                    sink(done + i, self._payload(i))
-                    self.stats.bytes_read += r
-                    ok += 1
+                nxt = self._fetch(chunks[k + 1], (k + 1) % 2) if k + 1 < len(chunks) else None
+                ok = self._deliver(chunk, res, (k % 2) * self.half, want, done, sink)
                 done += ok
                 if ok < len(chunk):
                     break
+            self._wait(nxt)   # NOTE: a fetch still in flight writes into staging: let it land first
         self.stats.read_seconds += time.perf_counter() - t0
         self.stats.hits += done
         self.stats.misses += len(hashes) - done
         return done
+
+    def _fetch(self, chunk: list[bytes], side: int) -> cf.Future | None:
+        """Start reading ``chunk`` into staging half ``side`` (``None``: L3 is down)."""
+        if not self.available:
+            return None
+        base = self.staging.ctypes.data + side * self.half * self.slot
+        return self._exec.submit(self._store.batch_get_into, [self.key(h) for h in chunk],
+                                 [base + i * self.slot for i in range(len(chunk))], [self.slot] * len(chunk))
+
+    def _wait(self, fut: cf.Future | None) -> list[int] | None:
+        """The result of a :meth:`_fetch` (``None``: none, or it failed: L3 marked down)."""
+        if fut is None:
+            return None
+        try:
+            return fut.result(timeout=self.cfg.op_timeout_s)
+        except Exception:  # noqa: BLE001 - timeout or RPC failure
+            self._mark_down()
+            return None
+
+    def _deliver(self, chunk: list[bytes], res: list[int], first: int, want: list[BlockIdentity],
+                 done: int, sink: Callable[[int, np.ndarray], None]) -> int:
+        """Check and hand over the leading blocks of a fetched chunk (staged from slot
+        ``first``; ``want[done]`` is its first block); returns how many were delivered."""
+        for i, (h, r) in enumerate(zip(chunk, res)):
+            if r < 0:
+                if r == NOT_FOUND:
+                    self.not_found.append(h)
+                else:
+                    self._mark_down()
+                return i
+            if not self._verified(first + i, r, want[done + i]):
+                return i
+            sink(done + i, self._payload(first + i))
+            self.stats.bytes_read += r
+        return len(chunk)
 
     def _verified(self, i: int, size: int, want: BlockIdentity) -> bool:
         """Whether staged block ``i`` (``size`` bytes) is ``want``; a broken one is removed."""
