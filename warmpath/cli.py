@@ -64,7 +64,8 @@ def tier_config(a: argparse.Namespace, service=None):
     return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=write, load_policy=a.load_policy,
                       events_host=a.host, events_port=a.kv_events_port,
                       events_advertise_host=advertise_host(a),
-                      events_token=getattr(a, "cluster_token", None))
+                      events_token=getattr(a, "cluster_token", None),
+                      kv_secret=getattr(a, "cluster_token", None))
 
 
 def advertise_host(a: argparse.Namespace) -> str:
@@ -123,7 +124,7 @@ def _serve(a: argparse.Namespace) -> int:
     from warmpath.worker.app import ServerConfig, build_app
 
     from warmpath.kv.mooncake_service import MooncakeService
-    from warmpath.kv.mooncake_store import quiet_mooncake_logs
+    from warmpath.kv.mooncake_config import quiet_mooncake_logs
 
     quiet_mooncake_logs(logging.getLogger().level)
     sock = None

@@ -5,6 +5,7 @@ import inspect
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.sequence import SamplingParams, Sequence
 from warmpath.engine.tier_rules import TierRules
+from warmpath.engine.tier_seams import LoadResult
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.hashing import KVNamespace
@@ -121,3 +122,31 @@ def test_transfer_fit_priors_until_two_sizes_then_the_line():
     m.observe_transfer("L3", 1000, 0.002)
     m.observe_transfer("L3", 3000, 0.004)
     assert abs(m.load_seconds("L3", 5000) - 0.006) < 1e-12
+
+
+def test_refused_blocks_are_counted_withdrawn_and_recomputed():
+    pool, bm, mover, rules, batches = setup(4, 2, 4, "none")
+    tokens = list(range(13))
+    h0, h1, h2 = Sequence("p", tokens, SamplingParams(), NS).full_block_hashes()
+    mover.l2.insert(h0)
+    mover.store.put([h1, h2])
+    rules.flush()
+    rules._note_in_l3([h1, h2])                # announced earlier by this worker
+
+    def refuse(seq, first_block, n_l2, n_l3):  # h0 from L2 passes; h1 from L3 fails its checksum
+        return LoadResult(1, 0, rejected=[("L3", h1, "checksum")])
+
+    mover.load = refuse
+    seq = Sequence("s", tokens, SamplingParams(), NS)
+    assert rules.lookup(seq, 0) == 3
+    rules.schedule_load(seq, 0, 3)
+    seq.num_computed_tokens = seq.num_cached_tokens = 12
+    rules.apply_loads()
+    assert (seq.num_computed_tokens, seq.cached_by_tier) == (4, {"L1": 0, "L2": 4, "L3": 0})
+    assert rules.stats.verify_failures == {("L3", "checksum"): 1} and rules.stats.load_failures == 2
+    assert list(rules.l3_known) == [h2]        # h1 withdrawn
+    mover.l2.remove(h0)                        # an L2 block the mover dropped as broken
+    rules._refused([("L2", h0, "checksum")])
+    rules.flush()
+    assert batches[-1] == [BlockRemoved([h1], "L3"), BlockRemoved([h0], "L2")]
+    assert rules.stats.verify_failures == {("L3", "checksum"): 1, ("L2", "checksum"): 1}

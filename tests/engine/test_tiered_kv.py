@@ -1,5 +1,6 @@
 """L1 → L2 → L3 with the real model and a real Mooncake store."""
 
+import dataclasses
 import random
 
 import pytest
@@ -123,8 +124,44 @@ def test_corrupt_l3_block_is_detected_and_recomputed(smollm, prompts, reference,
     assert b.tiers.l3.stats.corrupt == 1
     assert b.tiers.stats.loaded_tokens["L3"] == 5 * 16   # blocks before the corrupt one
     assert b.tiers.stats.load_failures == 15
+    assert b.tiers.stats.verify_failures == {("L3", "checksum"): 1}
     for e in (a, b):
         e.close()
+
+
+def _verify_failures(eng):
+    from warmpath.worker.tier_metrics import TierCollector
+
+    fam = next(f for f in TierCollector(eng, "m").collect() if f.name == "warmpath_kv_verify_failures")
+    return {(s.labels["tier"], s.labels["reason"]): s.value for s in fam.samples if s.name.endswith("_total")}
+
+
+def test_garbage_or_a_misplaced_block_in_l3_is_recomputed_and_removed(smollm, prompts, reference, mooncake):
+    """Another client writes garbage over block 3 of p in the store, and block 3's bytes under
+    block 4's key of r: each reader refuses the block (while it fetches the next chunk),
+    recomputes from there with the same greedy output as without L3, counts one failure, and
+    the bad entry leaves the store."""
+    from warmpath.engine.sequence import Sequence
+
+    a = engine(smollm, l3=l3cfg(mooncake), write="write-through")
+    a.generate([prompts["p"]], G)
+    a.generate([prompts["r"]], G)
+    st, l3 = a.tiers.l3._store, a.tiers.l3
+    hp = Sequence("x", prompts["p"], G, a.namespace).full_block_hashes()
+    hr = Sequence("y", prompts["r"], G, a.namespace).full_block_hashes()
+    garbage = bytes(range(256)) * (l3.slot // 256) + bytes(l3.slot % 256)
+    for key, data in ((l3.key(hp[3]), garbage), (l3.key(hr[4]), st.get(l3.key(hr[3])))):
+        assert len(data) == l3.slot and st.remove(key, True) == 0 and st.put(key, data) == 0
+    small = dataclasses.replace(l3cfg(mooncake), staging_blocks=4)   # chunks of 2: the bad one is not the first
+    for name, h, reason in (("p", hp[3], "format"), ("r", hr[4], "key")):
+        b = engine(smollm, l3=small)
+        assert b.generate([prompts[name]], G)[0] == reference[name]
+        assert b.tiers.stats.verify_failures == {("L3", reason): 1} == _verify_failures(b)
+        n, planned = (3, 20) if name == "p" else (4, 12)   # (321 - 1) // 16, (200 - 1) // 16 blocks
+        assert b.tiers.stats.loaded_tokens["L3"] == n * 16 and b.tiers.stats.load_failures == planned - n
+        assert st.is_exist(l3.key(h)) == 0       # removed: the next writer can put the real block
+        b.close()
+    a.close()
 
 
 def test_full_l2_and_full_l3_only_miss(smollm, reference, prompts):

@@ -12,6 +12,7 @@ from warmpath.bench.workload import Session, Turn, coding_agent, long_conversati
 from warmpath.cluster.topology import Topology, resolve
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
+from warmpath.kv.block_codec import header_size
 from warmpath.kv.block_pool import BlockPool
 from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
@@ -23,6 +24,8 @@ from warmpath.sim.run import SimSetup, build, simulate_rate
 from warmpath.sim.step_time import Roofline, StepTime
 
 FAST = HardwareProfile("test", 1e15, 1e13, 1e12, 1e15, 1e15, 80, net_latency_s=0.0)
+# 64 tokens of Llama-3.1-8B KV as the store holds them: 4 blocks of 16, each behind its header
+STORED_64 = 4 * (16 * MODELS["llama-3.1-8b"].kv_bytes_per_token + header_size(16))
 
 
 class Constant(StepTime):
@@ -108,11 +111,12 @@ class SlowPrefill(Constant):
 
 @pytest.mark.parametrize("transfer_cpu, ttft, e2e", [(0.0, 0.2, 0.6), (1.0, 0.3, 0.8)])
 def test_transfers_on_shared_cores(transfer_cpu, ttft, e2e):
-    """One core; a link that moves the 4 prompt blocks (8 MiB) in 0.1 s. Prefill step 0.1 s,
+    """One core; a link that moves the 4 prompt blocks as stored (8 MiB of KV + 4 × 256 B of
+    headers, STORED_64) in 0.1 s. Prefill step 0.1 s,
     then its write-through put 0.1 s; the decode worker's first step loads the 4 blocks (0.1 s)
     and computes (0.1 s), then two more steps. With the store's side of each transfer busy on
     the same core (transfer_cpu=1), each transfer takes twice as long."""
-    hw = dataclasses.replace(FAST, nic_bytes_s=64 * MODELS["llama-3.1-8b"].kv_bytes_per_token / 0.1)
+    hw = dataclasses.replace(FAST, nic_bytes_s=STORED_64 / 0.1)
     s = SimSetup(Topology("pd", "pd", {"prefill": 1, "decode": 1}), MODELS["llama-3.1-8b"], hw,
                  step_time=SlowPrefill(0.1), kv_blocks=4096, cpu_cores=1, transfer_cpu=transfer_cpu,
                  scheduler=SchedulerConfig(max_num_batched_tokens=512, max_model_len=1 << 16))
@@ -126,7 +130,7 @@ def test_slower_l3_writes():
     """The same handoff with puts at half the read speed plus 50 ms per put: the prefill
     worker's write-through takes 0.05 + 0.2 s before the first token; the decode worker's
     read still takes 0.1 s."""
-    nic = 64 * MODELS["llama-3.1-8b"].kv_bytes_per_token / 0.1
+    nic = STORED_64 / 0.1
     hw = dataclasses.replace(FAST, nic_bytes_s=nic, l3_write_bytes_s=nic / 2, l3_write_latency_s=0.05)
     s = SimSetup(Topology("pd", "pd", {"prefill": 1, "decode": 1}), MODELS["llama-3.1-8b"], hw,
                  step_time=SlowPrefill(0.1), kv_blocks=4096,

@@ -81,11 +81,13 @@ class BlockManager:
         if n_full <= seq.num_sealed_blocks:
             return []
         hashes = seq.full_block_hashes()
+        digests = seq.full_block_digests() if self.pool.keep_identity else None
         tokens = seq.token_ids
         sealed = []
         for i in range(seq.num_sealed_blocks, n_full):
             blk = self.pool.blocks[seq.block_ids[i]]
-            self.pool.seal(blk, hashes[i], tokens[i * bs:(i + 1) * bs])
+            self.pool.seal(blk, hashes[i], tokens[i * bs:(i + 1) * bs], hashes[i - 1] if i else None,
+                           digests[i] if digests is not None else None)
             sealed.append(blk)
         seq.num_sealed_blocks = n_full
         return sealed

@@ -9,7 +9,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from warmpath.kv.hashing import BlockHash, KVNamespace, hash_prefix_blocks
+from warmpath.kv.hashing import BlockHash, KVNamespace, digest_prefix_blocks, hash_prefix_blocks
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class Sequence:
     l3_written_blocks: int = 0         # blocks of this sequence this worker wrote to L3 (store said 0)
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[BlockHash] = field(default_factory=list)
+    block_digests: list[bytes] = field(default_factory=list)   # only when a tier asks (full_block_digests)
     num_sealed_blocks: int = 0         # leading blocks registered in the prefix cache
     finish_reason: str | None = None
     first_scheduled_time: float | None = None
@@ -113,3 +114,11 @@ class Sequence:
             self.block_hashes = hash_prefix_blocks(self.namespace, self.token_ids,
                                                    self.block_hashes)
         return self.block_hashes
+
+    def full_block_digests(self) -> list[bytes]:
+        """BLAKE2b prefix digests of all full blocks (incremental, memoised; see
+        :func:`~warmpath.kv.hashing.digest_prefix_blocks`)."""
+        if len(self.block_digests) < self.num_tokens // self.namespace.block_size:
+            self.block_digests = digest_prefix_blocks(self.namespace, self.token_ids,
+                                                      self.block_digests)
+        return self.block_digests

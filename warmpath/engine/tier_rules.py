@@ -37,6 +37,8 @@ class TierStats:
     l3_loaded: int = 0
     load_failures: int = 0    # planned blocks that had to be recomputed
     l3_removed: int = 0       # announced L3 blocks later found gone (withdrawn)
+    # (tier, reason) -> loaded blocks refused by their checks (kv/block_codec.py REASONS)
+    verify_failures: dict[tuple[str, str], int] = field(default_factory=dict)
     loaded_tokens: dict[str, int] = field(default_factory=lambda: {"L2": 0, "L3": 0})
 
 
@@ -117,6 +119,7 @@ class TierRules(ExternalPrefixSource):
         hashes = ld.seq.full_block_hashes()
         start = ld.first_block + got.l2
         self._note_in_l3(hashes[start:start + got.l3])
+        self._refused(got.rejected)
         seq, lost2, lost3 = ld.seq, ld.n_l2 - got.l2, ld.n_l3 - got.l3
         if lost2 + lost3:
             self.stats.load_failures += lost2 + lost3
@@ -125,6 +128,16 @@ class TierRules(ExternalPrefixSource):
                 seq.num_cached_tokens -= (lost2 + lost3) * bs
                 seq.cached_by_tier["L2"] -= lost2 * bs
                 seq.cached_by_tier["L3"] -= lost3 * bs
+
+    def _refused(self, rejected: list[tuple[str, bytes, str]]) -> None:
+        """Count refused blocks; announce those no longer where this worker said they were."""
+        for tier, h, reason in rejected:
+            key = (tier, reason)
+            self.stats.verify_failures[key] = self.stats.verify_failures.get(key, 0) + 1
+            if tier == "L3":
+                self.l3_gone([h])
+            elif not self.mover.in_l2(h):   # the mover dropped a broken block
+                self._event(False, "L2", [h])
 
     def on_seal(self, blk: KVBlock) -> None:
         """An L1 block became full and hashed: announce it; write-through queues it for L3."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from warmpath.engine.sequence import Sequence
 from warmpath.kv.block_pool import KVBlock
@@ -30,12 +30,15 @@ class ExternalPrefixSource(ABC):
 @dataclass
 class LoadResult:
     """Blocks a mover delivered (leading runs) and the seconds it measured (``None``: not
-    measured, e.g. modelled by the simulator, which must not re-learn its own model)."""
+    measured, e.g. modelled by the simulator, which must not re-learn its own model);
+    ``rejected``: ``(tier, hash, reason)`` of a block found but refused by its checks
+    (``kv/block_codec.py``), where the run stopped."""
 
     l2: int
     l3: int
     l2_s: float | None = None
     l3_s: float | None = None
+    rejected: list[tuple[str, bytes, str]] = field(default_factory=list)
 
 
 class TierMover(ABC):

@@ -8,6 +8,11 @@ Blocks this worker announced as in L3 are re-checked with Mooncake's ``batch_is_
 (``l3_check_blocks`` per ``l3_check_interval_s``, in the engine's idle time or after a
 step, on the engine thread); those the store evicted, and any a get finds missing, are
 withdrawn with ``BlockRemoved(medium="L3")``.
+
+Every block loaded from L2 or L3 is checked to be the one the request wants (its key,
+tokens, parent and prefix digest; an L3 block's bytes too, an L2 block's with
+``l2_checksum``: ``kv/block_codec.py``); one that is not is a miss, recomputed with
+everything after it, counted per tier and reason, and not used again.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import torch
 from warmpath.engine.sequence import Sequence
 from warmpath.engine.tier_rules import WRITE_POLICIES, TierRules, TierStats
 from warmpath.engine.tier_seams import LoadResult, TierMover
+from warmpath.kv.block_codec import BlockIdentity, derive_key
 from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import KVEventPublisher
+from warmpath.kv.hashing import NO_PARENT, pack_tokens
 from warmpath.kv.host_pool import HostKVPool
 from warmpath.kv.load_cost import LoadCostModel
 from warmpath.kv.mooncake_store import MooncakeConfig, MooncakeL3
@@ -44,6 +51,8 @@ class TierConfig:
     l3_check_interval_s: float = 2.0     # re-check announced L3 blocks this often (0 = never)
     l3_check_blocks: int = 64            # ... this many per check (each check leases them ~5 s)
     l3_record_blocks: int = 1 << 16      # announced L3 hashes remembered (LRU)
+    kv_secret: str | None = field(default=None, repr=False)   # keys L3 block headers (the cluster token)
+    l2_checksum: bool = False            # also checksum L2 blocks' bytes (~halves L2 load speed: docs/kv_verify.md)
 
     def __post_init__(self) -> None:
         if self.l2_gib < 0:
@@ -63,9 +72,12 @@ class TieredKV(TierMover):
         self.block_shape = tuple(kv_caches[:, :, 0].shape)
         self.dtype_name = str(kv_caches.dtype).removeprefix("torch.")
         cap = HostKVPool.capacity_for(cfg.l2_gib, self.block_shape, kv_caches.dtype)
-        self.l2 = HostKVPool(cap, self.block_shape, kv_caches.dtype, pin=kv_caches.is_cuda)
+        self.l2 = HostKVPool(cap, self.block_shape, kv_caches.dtype, pin=kv_caches.is_cuda,
+                             checksum=cfg.l2_checksum)
         self.block_bytes = kv_caches[:, :, 0].numel() * kv_caches.element_size()
-        self.l3 = MooncakeL3(cfg.l3, self.block_bytes, self.dtype_name, self.block_shape) if cfg.l3 else None
+        self.l3 = MooncakeL3(cfg.l3, self.block_bytes, self.dtype_name, self.block_shape,
+                             tag_key=derive_key(cfg.kv_secret)) if cfg.l3 else None
+        pool.keep_identity = True   # sealed blocks carry what their copies below L1 are checked against
         self.events = KVEventPublisher(worker_id, cfg.events_host, cfg.events_port,
                                        advertise_host=cfg.events_advertise_host,
                                        token=cfg.events_token) if cfg.events else None
@@ -132,33 +144,36 @@ class TieredKV(TierMover):
         return None if v is None else v[0]
 
     def demote(self, blk: KVBlock) -> bytes | None:
-        return self.l2.put(blk.block_hash, self.kv[:, :, blk.block_id])
+        return self.l2.put(_identity(blk), self.kv[:, :, blk.block_id])
 
     def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
-        return self.l3.put([b.block_hash for b in blocks],
+        return self.l3.put([_identity(b) for b in blocks],
                            lambda j, payload: self._block_view(payload).copy_(self.kv[:, :, blocks[j].block_id]))
 
     def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
-        vh, src = self.l2.peek_victim()
-        assert vh == h, "only L2's next victim is spilled"
-        return self.l3.put([h], lambda j, payload: self._block_view(payload).copy_(src))
+        ident, src = self.l2.peek_victim()
+        assert ident.block_hash == h, "only L2's next victim is spilled"
+        return self.l3.put([ident], lambda j, payload: self._block_view(payload).copy_(src))
 
     def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
-        hashes, ok2 = seq.full_block_hashes(), 0
+        want, ok2, rejected = self._wants(seq, first_block, first_block + n_l2 + n_l3), 0, []
         t0 = time.perf_counter()
-        for i in range(first_block, first_block + n_l2):
-            src = self.l2.get(hashes[i])
+        for w in want[:n_l2]:
+            src, reason = self.l2.get(w)
             if src is None:
+                if reason is not None:
+                    rejected.append(("L2", w.block_hash, reason))
                 break
-            self.kv[:, :, seq.block_ids[i]].copy_(src, non_blocking=True)
+            self.kv[:, :, seq.block_ids[first_block + ok2]].copy_(src, non_blocking=True)
             ok2 += 1
         t1 = time.perf_counter()
         if ok2 < n_l2 or not n_l3:
-            return LoadResult(ok2, 0, t1 - t0)
+            return LoadResult(ok2, 0, t1 - t0, rejected=rejected)
         start = first_block + ok2
-        ok3 = self.l3.get(hashes[start:start + n_l3],
-                          lambda j, payload: self._from_bytes(seq.block_ids[start + j], payload))
-        return LoadResult(ok2, ok3, t1 - t0, time.perf_counter() - t1)
+        ok3 = self.l3.get(want[ok2:], lambda j, payload: self._from_bytes(seq.block_ids[start + j], payload))
+        rejected += [("L3", h, reason) for h, reason in self.l3.rejected]
+        self.l3.rejected = []
+        return LoadResult(ok2, ok3, t1 - t0, time.perf_counter() - t1, rejected)
 
     def take_l3_removed(self) -> list[bytes]:
         if self.l3 is None or not self.l3.not_found:
@@ -170,8 +185,20 @@ class TieredKV(TierMover):
         return self.l3.exists(hashes) if self.l3 is not None else None
 
     # -- internals -----------------------------------------------------------
+    def _wants(self, seq: Sequence, lo: int, hi: int) -> list[BlockIdentity]:
+        """What blocks ``lo..hi-1`` of ``seq`` must be, for the checks of a load."""
+        hashes, digests, step = seq.full_block_hashes(), seq.full_block_digests(), 4 * self.bs
+        packed = pack_tokens(seq.token_ids[lo * self.bs:hi * self.bs])
+        return [BlockIdentity(hashes[i], hashes[i - 1] if i else NO_PARENT, digests[i],
+                              packed[(i - lo) * step:(i - lo + 1) * step]) for i in range(lo, hi)]
+
     def _block_view(self, payload: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(payload).view(self.kv.dtype).view(self.block_shape)
 
     def _from_bytes(self, block_id: int, payload: np.ndarray) -> None:
         self.kv[:, :, block_id].copy_(self._block_view(payload))
+
+
+def _identity(blk: KVBlock) -> BlockIdentity:
+    assert blk.prefix_digest is not None, "a sealed block of a pool that keeps identities"
+    return BlockIdentity.of(blk.block_hash, blk.parent_hash, blk.prefix_digest, blk.token_ids)

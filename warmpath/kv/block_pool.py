@@ -22,13 +22,17 @@ class KVBlock:
     """Metadata of one KV block.
 
     ``block_hash``/``token_ids`` are set once the block is full and sealed; a
-    cached block is found by hash and confirmed by comparing its tokens.
+    cached block is found by hash and confirmed by comparing its tokens. ``parent_hash``
+    (``None`` for a first block) and ``prefix_digest`` are set with them when the pool
+    keeps identities (the lower tiers need them to write verifiable copies).
     """
 
     block_id: int
     ref_cnt: int = 0
     block_hash: BlockHash | None = None
     token_ids: tuple[int, ...] | None = None
+    parent_hash: BlockHash | None = None
+    prefix_digest: bytes | None = None
 
 
 @dataclass
@@ -51,10 +55,13 @@ class BlockPool:
     Args:
         num_blocks: total blocks (ids ``0..num_blocks-1``).
         enable_caching: keep freed full blocks findable by hash.
+        keep_identity: sealed blocks also record their parent hash and prefix digest
+            (set by the lower tiers; the simulator leaves it off).
     """
 
     num_blocks: int
     enable_caching: bool = True
+    keep_identity: bool = False
     blocks: list[KVBlock] = field(init=False)
     stats: BlockPoolStats = field(init=False, default_factory=BlockPoolStats)
     # block_id -> None, ordered from least- to most-recently freed.
@@ -132,8 +139,9 @@ class BlockPool:
             out.append(blk)
         return out
 
-    def seal(self, blk: KVBlock, block_hash: BlockHash, token_ids: Sequence[int]) -> None:
-        """Register a full block under its hash.
+    def seal(self, blk: KVBlock, block_hash: BlockHash, token_ids: Sequence[int],
+             parent_hash: BlockHash | None = None, prefix_digest: bytes | None = None) -> None:
+        """Register a full block under its hash (with its parent's and its prefix digest).
 
         NOTE: if another block already holds this hash (two requests computed the
         same prefix concurrently) the first one stays canonical and ``blk`` is
@@ -145,6 +153,7 @@ class BlockPool:
             return
         blk.block_hash = block_hash
         blk.token_ids = tuple(token_ids)
+        blk.parent_hash, blk.prefix_digest = parent_hash, prefix_digest
         self._cached[block_hash] = blk.block_id
         for hook in self._seal_hooks:
             hook(blk)
@@ -181,7 +190,7 @@ class BlockPool:
         for hook in self._evict_hooks:
             hook(blk)
         del self._cached[blk.block_hash]
-        blk.block_hash = None
+        blk.block_hash = blk.parent_hash = blk.prefix_digest = None
         blk.token_ids = None
         self.stats.evictions += 1
 
@@ -196,5 +205,6 @@ class BlockPool:
             if blk.block_hash is not None:
                 assert self._cached.get(blk.block_hash) == blk.block_id
                 assert blk.token_ids is not None
+                assert blk.prefix_digest is not None or not self.keep_identity
         for h, bid in self._cached.items():
             assert self.blocks[bid].block_hash == h

@@ -8,11 +8,18 @@ Only *full* blocks are hashed. The hash of block i is a stable 128-bit xxhash of
 * KV is never reused across model versions, dtypes, block sizes, tokenizers,
   adapters or tenants: all of those are folded into the namespace.
 
+The xxh3 chain is the key everywhere (L1 map, L2 index, L3 key, KV events, router index);
+it is fast but not collision resistant. A block loaded from L2 or L3 is therefore also
+checked against a BLAKE2b-256 chain over the same tokens (:func:`digest_prefix_blocks`,
+``kv/block_codec.py``), so a key collision, accidental or crafted, costs a miss, never
+another prefix's KV.
+
 NOTE: this module imports no torch; the router and simulator depend on that.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -20,6 +27,7 @@ from typing import Iterable, Sequence
 import xxhash
 
 BlockHash = bytes  # 16 bytes
+NO_PARENT = b"\x00" * 16   # the parent hash of a sequence's first block
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,24 @@ class KVNamespace:
             object.__setattr__(self, "_digest", cached)
         return cached
 
+    @property
+    def strong_digest(self) -> bytes:
+        """32-byte BLAKE2b of all fields, each length-prefixed (memoised): the root of
+        :func:`digest_prefix_blocks`."""
+        cached = self.__dict__.get("_strong")
+        if cached is None:
+            h = hashlib.blake2b(digest_size=32, person=b"warmpath-ns")
+            for part in (self.model_id, self.revision, self.dtype, str(self.block_size),
+                         self.tokenizer, self.adapter, self.cache_salt):
+                raw = part.encode("utf-8")
+                h.update(len(raw).to_bytes(4, "little") + raw)
+            cached = h.digest()
+            object.__setattr__(self, "_strong", cached)
+        return cached
 
-def _pack_tokens(tokens: Sequence[int]) -> bytes:
+
+def pack_tokens(tokens: Sequence[int]) -> bytes:
+    """Token ids as little-endian u32 (the bytes every block hash and digest reads)."""
     return struct.pack(f"<{len(tokens)}I", *tokens)
 
 
@@ -82,8 +106,8 @@ def hash_block(namespace: KVNamespace, parent: BlockHash | None,
                          f"block_size={namespace.block_size}")
     h = xxhash.xxh3_128()
     h.update(namespace.digest)
-    h.update(parent if parent is not None else b"\x00" * 16)
-    h.update(_pack_tokens(tokens))
+    h.update(parent if parent is not None else NO_PARENT)
+    h.update(pack_tokens(tokens))
     return h.digest()
 
 
@@ -100,9 +124,26 @@ def hash_prefix_blocks(namespace: KVNamespace, tokens: Sequence[int],
     if first >= n:
         return out
     # the same bytes hash_block feeds its hasher, packed once and hashed in one call per block
-    buf, head, step = _pack_tokens(tokens[first * bs:n * bs]), namespace.digest, 4 * bs
-    parent = out[-1] if out else b"\x00" * 16
+    buf, head, step = pack_tokens(tokens[first * bs:n * bs]), namespace.digest, 4 * bs
+    parent = out[-1] if out else NO_PARENT
     for off in range(0, len(buf), step):
         parent = xxhash.xxh3_128_digest(head + parent + buf[off:off + step])
         out.append(parent)
+    return out
+
+
+def digest_prefix_blocks(namespace: KVNamespace, tokens: Sequence[int],
+                         start_digests: Iterable[bytes] = ()) -> list[bytes]:
+    """BLAKE2b-256 chain of every full block of ``tokens``: digest i covers the namespace
+    and every token up to the end of block i (``start_digests`` as in
+    :func:`hash_prefix_blocks`). Only blocks that leave L1 need it (``kv/block_codec.py``)."""
+    out = list(start_digests)
+    bs, first, n = namespace.block_size, len(out), len(tokens) // namespace.block_size
+    if first >= n:
+        return out
+    buf, step = pack_tokens(tokens[first * bs:n * bs]), 4 * bs
+    digest = out[-1] if out else namespace.strong_digest
+    for off in range(0, len(buf), step):
+        digest = hashlib.blake2b(digest + buf[off:off + step], digest_size=32).digest()
+        out.append(digest)
     return out

@@ -1,9 +1,15 @@
-"""L2: a host-DRAM pool of KV blocks (pinned on CUDA), indexed by block hash with LRU."""
+"""L2: a host-DRAM pool of KV blocks (pinned on CUDA), indexed by block hash with LRU.
+
+Each slot remembers the identity of the block it holds (``kv/block_codec.py``) and,
+with ``checksum``, the xxh3-128 of its bytes; :meth:`HostKVPool.get` returns a block only
+if it is the one asked for and its bytes are intact.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from warmpath.kv.block_codec import BROKEN, BlockIdentity, payload_checksum
 from warmpath.kv.hashing import BlockHash
 from warmpath.kv.lru_index import LRUSlotIndex
 
@@ -16,13 +22,18 @@ class HostKVPool:
         block_shape: shape of one block.
         dtype: KV dtype.
         pin: pin the memory (set when the L1 pool is on CUDA, for async copies).
+        checksum: checksum each block's bytes when stored (synchronously) and check them when
+            loaded; off, a block's identity is still checked.
     """
 
     def __init__(self, capacity: int, block_shape: tuple[int, ...], dtype: torch.dtype,
-                 pin: bool = False) -> None:
+                 pin: bool = False, checksum: bool = False) -> None:
         self.index = LRUSlotIndex(capacity)
         self.block_shape = block_shape
         self.data = torch.zeros((capacity, *block_shape), dtype=dtype, pin_memory=pin and capacity > 0)
+        self.checksum = checksum
+        self.idents: list[BlockIdentity | None] = [None] * capacity
+        self.sums: list[bytes | None] = [None] * capacity
         self.bytes_written = 0
         self.bytes_read = 0
 
@@ -38,33 +49,58 @@ class HostKVPool:
     def __contains__(self, h: BlockHash) -> bool:
         return h in self.index
 
-    def put(self, h: BlockHash, src: torch.Tensor) -> BlockHash | None:
-        """Copy ``src`` in under ``h``; returns the hash evicted to make room (if any).
+    def put(self, ident: BlockIdentity, src: torch.Tensor) -> BlockHash | None:
+        """Copy ``src`` in as the block ``ident``; returns the hash evicted to make room.
 
         A caller that must save the victim (write-back) reads it with
         :meth:`peek_victim` before calling this, which overwrites its slot.
         """
-        got = self.index.insert(h)
+        got = self.index.insert(ident.block_hash)
         if got is None:
             return None
         slot, evicted = got
-        self.data[slot].copy_(src, non_blocking=True)
+        self.data[slot].copy_(src, non_blocking=not self.checksum)
+        self.idents[slot] = ident
+        self.sums[slot] = self._sum(slot) if self.checksum else None
         self.bytes_written += self.block_bytes
         return evicted
 
-    def peek_victim(self) -> tuple[BlockHash, torch.Tensor] | None:
-        """The entry the next insert would evict (when full), with its data."""
+    def peek_victim(self) -> tuple[BlockIdentity, torch.Tensor] | None:
+        """The entry the next insert would evict (when full): its identity and data."""
         old = self.index.oldest()
-        return None if old is None else (old[0], self.data[old[1]])
+        return None if old is None else (self.idents[old[1]], self.data[old[1]])
 
-    def get(self, h: BlockHash) -> torch.Tensor | None:
-        """The stored block (marked recently used), or ``None``."""
-        slot = self.index.get(h)
+    def get(self, want: BlockIdentity) -> tuple[torch.Tensor | None, str | None]:
+        """``(data, None)`` for the stored block ``want`` (marked recently used);
+        ``(None, None)`` if absent; ``(None, reason)`` if the slot holds something else
+        (a broken one is dropped, see :data:`~warmpath.kv.block_codec.BROKEN`)."""
+        slot = self.index.get(want.block_hash)
         if slot is None:
-            return None
+            return None, None
+        reason = self._mismatch(slot, want)
+        if reason is not None:
+            if reason in BROKEN:
+                self.index.remove(want.block_hash)
+            return None, reason
         self.bytes_read += self.block_bytes
-        return self.data[slot]
+        return self.data[slot], None
 
     def count_prefix(self, hashes: list[BlockHash]) -> int:
         """How many leading ``hashes`` L2 holds."""
         return self.index.count_prefix(hashes)
+
+    def _sum(self, slot: int) -> bytes:
+        # NOTE: the copy in put() is synchronous when checksumming, so the bytes are there.
+        return payload_checksum(self.data[slot].view(-1).view(torch.uint8).numpy())
+
+    def _mismatch(self, slot: int, want: BlockIdentity) -> str | None:
+        have = self.idents[slot]
+        if have is None or have.block_hash != want.block_hash:
+            return "key"
+        for reason, a, b in (("tokens", have.tokens, want.tokens), ("parent", have.parent, want.parent),
+                             ("prefix", have.digest, want.digest)):
+            if a != b:
+                return reason
+        if self.checksum and self.sums[slot] is not None and self._sum(slot) != self.sums[slot]:
+            return "checksum"
+        return None

@@ -13,6 +13,7 @@ from warmpath.bench.workload import Session
 from warmpath.cluster.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
+from warmpath.kv.block_codec import header_size
 from warmpath.kv.hashing import KVNamespace
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.admission import AdmissionConfig
@@ -71,7 +72,7 @@ def build(s: SimSetup) -> Simulation:
     m, hw = s.model, s.hardware
     block_bytes = s.block_size * m.kv_bytes_per_token
     link = SharedLink(s.store_bytes_s or hw.nic_bytes_s * s.gpus, hw.net_latency_s)
-    store = SimStore(int(s.l3_gib * GIB // block_bytes), link)
+    store = SimStore(int(s.l3_gib * GIB // (header_size(s.block_size) + block_bytes)), link)   # as stored
     index = GlobalKVIndex(stale_after_s=float("inf"))
     workers = []
     for wid, role in s.topology.roles():

@@ -17,12 +17,16 @@ class SimTierMover(TierMover):
 
     Load time accumulates in :attr:`load_s` (added to the step that needs it); blocks written
     to the store accumulate in :attr:`put_blocks` (one write at the end of the step).
+    ``block_bytes`` is a block's payload (what L2 holds, what the cost model weighs);
+    ``l3_block_bytes`` what the store holds and moves per block (payload + header; default:
+    the payload).
     """
 
     def __init__(self, l2_blocks: int, store: SimStore | None, block_bytes: int,
-                 dram_bytes_s: float, nic_bytes_s: float) -> None:
+                 dram_bytes_s: float, nic_bytes_s: float, l3_block_bytes: int | None = None) -> None:
         self.l2 = LRUSlotIndex(l2_blocks)
         self.store, self.block_bytes = store, block_bytes
+        self.l3_block_bytes = l3_block_bytes or block_bytes
         self.dram_bytes_s, self.nic_bytes_s = dram_bytes_s, nic_bytes_s
         self.now = 0.0
         self.load_s = 0.0
@@ -82,7 +86,7 @@ class SimTierMover(TierMover):
         start = first_block + ok2
         ok3 = self.store.count_prefix(hashes[start:start + n_l3])
         if ok3:
-            self.load_s += self.store.link.transfer(self.now, ok3 * self.block_bytes, self.nic_bytes_s)
+            self.load_s += self.store.link.transfer(self.now, ok3 * self.l3_block_bytes, self.nic_bytes_s)
         return LoadResult(ok2, ok3)
 
     def take_l3_removed(self) -> list[bytes]:

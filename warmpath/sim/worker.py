@@ -17,6 +17,7 @@ from warmpath.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutpu
 from warmpath.engine.sequence import Sequence
 from warmpath.engine.tier_rules import credit_l3_writes, TierRules
 from warmpath.kv.block_pool import BlockPool
+from warmpath.kv.block_codec import header_size
 from warmpath.kv.load_cost import LoadCostModel
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.views import WorkerView
@@ -42,6 +43,11 @@ class SimWorkerConfig:
         if self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
 
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of one block in the store: the payload behind its header (``kv/block_codec.py``)."""
+        return header_size(self.block_size) + self.block_bytes
+
 
 class SimWorker:
     """One engine instance (``tp`` GPUs behind one scheduler)."""
@@ -56,7 +62,8 @@ class SimWorker:
         self.cost.prefill_tok_s.value = step_time.prefill_tok_s()
         self.cost.transfer["L2"].bytes_s = cfg.dram_bytes_s
         self.cost.transfer["L3"].bytes_s = cfg.nic_bytes_s
-        self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s)
+        self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s,
+                                  l3_block_bytes=cfg.stored_bytes)
         self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_policy, self.cost,
                                lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
         self.sched = Scheduler(cfg.scheduler, self.bm, external=self.rules)
@@ -137,5 +144,5 @@ class SimWorker:
         if not n:
             return 0.0
         c = self.cfg
-        return c.l3_write_latency_s + self.store.link.transfer(now, n * c.block_bytes,
+        return c.l3_write_latency_s + self.store.link.transfer(now, n * c.stored_bytes,
                                                                c.l3_write_bytes_s or c.nic_bytes_s)

@@ -39,6 +39,8 @@ class TierCollector(Collector):
                                    labels=["model"])
         corrupt = CounterMetricFamily("warmpath_kv_l3_corrupt_blocks", "L3 blocks rejected by header/checksum",
                                       labels=["model"])
+        refused = CounterMetricFamily("warmpath_kv_verify_failures", "Blocks loaded from L2/L3 and refused "
+                                      "by their checks (recomputed)", labels=["model", "tier", "reason"])
         secs = CounterMetricFamily("warmpath_kv_l3_seconds", "Wall time in L3 transfers", labels=["model", "op"])
         up = GaugeMetricFamily("warmpath_kv_l3_up", "1 when L3 is reachable", labels=["model"])
         busy = CounterMetricFamily("warmpath_engine_busy_seconds", "Wall time in engine steps with work "
@@ -54,6 +56,8 @@ class TierCollector(Collector):
                 loaded.add_metric([m, tier], n)
             for c, n in t.cost.decisions.items():
                 choice.add_metric([m, c], n)
+            for (tier, reason), n in sorted(t.stats.verify_failures.items()):
+                refused.add_metric([m, tier, reason], n)
             if t.l3 is not None:
                 s = t.l3.stats
                 hits.add_metric([m, "L3"], s.hits)
@@ -66,4 +70,4 @@ class TierCollector(Collector):
                 secs.add_metric([m, "read"], s.read_seconds)
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
-        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, secs, up, busy)
+        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy)
