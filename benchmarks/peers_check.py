@@ -1,20 +1,25 @@
-"""Checks that a peer router really routes (``benchmarks/peers.py check``).
+"""Checks that a peer router really routes (``benchmarks/peers.py check``), and that
+llama.cpp's ``llama-server`` behaves as ``benchmarks/vs_llamacpp.py`` assumes.
 
 * :func:`check_answers`: greedy 8-token answers through the peer equal a worker's own, for
   ``/v1/completions`` and ``/v1/chat/completions``, streamed and not.
 * :func:`check_stickiness`: requests sharing a long prefix stay on one worker and reuse its
   KV (``usage.prompt_tokens_details.cached_tokens`` > 0). The serving worker of each request
   (sent one at a time) is the one whose ``warmpath_requests_total`` grew.
+* :func:`check_llama_server`: token-id prompts, ``ignore_eos``, streamed usage, prompt
+  caching on a repeat and none for a new prompt (``vs_llamacpp.py --check``).
 """
 
 from __future__ import annotations
 
 import json
+import random
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from warmpath.bench.prom import warmpath_totals
+from warmpath.bench.workload import tokens
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 CHATS = [[{"role": "user", "content": "Say hi"}], [{"role": "user", "content": "What is 2+2?"}]]
@@ -105,3 +110,32 @@ def check_stickiness(peer: str, workers: list[str]) -> dict:
     used = sorted({ws[0] for ws in per_topic.values() if ws[0] is not None})
     return {"ok": sticky and reused, "sticky": sticky, "reused_kv": reused, "workers_used": used,
             "per_topic": per_topic, "requests": rows}
+
+
+def check_llama_server(url: str, max_tokens: int = 16) -> dict:
+    """What ``benchmarks/vs_llamacpp.py`` assumes of llama.cpp's ``llama-server``: token-id
+    prompts, ``ignore_eos`` (exactly ``max_tokens`` generated), usage in the stream, greedy
+    answers that repeat, prompt caching (a repeated prompt reports cached tokens) and no
+    cache hit for a prompt sharing no prefix (the micro prefill's cold prompts).
+
+    NOTE: the cold answer and the cached ones may differ where two logits nearly tie (a
+    199-token cached prefix + 1 token is not computed in the same batch shape as 200 tokens),
+    so only the two cached answers (one streamed, one not) must be equal.
+    """
+    model = model_of(url)
+    p1, p2 = (tokens(random.Random(f"llama-server-check-{i}"), 200) for i in range(2))
+
+    def send(p: list[int], stream: bool) -> tuple[str, dict]:
+        return ask(url, "/v1/completions", {"model": model, "prompt": p, "max_tokens": max_tokens,
+                                            "temperature": 0, "ignore_eos": True, "stream": stream})
+
+    cold, u1 = send(p1, True)
+    cached, u2 = send(p1, False)
+    cached_streamed, _ = send(p1, True)
+    _, u3 = send(p2, True)
+    hits = [(u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in (u1, u2, u3)]
+    rows = {"usage_in_stream": bool(u1), "all_tokens": u1.get("completion_tokens") == max_tokens,
+            "token_id_prompt": u1.get("prompt_tokens") == len(p1), "greedy_repeats": cached == cached_streamed,
+            "repeat_cached": hits[1] > 0, "new_prompt_cold": hits[2] == 0}
+    return {"ok": all(rows.values()), **rows, "cold_equals_cached": cold == cached, "cached_tokens": hits,
+            "model": model}
