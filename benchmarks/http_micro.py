@@ -100,7 +100,8 @@ async def run_micro(url: str, repeats: int = 5, streams: int = 16, decode_tokens
         await t.close()
 
 
-def micro_rows(results: dict[str, dict], streams: int) -> list[tuple[str, dict[str, float | None], bool]]:
+def micro_rows(results: dict[str, dict], streams: int,
+               prefill_tokens: int) -> list[tuple[str, dict[str, float | None], bool]]:
     """(label, value per server, lower is better) for the table."""
     def get(path: tuple[str, str], scale: float = 1.0) -> dict[str, float | None]:
         out = {}
@@ -111,4 +112,4 @@ def micro_rows(results: dict[str, dict], streams: int) -> list[tuple[str, dict[s
     return [("decode batch-1 TPOT ms", get(("decode_batch1", "tpot_s"), 1e3), True),
             (f"decode x{streams} output tok/s", get((f"decode_x{streams}", "tok_s")), False),
             (f"decode x{streams} TPOT ms", get((f"decode_x{streams}", "tpot_s"), 1e3), True),
-            ("prefill TTFT s (cold prompt)", get(("prefill", "ttft_s")), True)]
+            (f"prefill TTFT s (cold {prefill_tokens}-token prompt, max_tokens 1)", get(("prefill", "ttft_s")), True)]

@@ -38,11 +38,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import build_llama_server  # noqa: E402
-from http_micro import micro_rows, run_micro  # noqa: E402
-from peers_check import check_llama_server  # noqa: E402
-from warmpath.models.loader import smollm2_gguf_path  # noqa: E402
-from warmpath.procs import free_port  # noqa: E402
+import build_llama_server
+from http_micro import micro_rows, run_micro
+from peers_check import check_llama_server
+
+from warmpath.models.loader import smollm2_gguf_path
+from warmpath.procs import free_port
 
 SERVERS = ("warmpath", "llama-server")
 WORKLOADS = ("multi-turn-chat", "coding-agent")
@@ -121,28 +122,30 @@ def run_server(server: str, a: argparse.Namespace) -> tuple[dict, dict, dict]:
     return work, micro, info
 
 
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def workload_table(results: dict) -> list[str]:
     rows = ["| server | workload | rate | TTFT p50 s | TTFT p90 s | TPOT s | out tok/s | failed |",
             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for key, s in results.items():
         server, wl = key.split("/")
         for rate, cls in s["rates"].items():
             c = cls["all"]
-            rows.append(f"| {server} | {wl} | {rate} | {f(c['ttft_p50_s'])} | {f(c['ttft_p90_s'])} | "
-                        f"{f(c['tpot_s'])} | {f(c['throughput_tok_s'])} | {c['failed']} |")
+            rows.append(f"| {server} | {wl} | {rate} | {fmt(c['ttft_p50_s'])} | {fmt(c['ttft_p90_s'])} | "
+                        f"{fmt(c['tpot_s'])} | {fmt(c['throughput_tok_s'])} | {c['failed']} |")
         rows.append(f"| {server} | {wl} | max rate meeting SLO | {s.get('max_rate_meeting_slo')} | | | | |")
     return rows
 
 
-def micro_table(micro: dict, streams: int) -> list[str]:
+def micro_table(micro: dict, streams: int, prefill_tokens: int) -> list[str]:
     """warmpath, llama-server and warmpath / llama-server for each micro measurement."""
     rows = ["| measurement | warmpath | llama-server | warmpath / llama-server |", "|---|---:|---:|---:|"]
-    for label, v, lower in micro_rows(micro, streams):
+    for label, v, lower in micro_rows(micro, streams, prefill_tokens):
         w, ls = v.get("warmpath"), v.get("llama-server")
         ratio = "-" if w is None or not ls else f"{w / ls:.2f}"
-        f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        rows.append(f"| {label} ({'lower' if lower else 'higher'} is better) | {f(w)} | {f(ls)} | {ratio} |")
+        rows.append(f"| {label} ({'lower' if lower else 'higher'} is better) | {fmt(w)} | {fmt(ls)} | {ratio} |")
     return rows
 
 
@@ -191,7 +194,7 @@ def main() -> None:
     for server in servers:
         work, micro[server], info[server] = run_server(server, a)
         results.update(work)
-    table = "\n".join(workload_table(results) + [""] + micro_table(micro, a.streams))
+    table = "\n".join(workload_table(results) + [""] + micro_table(micro, a.streams, a.prefill_tokens))
     print(table)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "table.md").write_text(table + "\n")
