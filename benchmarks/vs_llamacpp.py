@@ -14,6 +14,10 @@ For each server:
   decode throughput with ``--streams`` concurrent requests, TTFT of a cold 2,048-token
   prompt (a new prompt per repeat, so no prompt cache helps).
 
+Both servers' OpenMP threads sleep at barriers (``OMP_WAIT_POLICY=passive``, see
+``--omp-wait-policy``): llama.cpp syncs its 2 threads at every op, and with other work on the
+machine, spinning made its batch-1 TPOT 159 ms instead of 20 ms (warmpath's: 101 vs 82 ms).
+
 ``llama-server`` is built once outside the repository by ``benchmarks/build_llama_server.py``
 (run here when its binary is missing)::
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -80,9 +85,12 @@ def start(name: str, a: argparse.Namespace, log: Path) -> tuple[subprocess.Popen
                "--threads", str(a.threads)]
     else:
         cmd = llama_server_cmd(a, port)
+    env = dict(os.environ)
+    if a.omp_wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     wait_healthy(base, proc, "/health")
     return proc, base, cmd
 
@@ -103,7 +111,7 @@ def run_workloads(server: str, base: str, a: argparse.Namespace) -> dict:
 def run_server(server: str, a: argparse.Namespace) -> tuple[dict, dict, dict]:
     """Start one server, run what was asked, stop it: (workload summaries, micro, info)."""
     proc, base, cmd = start(server, a, a.out / "logs" / f"{server}.log")
-    info: dict = {"command": cmd}
+    info: dict = {"command": cmd, "omp_wait_policy": a.omp_wait_policy}
     try:
         if server == "llama-server":
             info["props"] = {k: v for k, v in httpx.get(base + "/props", timeout=5).json().items()
@@ -163,6 +171,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--slo", default="ttft_p90=2.0,tpot=0.2")
     ap.add_argument("--timeout", type=float, default=30.0, help="a workload request failing")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--omp-wait-policy", choices=("passive", "active", "default"), default="passive",
+                    help="OMP_WAIT_POLICY for both servers (both use OpenMP threads): passive = no spinning "
+                         "at barriers, which a shared machine punishes (default: %(default)s)")
     ap.add_argument("--micro-repeats", type=int, default=5)
     ap.add_argument("--streams", type=int, default=16, help="concurrent decode streams (≤ --parallel)")
     ap.add_argument("--decode-tokens", type=int, default=128)
