@@ -135,15 +135,19 @@ def fmt(x: float | None) -> str:
 
 
 def workload_table(results: dict) -> list[str]:
-    rows = ["| server | workload | rate | TTFT p50 s | TTFT p90 s | TPOT s | out tok/s | failed |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    """One row per (server, workload, rate); cached = the share of prompt tokens the server
+    reported as cached (``usage.prompt_tokens_details.cached_tokens``)."""
+    rows = ["| server | workload | rate | TTFT p50 s | TTFT p90 s | TPOT s | out tok/s | cached | failed |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, s in results.items():
         server, wl = key.split("/")
         for rate, cls in s["rates"].items():
             c = cls["all"]
             rows.append(f"| {server} | {wl} | {rate} | {fmt(c['ttft_p50_s'])} | {fmt(c['ttft_p90_s'])} | "
-                        f"{fmt(c['tpot_s'])} | {fmt(c['throughput_tok_s'])} | {c['failed']} |")
-        rows.append(f"| {server} | {wl} | max rate meeting SLO | {s.get('max_rate_meeting_slo')} | | | | |")
+                        f"{fmt(c['tpot_s'])} | {fmt(c['throughput_tok_s'])} | "
+                        f"{fmt(c['cached_tokens'] / c['prompt_tokens'] if c['prompt_tokens'] else None)} | "
+                        f"{c['failed']} |")
+        rows.append(f"| {server} | {wl} | max rate meeting SLO | {s.get('max_rate_meeting_slo')} | | | | | |")
     return rows
 
 
