@@ -44,6 +44,16 @@ def tiny():
     return load_model("tiny", seed=0)
 
 
+def served_params(loaded, max_tokens: int, **given):
+    """The ``SamplingParams`` a worker without ``--override-generation-config`` runs for a
+    request that sets ``given`` (the model's defaults fill in the rest, as on a worker)."""
+    from warmpath.engine.sequence import SamplingParams
+    from warmpath.models.generation import resolve_defaults, table_entry
+
+    d = resolve_defaults({}, loaded.generation_config, table_entry(loaded.model_id), 1024, loaded.generation_source)
+    return SamplingParams(max_tokens=max_tokens, **{**d.sampling(), **given})
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,6 +15,15 @@ def _positive(v: str) -> float:
     return x
 
 
+def _override(v: str) -> dict:
+    from warmpath.models.generation import parse_override
+
+    try:
+        return parse_override(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument("--model", default="smollm2",
@@ -146,6 +155,7 @@ def _serve(a: argparse.Namespace) -> int:
     import os
 
     scfg = ServerConfig(host=a.host, port=a.port, default_max_tokens=a.default_max_tokens,
+                        generation_override=a.override_generation_config,
                         registration=registration, max_body_bytes=int(a.max_body_mib * (1 << 20)), max_waiting=a.max_waiting,
                         fault_injection=os.environ.get("WARMPATH_FAULT_INJECTION") == "1",
                         cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
@@ -170,7 +180,8 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
     print(f"warmpath: serving {name} ({getattr(a, 'topology', a.role)}) on http://{a.host}:{a.port}/v1\n"
           f"  try: curl http://{a.host}:{a.port}/v1/chat/completions -H 'Content-Type: application/json' "
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
-          f"\"content\": \"What is the capital of France?\"}}]}}'", flush=True)
+          f"\"content\": \"What is the capital of France?\"}}]}}'\n"
+          f"  defaults for fields a request leaves out: {app.state.defaults.describe()}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
                                            timeout_graceful_shutdown=10))
     app.state.request_exit = lambda: setattr(server, "should_exit", True)
@@ -252,7 +263,16 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                         "endpoints, Mooncake client); default: --host, or for 0.0.0.0 the local address "
                         "of the route to the router")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--default-max-tokens", type=int, default=1024)
+    p.add_argument("--default-max-tokens", type=int, default=1024,
+                   help="max_tokens of a request that sets none, unless the generation config has "
+                        "max_new_tokens; always capped at the context left")
+    p.add_argument("--override-generation-config", type=_override, default={}, metavar="JSON",
+                   help="sampling defaults over the model's, e.g. '{\"temperature\": 0.5}' (keys: "
+                        "temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens). A "
+                        "field a request leaves out gets: this > the model's generation_config.json "
+                        "or GGUF general.sampling.* > warmpath's table (SmolLM2-Instruct: temperature "
+                        "0.2, top_p 0.9, repetition_penalty 1.1) > neutral (1, 1, off); GET /v1/models "
+                        "shows the result")
     p.add_argument("--max-body-mib", type=_positive, default=8.0,
                    help="largest request body accepted (413 beyond)")
     p.add_argument("--max-waiting", type=int, default=4096,

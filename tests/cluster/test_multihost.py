@@ -22,9 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import metric, stop_group
+from tests.conftest import metric, served_params, stop_group
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
-from warmpath.engine.sequence import SamplingParams
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None,
@@ -90,7 +89,7 @@ def reference(served_model):
     e = LLMEngine(EngineConfig(), loaded=served_model)
     tok = e.tokenizer
     ids = tok.encode(tok.apply_chat_template(QUESTION), add_special=False)
-    return tok.decode(e.generate([ids], SamplingParams(max_tokens=16, temperature=0))[0], skip_special=True)
+    return tok.decode(e.generate([ids], served_params(smollm, 16, temperature=0))[0], skip_special=True)
 
 
 def start_deployment(procs: dict, tmp_path, env: dict, wait_for) -> None:

@@ -5,9 +5,8 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import cluster_process
+from tests.conftest import cluster_process, served_params
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
-from warmpath.engine.sequence import SamplingParams
 
 M = "SmolLM2-135M-Instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -17,12 +16,13 @@ TURNS = ["Tell me about the history of Rome in two sentences.", "And then?", "Wh
 
 @pytest.fixture(scope="module")
 def reference(served_model):
-    """Greedy answers of a single engine: the question, the text prompt, a 3-turn chat."""
+    """Greedy answers of a single engine (with the workers' other defaults: SmolLM2's
+    repetition penalty): the question, the text prompt, a 3-turn chat."""
     e = LLMEngine(EngineConfig(), loaded=served_model)
     tok = e.tokenizer
 
     def run(ids, n):
-        return tok.decode(e.generate([ids], SamplingParams(max_tokens=n, temperature=0))[0],
+        return tok.decode(e.generate([ids], served_params(smollm, n, temperature=0))[0],
                           skip_special=True)
 
     ref = {"chat": run(tok.encode(tok.apply_chat_template(QUESTION), add_special=False), 16),

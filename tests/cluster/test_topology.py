@@ -47,3 +47,16 @@ def test_unknown_name_and_missing_file():
         resolve("cpd-9d")
     with pytest.raises(ValueError, match="no such file"):
         resolve("/nonexistent/t.json")
+
+
+def test_serve_passes_its_generation_override_to_the_workers(monkeypatch):
+    import warmpath.cli as cli
+    from warmpath.cluster.launcher import worker_argv
+
+    got = []
+    monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)
+    assert cli.main(["serve", "--topology", "cpd-1d", "--override-generation-config", '{"min_p": 0.05}']) == 0
+    argv = worker_argv(got[0])
+    assert argv[argv.index("--override-generation-config") + 1] == '{"min_p": 0.05}'
+    assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
+    assert "--override-generation-config" not in worker_argv(got[1])

@@ -93,6 +93,20 @@ def test_seeded_sampling_is_reproducible_in_any_batch(smollm, prompts):
     assert alone == batched
 
 
+def test_penalized_greedy_does_not_depend_on_chunking_batching_or_preemption(smollm, prompts):
+    """The repetition penalty's seen-token masks grow step by step; they must give what a
+    fresh mask per step gives, whatever the schedule (here: alone vs chunked, batched and
+    preempted), and the penalty must change the greedy answer."""
+    p = SamplingParams(max_tokens=40, temperature=0, repetition_penalty=1.3, ignore_eos=True)
+    alone = [engine(smollm, chunked=False, caching=False).generate([q], p)[0] for q in prompts]
+    blocks = sum(-(-len(q) // 16) for q in prompts) + 1
+    eng = engine(smollm, budget=16, blocks=blocks)
+    assert eng.generate(prompts, p) == alone and eng.scheduler.num_preemptions > 0
+    plain = engine(smollm).generate(prompts, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
+    assert plain != alone
+    assert eng.runner.sampler._seen == {}      # released with their requests
+
+
 def test_stop_token_ids_and_eos(smollm, prompts):
     eng = engine(smollm)
     ref = eng.generate([prompts[0]], GREEDY)[0]

@@ -43,6 +43,20 @@ def test_logits_match_transformers_prefill_and_20_decode_steps(smollm, hf_ref):
     assert diff <= 1e-3, diff
 
 
+def test_repetition_penalty_matches_transformers_greedy(smollm, hf_ref):
+    """Greedy with repetition_penalty 1.3 (prompt + output tokens, HF semantics) gives
+    transformers' tokens."""
+    ref, _ = hf_ref
+    msgs = [{"role": "user", "content": "Name three colours."}]
+    prompt = smollm.tokenizer.encode(smollm.tokenizer.apply_chat_template(msgs), add_special=False)
+    eng = LLMEngine(EngineConfig(num_blocks=64), loaded=smollm)
+    ours = eng.generate([prompt], SamplingParams(max_tokens=32, temperature=0, repetition_penalty=1.3))[0]
+    with torch.no_grad():
+        theirs = ref.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                              do_sample=False, repetition_penalty=1.3, max_new_tokens=32, eos_token_id=2)
+    assert ours == theirs[0, len(prompt):].tolist() and len(ours) > 8
+
+
 def test_tokenizer_and_chat_template_match_transformers(smollm, hf_ref):
     _, tok = hf_ref
     for s in ["Hello world 12345 it's  a test\n\n  éà 漢字", "<|im_start|>user\nhi<|im_end|>", "  x=1;\ty"]:

@@ -25,6 +25,10 @@ def first_error(cls, body) -> APIError:
     ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
     ({"messages": [{"role": "user"}]}, "messages[0]"),
+    ({"min_p": 1.01}, "min_p"), ({"min_p": -0.01}, "min_p"), ({"min_p": float("nan")}, "min_p"),
+    ({"repetition_penalty": 0}, "repetition_penalty"), ({"repetition_penalty": 10.5}, "repetition_penalty"),
+    ({"repetition_penalty": float("inf")}, "repetition_penalty"), ({"repetition_penalty": "1.1"}, "repetition_penalty"),
+    ({"temperature": "0.2"}, "temperature"), ({"top_k": True}, "top_k"),
 ])
 def test_each_bad_field_is_named(extra, param):
     err = first_error(ChatCompletionRequest, {"messages": MSG, **extra})
@@ -50,8 +54,9 @@ def test_in_range_values_pass_and_normalise():
     assert r.flat_messages() == [{"role": "system", "content": "ab"}, {"role": "assistant", "content": ""},
                                  {"role": "user", "content": "q"}]
     assert r.max_new_tokens == 7 and r.max_tokens_field == "max_completion_tokens"
-    assert r.sampling_kwargs() == dict(temperature=0.0, top_p=1.0, top_k=0, seed=-(2**63), stop=("x",),
-                                       stop_token_ids=(), ignore_eos=False)
+    neutral = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    assert r.sampling_kwargs(neutral) == dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
+                                              seed=-(2**63), stop=("x",), stop_token_ids=(), ignore_eos=False)
     assert r.forwarded() == {"seed": -(2**63), "top_k": -1, "stop": "x", "max_completion_tokens": 7,
                              "max_tokens": 3, "temperature": 0.0}
 
@@ -73,6 +78,12 @@ def test_internal_messages():
                                       "namespace": ns}).param == "url"
     assert first_error(GenerateRequest, {"kind": "text", "prompt_token_ids": [1], "request": {"seed": 2**64}}
                        ).param == "request.seed"
+    reg = {"worker_id": "w", "role": "decode", "url": "http://127.0.0.1:1", "namespace": ns}
+    good = {"temperature": 0.2, "top_p": 0.9, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
+            "max_tokens": 1024, "sources": {"temperature": "model card"}}
+    assert Registration.model_validate({**reg, "generation_defaults": good}).generation_defaults.top_p == 0.9
+    assert first_error(Registration, {**reg, "generation_defaults": {**good, "top_p": 0}}
+                       ).param == "generation_defaults.top_p"
     assert Heartbeat(worker_id="w", running=2).load() == {
         "queued_prefill_tokens": 0, "running": 2, "kv_usage": 0.0, "prefill_tok_s": 500.0,
         "l2_bytes_s": 4e9, "l3_bytes_s": 4e8}

@@ -48,6 +48,7 @@ def stack():
     with serve_process("--drop-after-s", "300", "--api-key", ROUTER_KEYS[0], "--api-key", ROUTER_KEYS[1],
                        command="router", port=rport) as router, \
             serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "120",
+                          "--override-generation-config", '{"temperature": 0.5}',
                           command="worker", env={"WARMPATH_API_KEY": WORKER_KEY}):
         w = wait_for(lambda: workers(router).get("w1"))
         yield router, w["url"]
@@ -117,6 +118,10 @@ def test_api_keys_guard_the_routers_v1_routes(stack):
     for key in ROUTER_KEYS:
         r = httpx.get(router + "/v1/models", headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 200 and r.json()["data"][0]["id"]
+    # the defaults the worker registered: its --override-generation-config over the model's
+    d = r.json()["data"][0]["generation_defaults"]
+    assert (d["temperature"], d["sources"]["temperature"]) == (0.5, "--override-generation-config")
+    assert (d["top_p"], d["sources"]["top_p"]) == (0.9, "model table")
     assert httpx.get(router + "/health").status_code == 200
     assert httpx.get(router + "/metrics").status_code == 200
     # with API keys, a valid key sees the whole view

@@ -42,6 +42,33 @@ def test_chat_paris_and_usage(client):
     assert r2.choices[0].message.content == r.choices[0].message.content
 
 
+SMOLLM2_DEFAULTS = {"temperature": 0.2, "top_p": 0.9, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.1,
+                    "max_tokens": 1024}
+
+
+def test_the_readme_request_gets_the_model_defaults_and_a_short_finished_answer(server):
+    """The README's curl body (no temperature, no max_tokens): SmolLM2-Instruct's table
+    defaults apply (a seeded request equals one that sends them) and the answer ends."""
+    entry = httpx.get(server + "/v1/models").json()["data"][0]
+    assert {k: v for k, v in entry["generation_defaults"].items() if k != "sources"} == SMOLLM2_DEFAULTS
+    assert entry["generation_defaults"]["sources"]["temperature"] == "model table"
+    assert entry["generation_defaults"]["sources"]["max_tokens"] == "--default-max-tokens"
+    readme = {"model": "SmolLM2-135M-Instruct", "messages": MSG}
+
+    def answer(**kw) -> dict:
+        r = httpx.post(server + "/v1/chat/completions", json={**readme, **kw}, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+    # seeded (unseeded, about 1 answer in 40 still loops to max_tokens: README), each ends soon
+    given = {k: SMOLLM2_DEFAULTS[k] for k in ("temperature", "top_p", "repetition_penalty")}
+    for seed in (1, 2, 3):
+        r = answer(seed=seed)
+        assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] < 64, r
+        assert answer(seed=seed, **given)["choices"][0]["message"] == r["choices"][0]["message"]
+    # a request's own value wins: greedy is the argmax answer
+    assert answer(temperature=0)["choices"][0]["message"]["content"] == "The capital of France is Paris."
+
+
 def test_chat_stream_equals_non_stream(client):
     kw = dict(model="SmolLM2-135M-Instruct", messages=MSG, temperature=0, max_tokens=12)
     full = client.chat.completions.create(**kw).choices[0].message.content

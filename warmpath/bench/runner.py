@@ -113,7 +113,8 @@ class OpenAITarget(BenchTarget):
     async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
         body = {"model": await self.resolve_model(),
                 "prompt": self.decode(prompt) if self.decode else prompt, "max_tokens": max_tokens,
-                "temperature": 0, "stream": True, "ignore_eos": True, "user": session_id,
+                # plain greedy whatever the server's defaults (SmolLM2's repetition penalty)
+                "temperature": 0, "repetition_penalty": 1.0, "stream": True, "ignore_eos": True, "user": session_id,
                 "stream_options": {"include_usage": True}}
         stream = _Stream(time.perf_counter())
         try:

@@ -14,6 +14,7 @@ API keys go to the router only, the same way.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -240,4 +241,6 @@ def worker_argv(a) -> list[str]:
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
     argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    if a.override_generation_config:   # checked here already; the workers check it again
+        argv += ["--override-generation-config", json.dumps(a.override_generation_config)]
     return argv

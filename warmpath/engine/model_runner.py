@@ -89,5 +89,6 @@ class ModelRunner:
             return StepResult({}, [])
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
         req_ids = [q.request_id for q in sample_seqs]
-        toks, failed = self.sampler.sample(logits, req_ids, [q.params for q in sample_seqs])
+        history = [(q.prompt_token_ids, q.output_token_ids) if q.params.penalizes else None for q in sample_seqs]
+        toks, failed = self.sampler.sample(logits, req_ids, [q.params for q in sample_seqs], history)
         return StepResult(dict(zip(req_ids, toks)), req_ids, logits if return_logits else None, failed)

@@ -18,6 +18,10 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy. ``seed`` makes sampling reproducible per
     request regardless of batching. ``max_tokens`` is the cap on generated tokens.
+    ``min_p`` (0 = off) drops tokens less likely than ``min_p`` × the likeliest one;
+    ``repetition_penalty`` (1 = off) divides the positive logits, and multiplies the
+    negative ones, of every token already in the prompt or the output (HF / vLLM
+    semantics; it applies to greedy requests too).
     """
 
     max_tokens: int = 16
@@ -28,6 +32,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
@@ -40,6 +46,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 <= self.min_p <= 1:   # NaN fails too
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not 0 < self.repetition_penalty < float("inf"):   # NaN fails too
+            raise ValueError(f"repetition_penalty must be > 0 and finite, got {self.repetition_penalty}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
 
@@ -48,6 +58,11 @@ class SamplingParams:
         """Temperature 0, or so close to it (< 1e-5, as vLLM) that dividing float32 logits
         by it would overflow: the argmax either way."""
         return self.temperature < 1e-5
+
+    @property
+    def penalizes(self) -> bool:
+        """Whether sampling needs the sequence's tokens (a repetition penalty applies)."""
+        return self.repetition_penalty != 1.0
 
 
 class SeqStatus(enum.Enum):

@@ -1,9 +1,10 @@
 """Convert a GGUF file into a Hugging Face style directory (cached on disk).
 
 The directory holds ``config.json``, ``model.safetensors`` (dequantized float32,
-HF tensor names), ``tokenizer.json`` and ``tokenizer_config.json`` (chat
-template, special tokens), so a GGUF model and a user's HF checkpoint load
-through the same code afterwards.
+HF tensor names), ``tokenizer.json``, ``tokenizer_config.json`` (chat
+template, special tokens) and ``generation_config.json`` (the file's
+``general.sampling.*`` keys under HF names), so a GGUF model and a user's HF
+checkpoint load through the same code afterwards.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import xxhash
+
+from warmpath.models.generation import GGUF_KEYS
 
 SUPPORTED_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                    "mistral": "MistralForCausalLM"}
@@ -142,16 +145,32 @@ def _config(reader, arch: str, n_vocab: int, tied: bool) -> dict:
     return cfg
 
 
+def _generation_config(reader) -> dict:
+    """HF-style ``generation_config.json``: token ids and the ``general.sampling.*`` keys."""
+    cfg = {"bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
+           "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id")}
+    for key, name in GGUF_KEYS.items():
+        v = _field(reader, key)
+        if v is not None:   # float32 in the file: 0.2 reads 0.20000000298…
+            cfg[name] = float(f"{v:.6g}") if isinstance(v, float) else v
+    return cfg
+
+
+def _open(path: Path):
+    from gguf import GGUFReader
+
+    try:
+        return GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001 - any parse failure means a bad file
+        raise ModelFileError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
+
+
 def convert_gguf(path: Path, out_dir: Path) -> None:
     """Dequantize ``path`` and write an HF-style directory to ``out_dir`` atomically."""
-    from gguf import GGUFReader
     from gguf.quants import dequantize
     from safetensors.torch import save_file
 
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as e:  # noqa: BLE001 - any parse failure means a bad file
-        raise ModelFileError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
+    reader = _open(path)
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise ModelFileError(f"{path}: architecture {arch!r} not supported; "
@@ -179,6 +198,7 @@ def convert_gguf(path: Path, out_dir: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
         (tmp / "tokenizer.json").write_text(json.dumps(tok_json))
         (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1))
+        (tmp / "generation_config.json").write_text(json.dumps(_generation_config(reader), indent=1))
         shutil.rmtree(out_dir, ignore_errors=True)
         os.replace(tmp, out_dir)
     finally:
@@ -186,11 +206,16 @@ def convert_gguf(path: Path, out_dir: Path) -> None:
 
 
 def cached_conversion(path: Path, cache_root: Path) -> tuple[Path, str]:
-    """Return ``(hf_dir, digest)`` for a GGUF file, converting it on first use."""
+    """Return ``(hf_dir, digest)`` for a GGUF file, converting it on first use (a directory
+    converted before ``generation_config.json`` was written gets that file alone)."""
     if not path.is_file():
         raise ModelFileError(f"{path}: model file not found")
     digest = file_digest(path)
     out = cache_root / f"{path.stem}-{digest}"
     if not (out / "model.safetensors").is_file():
         convert_gguf(path, out)
+    elif not (gen := out / "generation_config.json").is_file():
+        tmp = gen.with_name(f".{gen.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(_generation_config(_open(path)), indent=1))
+        os.replace(tmp, gen)
     return out, digest

@@ -9,15 +9,17 @@ Specs:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from warmpath.models.config import ModelConfig, tiny_config
+from warmpath.models.generation import read_generation_config
 from warmpath.models.gguf_loader import ModelFileError, cached_conversion, file_digest
 from warmpath.models.llama import LlamaForCausalLM
 from warmpath.models.tokenizer import TextTokenizer
@@ -45,7 +47,11 @@ def smollm2_gguf_path() -> Path:
 
 @dataclass
 class LoadedModel:
-    """A ready model: weights on ``device``, its config, tokenizer and identity."""
+    """A ready model: weights on ``device``, its config, tokenizer and identity.
+
+    ``generation_config``: the sampling keys its files set (``models.generation``), from
+    ``generation_source`` (an HF directory's ``generation_config.json``, or a GGUF file's
+    ``general.sampling.*`` keys)."""
 
     model: LlamaForCausalLM
     config: ModelConfig
@@ -53,6 +59,8 @@ class LoadedModel:
     model_id: str       # name served under /v1/models
     revision: str       # weights digest (part of the KV namespace)
     hf_dir: Path | None
+    generation_config: dict = field(default_factory=dict)
+    generation_source: str = "none"
 
 
 def _load_safetensors(hf_dir: Path) -> dict[str, torch.Tensor]:
@@ -135,8 +143,10 @@ def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
         spec_path, name = smollm2_gguf_path(), SMOLLM2_NAME
     else:
         spec_path, name = Path(spec), Path(spec).name.removesuffix(".gguf")
+    source = "generation_config.json"
     if spec_path.suffix == ".gguf" or spec_path.is_file():
         hf_dir, revision = cached_conversion(spec_path, cache_root())
+        source = "GGUF general.sampling.*"
     elif spec_path.is_dir():
         hf_dir = spec_path
         cfg_path = hf_dir / "config.json"
@@ -147,7 +157,7 @@ def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
     else:
         raise ModelFileError(f"{spec_path}: model file or directory not found")
     model, cfg, tok = load_hf_dir(hf_dir, device, dtype)
-    loaded = LoadedModel(model, cfg, tok, name, revision, hf_dir)
+    loaded = LoadedModel(model, cfg, tok, name, revision, hf_dir, read_generation_config(hf_dir), source)
     return quantized(loaded, quantization)
 
 
@@ -163,5 +173,4 @@ def quantized(loaded: LoadedModel, mode: str) -> LoadedModel:
         raise ModelFileError("int8 calibration needs the model's tokenizer")
     ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if loaded.tokenizer else []
     quant.quantize_model(loaded.model, mode, ids)
-    return LoadedModel(loaded.model, loaded.config, loaded.tokenizer, loaded.model_id,
-                       f"{loaded.revision}+{mode}", loaded.hf_dir)
+    return dataclasses.replace(loaded, revision=f"{loaded.revision}+{mode}")

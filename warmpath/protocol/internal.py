@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from warmpath.protocol.openai import TokenId, SamplingFields
+from warmpath.protocol.openai import INT32_MAX, MAX_REPETITION_PENALTY, MAX_TEMPERATURE, SamplingFields, TokenId
 
 MAX_PROMPT_IDS = 1 << 21
 PromptIds = Annotated[list[TokenId], Field(min_length=1, max_length=MAX_PROMPT_IDS)]
@@ -102,6 +102,21 @@ class Namespace(BaseModel):
     cache_salt: Annotated[str, StringConstraints(max_length=512)] = ""
 
 
+class SamplingDefaults(BaseModel):
+    """What a worker gives a request that leaves these fields out (``models.generation``),
+    with each value's source; the router shows the first worker's on ``/v1/models``."""
+
+    model_config = _STRICT
+    temperature: float = Field(ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(ge=0, le=INT32_MAX)
+    min_p: float = Field(ge=0, le=1, allow_inf_nan=False)
+    repetition_penalty: float = Field(gt=0, le=MAX_REPETITION_PENALTY, allow_inf_nan=False)
+    max_tokens: int = Field(ge=1, le=INT32_MAX)
+    sources: dict[Annotated[str, StringConstraints(max_length=32)],
+                  Annotated[str, StringConstraints(max_length=256)]] = Field({}, max_length=8)
+
+
 class Registration(BaseModel):
     """A worker introduces itself to the router."""
 
@@ -115,6 +130,7 @@ class Registration(BaseModel):
     max_model_len: int | None = Field(None, ge=1, le=1 << 24)
     events_endpoint: ZmqEndpoint | None = None
     replay_endpoint: ZmqEndpoint | None = None
+    generation_defaults: SamplingDefaults | None = None
 
 
 class Heartbeat(BaseModel):

@@ -9,7 +9,7 @@ OpenAI-compatible servers do; known fields this engine does not implement are re
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import (BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator,
                       model_validator)
@@ -24,7 +24,12 @@ MAX_CHARS_PER_TOKEN = 64   # a prompt longer than this × the context window can
 MAX_STOP_TOKEN_IDS = 64
 
 
-def _finite(default: float, ge: float | None = None, le: float | None = None, gt: float | None = None):
+MAX_TEMPERATURE = 2.0
+MAX_REPETITION_PENALTY = 10.0   # 1.0-1.3 is the useful range; beyond 10 is a mistake
+SAMPLING_DEFAULTED = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def _finite(default: float | None, ge: float | None = None, le: float | None = None, gt: float | None = None):
     return Field(default, ge=ge, le=le, gt=gt, allow_inf_nan=False)
 
 
@@ -61,9 +66,13 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    temperature: float = _finite(1.0, ge=0, le=2)
-    top_p: float = _finite(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=-1, le=INT32_MAX, description="0 or -1: off")
+    # None (left out, or null): the server's default (``models.generation``: the operator's
+    # override, the model's generation config, its card, neutral); see ``sampling_kwargs``.
+    temperature: float | None = _finite(None, ge=0, le=MAX_TEMPERATURE)
+    top_p: float | None = _finite(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="0 or -1: off")
+    min_p: float | None = _finite(None, ge=0, le=1)
+    repetition_penalty: float | None = _finite(None, gt=0, le=MAX_REPETITION_PENALTY)
     seed: Seed | None = None
     stop: StopStr | Annotated[list[StopStr], Field(max_length=MAX_STOP)] | None = None
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)] = []
@@ -98,11 +107,14 @@ class SamplingFields(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
-    def sampling_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``SamplingParams`` (all but ``max_tokens``)."""
-        return dict(temperature=self.temperature, top_p=self.top_p, top_k=max(0, self.top_k),
-                    seed=self.seed, stop=self.stop_strings(), stop_token_ids=tuple(self.stop_token_ids),
-                    ignore_eos=self.ignore_eos)
+    def sampling_kwargs(self, defaults: Mapping[str, float | int]) -> dict[str, Any]:
+        """The keyword arguments of ``SamplingParams`` (all but ``max_tokens``): each of
+        :data:`SAMPLING_DEFAULTED` is the request's own value, else ``defaults[name]``."""
+        own = {k: getattr(self, k) for k in SAMPLING_DEFAULTED}
+        picked = {k: defaults[k] if v is None else v for k, v in own.items()}
+        picked["top_k"] = max(0, picked["top_k"])   # -1 and 0: off
+        return dict(**picked, seed=self.seed, stop=self.stop_strings(),
+                    stop_token_ids=tuple(self.stop_token_ids), ignore_eos=self.ignore_eos)
 
     def forwarded(self) -> dict[str, Any]:
         """The sampling fields as JSON for a worker (the prompt travels as token ids)."""

@@ -74,7 +74,10 @@ def build_router(state: RouterState) -> FastAPI:
 
     @app.get("/v1/models", dependencies=public, responses=errors(401))
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "owned_by": "warmpath"}]}
+        entry = {"id": state.model_id, "object": "model", "owned_by": "warmpath"}
+        if state.namespace is not None:   # what the first worker to register reported
+            entry.update(max_model_len=state.max_model_len, generation_defaults=state.generation_defaults)
+        return {"object": "list", "data": [entry]}
 
     _add_worker_routes(app, state, http, [Depends(require_cluster_token(token))])
     _add_status_routes(app, state, public)
@@ -119,6 +122,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             state.namespace = ns
             state.kv_bytes_per_token = b.kv_bytes_per_token
             state.max_model_len = b.max_model_len
+            state.generation_defaults = b.generation_defaults and b.generation_defaults.model_dump()
         elif ns != state.namespace:
             raise bad("namespace", f"worker {b.worker_id} serves a different model/KV layout")
         old = state.registry.workers.get(b.worker_id)

@@ -62,6 +62,7 @@ class RouterState:
         self.namespace: KVNamespace | None = None
         self.kv_bytes_per_token = 46080
         self.max_model_len: int | None = None     # learnt from the first registration
+        self.generation_defaults: dict | None = None   # the first registration's, as reported
         self.lock = threading.Lock()
         self.subs: dict[str, tuple[KVEventSubscriber, threading.Event]] = {}
         self.routed: dict[str, int] = {}

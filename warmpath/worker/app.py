@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from warmpath.engine.async_engine import AsyncEngine
 from warmpath.engine.llm_engine import LLMEngine
+from warmpath.models.generation import check_override
 from warmpath.models.tokenizer import ChatTemplateError
 from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import bad
@@ -32,7 +33,8 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    default_max_tokens: int = 1024
+    default_max_tokens: int = 1024       # max_tokens when neither the request nor the model sets it
+    generation_override: dict = field(default_factory=dict)   # --override-generation-config (checked)
     disconnect_poll_s: float = 0.25
     registration: object | None = None   # worker.registration.RegistrationConfig when behind a router
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -51,6 +53,7 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.default_max_tokens <= 0:
             raise ValueError(f"default_max_tokens must be > 0, got {self.default_max_tokens}")
+        check_override(self.generation_override, "generation_override")
 
 
 def _lifespan(app: FastAPI, aengine: AsyncEngine, cfg: ServerConfig):
@@ -77,7 +80,7 @@ def _lifespan(app: FastAPI, aengine: AsyncEngine, cfg: ServerConfig):
             from warmpath.worker.registration import register_and_heartbeat
 
             tasks.append(asyncio.create_task(register_and_heartbeat(
-                cfg.registration, aengine.engine, lambda: aengine.alive)))
+                cfg.registration, aengine.engine, lambda: aengine.alive, app.state.defaults.to_json())))
         yield
         for task in tasks:
             task.cancel()
@@ -97,6 +100,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     app.router.route_class = JSONRoute
     publish(app)
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
+    app.state.defaults = front.defaults
     app.state.max_body_bytes = cfg.max_body_bytes
     install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(front.model_name).inc())
     # Behind a router with no keys of its own, a worker's /v1/* needs the cluster token: the
@@ -147,7 +151,7 @@ def _add_status_routes(app: FastAPI, front: WorkerFront, public: list) -> None:
     async def models() -> dict:
         return {"object": "list", "data": [{
             "id": front.model_name, "object": "model", "created": 0, "owned_by": "warmpath",
-            "max_model_len": engine.max_model_len}]}
+            "max_model_len": engine.max_model_len, "generation_defaults": front.defaults.to_json()}]}
 
     @app.get("/ready", responses=status(503))
     async def ready() -> Response:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from warmpath.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed, RequestHandle
 from warmpath.engine.llm_engine import RequestOutput
 from warmpath.engine.sequence import SamplingParams
+from warmpath.models.generation import resolve_defaults, table_entry
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.openai import SamplingFields
 from warmpath.worker.metrics import EngineMetrics
@@ -48,12 +49,20 @@ def engine_error(e: Exception) -> APIError:
 
 
 class WorkerFront:
-    """Admits validated requests into the engine and renders their outputs."""
+    """Admits validated requests into the engine and renders their outputs.
+
+    ``defaults``: what a request that leaves a sampling field (or ``max_tokens``) out gets
+    (``models.generation``: ``cfg.generation_override`` > the model's generation config >
+    its card > neutral; ``max_tokens`` always capped at the context left)."""
 
     def __init__(self, aengine: AsyncEngine, metrics: EngineMetrics, cfg) -> None:
         self.aengine, self.engine, self.metrics, self.cfg = aengine, aengine.engine, metrics, cfg
-        self.model_name = self.engine.loaded.model_id
+        loaded = self.engine.loaded
+        self.model_name = loaded.model_id
         self.aliases = {self.model_name, self.engine.cfg.model}
+        self.defaults = resolve_defaults(cfg.generation_override, loaded.generation_config,
+                                         table_entry(loaded.model_id), cfg.default_max_tokens,
+                                         loaded.generation_source)
 
     # -- admission ---------------------------------------------------------
     def admit(self, parsed: SamplingFields, prompt: list[int], kind: str, param: str,
@@ -70,7 +79,7 @@ class WorkerFront:
             raise APIError(429, f"the worker's waiting queue is full ({cfg.max_waiting} requests); "
                                 "retry later", headers={"Retry-After": "1"})
         room = engine.max_model_len - len(prompt)
-        max_tokens = parsed.max_new_tokens or max(1, min(cfg.default_max_tokens, room))
+        max_tokens = parsed.max_new_tokens or max(1, min(self.defaults.max_tokens, room))
         try:
             engine.check_prompt(len(prompt), max_tokens)
         except ValueError as e:
@@ -82,7 +91,8 @@ class WorkerFront:
             if any(t >= vocab for t in ids):
                 raise bad(name, f"token ids must be in [0, {vocab})")
         try:
-            params = SamplingParams(max_tokens=run_tokens or max_tokens, **parsed.sampling_kwargs())
+            params = SamplingParams(max_tokens=run_tokens or max_tokens,
+                                    **parsed.sampling_kwargs(self.defaults.sampling()))
         except ValueError as e:
             raise bad("body", str(e)) from e
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"

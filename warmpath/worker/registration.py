@@ -62,16 +62,17 @@ async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
 
 
 async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
-                                 alive: Callable[[], bool] = lambda: True) -> None:
+                                 alive: Callable[[], bool] = lambda: True, defaults: dict | None = None) -> None:
     """Runs until cancelled: (re)registers whenever the router does not know us; stops
-    heartbeating once ``alive()`` turns false (the failure is reported separately)."""
+    heartbeating once ``alive()`` turns false (the failure is reported separately).
+    ``defaults``: this worker's sampling defaults (``GenerationDefaults.to_json()``)."""
     ev = engine.tiers.events if engine.tiers is not None else None
     body = Registration(
         worker_id=cfg.worker_id, role=cfg.role, url=cfg.advertise_url,
         namespace=dataclasses.asdict(engine.namespace), pid=os.getpid(),
         kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
         max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
-        replay_endpoint=ev.replay_endpoint if ev else None).model_dump()
+        replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults).model_dump()
     registered = False
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():
