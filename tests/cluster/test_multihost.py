@@ -89,7 +89,7 @@ def reference(served_model):
     e = LLMEngine(EngineConfig(), loaded=served_model)
     tok = e.tokenizer
     ids = tok.encode(tok.apply_chat_template(QUESTION), add_special=False)
-    return tok.decode(e.generate([ids], served_params(smollm, 16, temperature=0))[0], skip_special=True)
+    return tok.decode(e.generate([ids], served_params(served_model, 16, temperature=0))[0], skip_special=True)
 
 
 def start_deployment(procs: dict, tmp_path, env: dict, wait_for) -> None:

@@ -22,7 +22,7 @@ def reference(served_model):
     tok = e.tokenizer
 
     def run(ids, n):
-        return tok.decode(e.generate([ids], served_params(smollm, n, temperature=0))[0],
+        return tok.decode(e.generate([ids], served_params(served_model, n, temperature=0))[0],
                           skip_special=True)
 
     ref = {"chat": run(tok.encode(tok.apply_chat_template(QUESTION), add_special=False), 16),
