@@ -171,6 +171,6 @@ def quantized(loaded: LoadedModel, mode: str) -> LoadedModel:
         return loaded
     if mode == "int8" and loaded.tokenizer is None:
         raise ModelFileError("int8 calibration needs the model's tokenizer")
-    ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if loaded.tokenizer else []
+    ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if mode == "int8" else []   # only int8 calibrates
     quant.quantize_model(loaded.model, mode, ids)
     return dataclasses.replace(loaded, revision=f"{loaded.revision}+{mode}")
