@@ -194,7 +194,7 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
 
 
 def _model_id(model: str) -> str:
-    from warmpath.models.loader import SMOLLM2_NAME
+    from warmpath.models.files import SMOLLM2_NAME
 
     return SMOLLM2_NAME if model == "smollm2" else model.rstrip("/").split("/")[-1].removesuffix(".gguf")
 
@@ -205,7 +205,7 @@ def _router(a: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from warmpath.models.loader import load_tokenizer
+    from warmpath.models.files import load_tokenizer
     from warmpath.router.admission import AdmissionConfig
     from warmpath.router.policy import POLICIES
     from warmpath.router.ppd import PPDConfig, PPDTable
@@ -230,6 +230,9 @@ def _router(a: argparse.Namespace) -> int:
                        cluster_token=token, api_keys=api_keys(a.api_key),
                        elastic=ElasticConfig(enabled=a.elastic == "on"))
     state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
+    from warmpath.procs import trim_heap
+
+    trim_heap()   # the tokenizer's temporaries (~20 MiB)
     print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
     return 0
