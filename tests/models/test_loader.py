@@ -9,12 +9,13 @@ MIB = 1 << 20
 
 SCRIPT = r"""
 import json
+import sys
 
 def status():
     out = {}
     for line in open("/proc/self/status"):
         k, _, v = line.partition(":")
-        if k in ("RssAnon", "VmHWM"):
+        if k in ("RssAnon", "RssFile", "VmHWM"):
             out[k] = int(v.split()[0]) * 1024
     return out
 
@@ -29,11 +30,12 @@ def in_file(ptr):
 import torch
 from warmpath.models.loader import load_model
 before = status()
-lm = load_model("smollm2")
+lm = load_model("smollm2", quantization=sys.argv[1])
 after = status()
 named = dict(lm.model.named_parameters())
 print(json.dumps({
     "anon": after["RssAnon"] - before["RssAnon"], "peak": after["VmHWM"] - before["VmHWM"],
+    "file": after["RssFile"] - before["RssFile"],
     "params": sum(p.numel() * p.element_size() for p in named.values()),
     "linear": sum(p.numel() * p.element_size() for n, p in named.items() if n.endswith("weight_t")),
     "mapped": sorted(n for n, p in named.items() if in_file(p.data_ptr())),
@@ -43,10 +45,15 @@ print(json.dumps({
 """
 
 
-def test_weights_are_copied_once_and_the_rest_stays_mapped():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600)
+def load(quantization: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, quantization], capture_output=True, text=True,
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_weights_are_copied_once_and_the_rest_stays_mapped():
+    r = load("none")
     assert r["params"] == 538_060_032          # 134,515,008 float32 parameters
     # every fused / transposed Linear weight is built once: what the load adds to anonymous
     # memory is those weights (405 MiB) plus the tokenizer and torch's first use (~85 MiB
@@ -60,3 +67,10 @@ def test_weights_are_copied_once_and_the_rest_stays_mapped():
     assert "embed_tokens.weight" in r["mapped"] and "norm.weight" in r["mapped"]
     assert len(r["mapped"]) == 1 + 1 + 2 * 30
     assert r["contiguous"] and r["tokenizer"]
+    assert r["file"] < 64 * MIB, r               # the table is not read until the first sample
+
+
+def test_quantizing_leaves_the_table_mapped_but_not_resident():
+    r = load("fp16w")        # builds an fp16 LM head from the whole table, then maps it afresh
+    assert "embed_tokens.weight" in r["mapped"] and r["contiguous"]
+    assert r["file"] < 64 * MIB, r

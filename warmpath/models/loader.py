@@ -61,17 +61,21 @@ def _load_safetensors(hf_dir: Path) -> dict[str, torch.Tensor]:
     return sd
 
 
-def _remap_kept(model: LlamaForCausalLM, sd: dict[str, torch.Tensor], hf_dir: Path) -> None:
-    """Parameters the model took as they were (embedding, norms) are views of ``sd``'s
-    mappings, which also hold every page read while building the fused weights: give them
-    views of fresh mappings instead, so that only their own pages become resident."""
-    src = {t.data_ptr(): k for k, t in sd.items()}
-    fresh = None
-    for mod in model.modules():
+def _map_afresh(model: LlamaForCausalLM, hf_dir: Path) -> None:
+    """Give the parameters the model took from the checkpoint as they were (same name, dtype
+    and shape on CPU: the embedding table, the norms) views of fresh mappings of the file.
+
+    NOTE: the mappings the load read through also hold every page it read (the weights
+    fused and transposed into copies; quantization reads the whole table): mapped afresh,
+    only the pages used from now on become resident, shared by all processes mapping the file.
+    """
+    fresh = _load_safetensors(hf_dir)
+    for prefix, mod in model.named_modules():
         for name, p in list(mod.named_parameters(recurse=False)):
-            if (k := src.get(p.data_ptr())) is not None:
-                fresh = fresh or _load_safetensors(hf_dir)
-                setattr(mod, name, torch.nn.Parameter(fresh[k], requires_grad=p.requires_grad))
+            full = f"{prefix}.{name}" if prefix else name
+            t = fresh.get("model." + full, fresh.get(full))
+            if t is not None and p.device.type == "cpu" and p.dtype == t.dtype and p.shape == t.shape:
+                setattr(mod, name, torch.nn.Parameter(t, requires_grad=p.requires_grad))
 
 
 def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[
@@ -97,9 +101,9 @@ def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple
         model.load_hf_state_dict({k: v.float() for k, v in sd.items()})
     except ValueError as e:
         raise ModelFileError(f"{hf_dir}: {e}") from e
-    model = model.to(device=device, dtype=dtype).eval()
-    _remap_kept(model, sd, hf_dir)
     del sd
+    model = model.to(device=device, dtype=dtype).eval()
+    _map_afresh(model, hf_dir)
     tok = TextTokenizer.from_dir(hf_dir) if (hf_dir / "tokenizer.json").is_file() else None
     if tok is not None and tok.eos_id is not None and tok.eos_id not in cfg.eos_token_ids:
         from dataclasses import replace
@@ -164,5 +168,7 @@ def quantized(loaded: LoadedModel, mode: str) -> LoadedModel:
         raise ModelFileError("int8 calibration needs the model's tokenizer")
     ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if loaded.tokenizer else []
     quant.quantize_model(loaded.model, mode, ids)
+    if loaded.hf_dir is not None:
+        _map_afresh(loaded.model, loaded.hf_dir)
     trim_heap()   # the float32 weights it replaced
     return dataclasses.replace(loaded, revision=f"{loaded.revision}+{mode}")
