@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--topology", default="cpd-1d")
-    p.add_argument("--threads", type=int, default=2, help="torch threads per worker (serve --threads)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="torch threads per worker (serve --threads; 0: not passed, the launcher's default)")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
                    help="one more `warmpath serve` argument (repeatable; write --serve-arg=--flag)")
     p.add_argument("--label", default="current", help="name of the result file")
@@ -280,7 +281,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", a.topology,
-           "--host", "127.0.0.1", "--port", str(free_port()), "--threads", str(a.threads), *a.serve_arg]
+           "--host", "127.0.0.1", "--port", str(free_port()), *(["--threads", str(a.threads)] if a.threads else []),
+           *a.serve_arg]
     res = run(a, cmd, a.out / f"{a.label}.log")
     print(f"warmpath {res['command']}  (started in {res['startup_s']} s, {res['git']})")
     print(table(res["processes"]))
