@@ -24,6 +24,20 @@ def _override(v: str) -> dict:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _gib(v: str) -> float | str:
+    """A size in GiB (>= 0), or ``auto``: sized from the model (``kv/sizing.py``)."""
+    if v == "auto":
+        return v
+    x = float(v)
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 or 'auto', got {v}")
+    return x
+
+
+def _auto(v: float | str) -> float | None:
+    return None if v == "auto" else v
+
+
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument("--model", default="smollm2",
@@ -35,7 +49,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
                         "faster, but answers differ and depend on batch mates)")
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--kv-cache-gib", type=float, default=1.0, help="L1 KV pool size")
+    g.add_argument("--kv-cache-gib", type=_gib, default="auto",
+                   help="L1 KV pool size (auto: one context window of the model)")
     g.add_argument("--max-num-seqs", type=int, default=64)
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
@@ -44,11 +59,13 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t = p.add_argument_group("KV tiers")
-    t.add_argument("--l2-gib", type=float, default=1.0, help="host-DRAM KV pool (0 = off)")
+    t.add_argument("--l2-gib", type=_gib, default="auto",
+                   help="host-DRAM KV pool (0 = off; auto: as many blocks as L1)")
     t.add_argument("--kv-store", default=None, metavar="MASTER[,METADATA_URL]",
                    help="existing Mooncake master host:port (metadata URL defaults to "
                         "http://HOST:8080/metadata); default: start a private one")
-    t.add_argument("--l3-gib", type=float, default=2.0, help="memory of the private Mooncake store")
+    t.add_argument("--l3-gib", type=_gib, default="auto",
+                   help="memory of the private Mooncake store (auto: as many blocks as every worker's L1)")
     t.add_argument("--no-l3", action="store_true", help="no distributed store")
     t.add_argument("--kv-protocol", default="tcp", choices=("tcp", "rdma"))
     t.add_argument("--kv-write-policy", default=None, choices=("write-through", "write-back", "none"),
@@ -70,7 +87,7 @@ def tier_config(a: argparse.Namespace, service=None):
         l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
                             local_hostname=advertise_host(a))
     write = a.kv_write_policy or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
-    return TierConfig(l2_gib=a.l2_gib, l3=l3, write_policy=write, load_policy=a.load_policy,
+    return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_policy=write, load_policy=a.load_policy,
                       events_host=a.host, events_port=a.kv_events_port,
                       events_advertise_host=advertise_host(a),
                       events_token=getattr(a, "cluster_token", None),
@@ -106,7 +123,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
     return EngineConfig(tiers=tiers, worker_id=a.worker_id, step_trace=trace,
         model=a.model, device=a.device, dtype=a.dtype, quantization=a.quantization,
         block_size=a.block_size,
-        kv_cache_gib=a.kv_cache_gib, enable_prefix_caching=not a.no_prefix_caching,
+        kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
@@ -120,7 +137,9 @@ def _serve(a: argparse.Namespace) -> int:
         raise ValueError(f"--worker-id must be 1-64 of A-Z a-z 0-9 . _ -, got {a.worker_id!r}")
     if a.cmd == "serve" and a.topology != "single":
         from warmpath.cluster.launcher import serve_cluster
+        from warmpath.cluster.topology import resolve
 
+        a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
         return serve_cluster(a, _model_id(a.model))
     import uvicorn
 
@@ -161,6 +180,7 @@ def _serve(a: argparse.Namespace) -> int:
                         cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
     service = None
     if not a.no_l3 and a.kv_store is None:
+        a.l3_gib = _store_gib(a, 1)
         service = MooncakeService(host="127.0.0.1", segment_bytes=int(a.l3_gib * (1 << 30))).start()
         logging.getLogger("warmpath").info("started mooncake_master at %s", service.master)
     try:
@@ -172,6 +192,24 @@ def _serve(a: argparse.Namespace) -> int:
     finally:
         if service is not None:
             service.stop()
+
+
+def _store_gib(a: argparse.Namespace, workers: int) -> float:
+    """``--l3-gib``, where ``auto`` is as many blocks as the L1 pools of the ``workers`` that
+    share this private store (``kv/sizing.py``), from the model's config; the KV is taken as
+    float32 unless ``--dtype`` or ``--device cuda`` say otherwise (then bfloat16 KV fits
+    twice as many blocks)."""
+    if a.l3_gib != "auto" or a.no_l3 or a.kv_store:
+        return 0.0 if a.l3_gib == "auto" else a.l3_gib
+    from warmpath.kv.sizing import GIB, l1_blocks, store_bytes
+    from warmpath.models.files import model_config
+
+    cfg = model_config(a.model)
+    half = a.dtype in ("bfloat16", "float16") or (a.dtype == "auto" and a.device.startswith("cuda"))
+    block = cfg.kv_bytes_per_token(2 if half else 4) * a.block_size
+    ctx = min(a.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    blocks = l1_blocks(_auto(a.kv_cache_gib), block, ctx, a.block_size, a.max_num_seqs)
+    return store_bytes(workers, blocks, block) / GIB
 
 
 def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
@@ -194,7 +232,7 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
 
 
 def _model_id(model: str) -> str:
-    from warmpath.models.loader import SMOLLM2_NAME
+    from warmpath.models.files import SMOLLM2_NAME
 
     return SMOLLM2_NAME if model == "smollm2" else model.rstrip("/").split("/")[-1].removesuffix(".gguf")
 
@@ -205,7 +243,7 @@ def _router(a: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from warmpath.models.loader import load_tokenizer
+    from warmpath.models.files import load_tokenizer
     from warmpath.router.admission import AdmissionConfig
     from warmpath.router.policy import POLICIES
     from warmpath.router.ppd import PPDConfig, PPDTable
@@ -230,6 +268,9 @@ def _router(a: argparse.Namespace) -> int:
                        cluster_token=token, api_keys=api_keys(a.api_key),
                        elastic=ElasticConfig(enabled=a.elastic == "on"))
     state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
+    from warmpath.procs import trim_heap
+
+    trim_heap()   # the tokenizer's temporaries (~20 MiB)
     print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
     return 0

@@ -1,4 +1,5 @@
-"""Child-process helpers shared by the launcher and the private Mooncake service."""
+"""Process helpers: child processes of the launcher and the private Mooncake service,
+and giving freed heap memory back."""
 
 from __future__ import annotations
 
@@ -24,4 +25,17 @@ def die_with_parent() -> None:
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
+        pass
+
+
+def trim_heap() -> None:
+    """Hand the heap memory freed so far back to the OS (after loading a model or a
+    tokenizer, whose temporaries glibc would otherwise keep for the life of the process)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc
         pass

@@ -1,10 +1,13 @@
-"""L2 hands out a block only if it is the one asked for and its bytes are intact."""
+"""L2 hands out a block only if it is the one asked for and its bytes are intact; its
+storage (and L1's) is zeros whose pages are committed only when written."""
 
 import torch
 
 from warmpath.kv.block_codec import BlockIdentity
 from warmpath.kv.hashing import KVNamespace, digest_prefix_blocks, hash_prefix_blocks
-from warmpath.kv.host_pool import HostKVPool
+from warmpath.kv.host_pool import HostKVPool, lazy_zeros
+
+MIB = 1 << 20
 
 SHAPE = (2, 2, 4, 1, 8)
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=4)
@@ -61,3 +64,24 @@ def test_without_checksums_bytes_are_not_checked():
     data, why = p.get(IDS[0])
     assert why is None and data.view(-1)[0].item() == 9.0
     assert p.sums == [None, None]
+
+
+def rss_anon() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon")
+
+
+def test_lazy_zeros_reads_as_zeros_and_costs_only_what_is_written():
+    before = rss_anon()
+    t = lazy_zeros((64, 1024, 1024), torch.float32)          # 256 MiB
+    assert t.shape == (64, 1024, 1024) and t.dtype == torch.float32 and t.is_contiguous()
+    assert rss_anon() - before < 8 * MIB
+    t[3].fill_(1.5)                                          # one 4 MiB slab written
+    grown = rss_anon() - before
+    assert 4 * MIB <= grown < 16 * MIB
+    assert t[3].sum().item() == 1.5 * 1024 * 1024 and t[2].abs().sum().item() == 0
+    assert lazy_zeros((0, 4), torch.float32).shape == (0, 4)
+    assert lazy_zeros((2, 3), torch.bfloat16).eq(0).all()
+    assert HostKVPool(4, SHAPE, torch.float32).data.eq(0).all()

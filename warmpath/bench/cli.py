@@ -68,7 +68,7 @@ async def _bench(a: argparse.Namespace) -> dict:
     make, fixed = workload_factory(a)
     encode = decode = None
     if not a.no_retokenize or a.text_prompts:
-        from warmpath.models.loader import load_tokenizer
+        from warmpath.models.files import load_tokenizer
 
         tok = load_tokenizer()
         encode = None if a.no_retokenize else functools.partial(tok.encode, add_special=False)

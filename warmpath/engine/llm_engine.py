@@ -18,6 +18,7 @@ from warmpath.engine.sequence import SamplingParams, Sequence
 from warmpath.engine.tier_rules import credit_l3_writes
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.hashing import KVNamespace
+from warmpath.kv.sizing import l1_blocks
 from warmpath.models.loader import LoadedModel, load_model
 
 
@@ -26,7 +27,8 @@ class EngineConfig:
     """Engine settings (model, memory, batching).
 
     ``device``/``dtype`` ``"auto"``: CUDA + bfloat16 when available, else CPU + float32.
-    ``num_blocks`` overrides ``kv_cache_gib`` when set. ``quantization``: none (the float32
+    ``kv_cache_gib`` ``None``: one context window of blocks (``kv/sizing.py``);
+    ``num_blocks`` overrides both when set. ``quantization``: none (the float32
     reference) | int8 | fp16w | auto (fp16w on CPU); see ``models/quant.py``.
     """
 
@@ -35,7 +37,7 @@ class EngineConfig:
     dtype: str = "auto"
     quantization: str = "none"
     block_size: int = 16
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: float | None = None
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
     max_model_len: int | None = None
@@ -49,7 +51,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
-        if self.kv_cache_gib <= 0:
+        if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
             raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")
         if self.num_blocks is not None and self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
@@ -100,8 +102,10 @@ class LLMEngine:
         mcfg = self.loaded.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
                                  mcfg.max_position_embeddings)
-        nblocks = config.num_blocks or ModelRunner.blocks_for_memory(
-            self.loaded, config.block_size, config.kv_cache_gib)
+        kv_itemsize = next(self.loaded.model.parameters()).element_size()   # the runner's KV dtype
+        nblocks = config.num_blocks or l1_blocks(
+            config.kv_cache_gib, mcfg.kv_bytes_per_token(kv_itemsize) * config.block_size,
+            self.max_model_len, config.block_size, config.scheduler.max_num_seqs)
         self.runner = ModelRunner(self.loaded, nblocks, config.block_size)
         self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
         self.block_manager = BlockManager(self.pool, config.block_size)

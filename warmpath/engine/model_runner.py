@@ -8,6 +8,7 @@ import torch
 
 from warmpath.engine.sampler import Sampler
 from warmpath.engine.scheduler import ScheduledSeq, SchedulerOutput
+from warmpath.kv.host_pool import lazy_zeros
 from warmpath.models.attention import AttentionMetadata
 from warmpath.models.loader import LoadedModel
 
@@ -36,17 +37,11 @@ class ModelRunner:
         self.device, self.dtype = p.device, p.dtype
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.kv_caches = torch.zeros(
-            self.cfg.num_layers, 2, num_blocks, block_size, self.cfg.num_kv_heads,
-            self.cfg.head_dim, dtype=self.dtype, device=self.device)
+        # NOTE: on CPU the pages are committed as blocks are first written (lazy_zeros).
+        self.kv_caches = lazy_zeros(
+            (self.cfg.num_layers, 2, num_blocks, block_size, self.cfg.num_kv_heads, self.cfg.head_dim),
+            self.dtype, self.device)
         self.sampler = Sampler(self.device)
-
-    @staticmethod
-    def blocks_for_memory(loaded: LoadedModel, block_size: int, gib: float) -> int:
-        """How many blocks fit in ``gib`` GiB of KV memory."""
-        dt = next(loaded.model.parameters()).element_size()
-        per_block = loaded.config.kv_bytes_per_token(dt) * block_size
-        return max(1, int(gib * (1 << 30)) // per_block)
 
     def _slots(self, s: ScheduledSeq) -> list[int]:
         bs, table = self.block_size, s.seq.block_ids

@@ -37,9 +37,10 @@ from warmpath.kv.mooncake_store import MooncakeConfig, MooncakeL3
 
 @dataclass(frozen=True)
 class TierConfig:
-    """Lower tiers of one worker. ``l3=None`` disables the store; ``l2_gib=0`` disables L2."""
+    """Lower tiers of one worker. ``l3=None`` disables the store; ``l2_gib=0`` disables L2;
+    ``l2_gib=None``: L2 holds as many blocks as L1 (``kv/sizing.py``)."""
 
-    l2_gib: float = 1.0
+    l2_gib: float | None = None
     l3: MooncakeConfig | None = None
     write_policy: str = "write-back"     # write-through | write-back | none
     load_policy: str = "auto"            # auto | always | never
@@ -55,7 +56,7 @@ class TierConfig:
     l2_checksum: bool = False            # also checksum L2 blocks' bytes (~halves L2 load speed: docs/kv_verify.md)
 
     def __post_init__(self) -> None:
-        if self.l2_gib < 0:
+        if self.l2_gib is not None and self.l2_gib < 0:
             raise ValueError(f"l2_gib must be >= 0, got {self.l2_gib}")
         if self.write_policy not in WRITE_POLICIES:
             raise ValueError(f"write_policy must be write-through, write-back or none, "
@@ -71,7 +72,8 @@ class TieredKV(TierMover):
         # One block across layers: kv[:, :, block_id] -> [layers, 2, bs, kvh, hd]
         self.block_shape = tuple(kv_caches[:, :, 0].shape)
         self.dtype_name = str(kv_caches.dtype).removeprefix("torch.")
-        cap = HostKVPool.capacity_for(cfg.l2_gib, self.block_shape, kv_caches.dtype)
+        cap = pool.num_blocks if cfg.l2_gib is None else HostKVPool.capacity_for(
+            cfg.l2_gib, self.block_shape, kv_caches.dtype)
         self.l2 = HostKVPool(cap, self.block_shape, kv_caches.dtype, pin=kv_caches.is_cuda,
                              checksum=cfg.l2_checksum)
         self.block_bytes = kv_caches[:, :, 0].numel() * kv_caches.element_size()

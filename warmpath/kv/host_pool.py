@@ -7,11 +7,31 @@ if it is the one asked for and its bytes are intact.
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 
 from warmpath.kv.block_codec import BROKEN, BlockIdentity, payload_checksum
 from warmpath.kv.hashing import BlockHash
 from warmpath.kv.lru_index import LRUSlotIndex
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device = "cpu",
+               pin: bool = False) -> torch.Tensor:
+    """A zero tensor; on CPU (unpinned) its pages are committed only when first written.
+
+    NOTE: ``torch.zeros`` writes every byte, so a KV pool cost its full size in RSS from
+    the start; an anonymous mapping reads as zeros and the kernel backs each page on first
+    write, so a pool costs what its used blocks occupy (up to its capacity). Pinned and
+    device memory is allocated as usual.
+    """
+    device = torch.device(device)
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    if device.type != "cpu" or pin or nbytes == 0:
+        return torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin and nbytes > 0)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # private: no shmem
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
 class HostKVPool:
@@ -30,7 +50,7 @@ class HostKVPool:
                  pin: bool = False, checksum: bool = False) -> None:
         self.index = LRUSlotIndex(capacity)
         self.block_shape = block_shape
-        self.data = torch.zeros((capacity, *block_shape), dtype=dtype, pin_memory=pin and capacity > 0)
+        self.data = lazy_zeros((capacity, *block_shape), dtype, pin=pin)
         self.checksum = checksum
         self.idents: list[BlockIdentity | None] = [None] * capacity
         self.sums: list[bytes | None] = [None] * capacity

@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 import xxhash
 
 from warmpath.models.generation import GGUF_KEYS
@@ -168,7 +167,7 @@ def _open(path: Path):
 def convert_gguf(path: Path, out_dir: Path) -> None:
     """Dequantize ``path`` and write an HF-style directory to ``out_dir`` atomically."""
     from gguf.quants import dequantize
-    from safetensors.torch import save_file
+    from safetensors.numpy import save_file   # no torch: the router and launcher may convert
 
     reader = _open(path)
     arch = _field(reader, "general.architecture")
@@ -188,7 +187,7 @@ def convert_gguf(path: Path, out_dir: Path) -> None:
             w = _unpermute(w, heads)
         elif arch == "llama" and t.name.endswith("attn_k.weight"):
             w = _unpermute(w, kv_heads)
-        sd[_hf_name(t.name)] = torch.from_numpy(np.ascontiguousarray(w))
+        sd[_hf_name(t.name)] = np.ascontiguousarray(w)
     tok_json, tok_cfg = _build_tokenizer(reader, path)
     cfg = _config(reader, arch, len(tok_json["model"]["vocab"]), "lm_head.weight" not in sd)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

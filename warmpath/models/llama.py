@@ -164,26 +164,31 @@ class LlamaForCausalLM(nn.Module):
         return F.linear(hidden, self.embed_tokens.weight).float()
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        """Load weights named as in Hugging Face Llama checkpoints (fusing q/k/v, gate/up)."""
+        """Load weights named as in Hugging Face Llama checkpoints (fusing q/k/v, gate/up).
+
+        The tensors become the parameters (``assign``; the model may be on the meta device):
+        each fused or transposed weight is built with one copy, and the others (embedding,
+        norms) are taken as they are, so views of a memory-mapped file stay views of it.
+        """
         sd = {k.removeprefix("model."): v for k, v in sd.items()}
         own = self.state_dict()
-        new: dict[str, torch.Tensor] = {}
+        parts: dict[str, list[torch.Tensor]] = {}    # our name -> HF tensors joined along dim 0
         for i in range(self.cfg.num_layers):
-            p = f"layers.{i}."
-            a = p + "self_attn."
-            new[a + "qkv_proj.weight"] = torch.cat(
-                [sd.pop(a + n + "_proj.weight") for n in ("q", "k", "v")])
+            a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+            parts[a + "qkv_proj.weight"] = [sd.pop(a + n + "_proj.weight") for n in ("q", "k", "v")]
             if self.cfg.attention_bias:
-                new[a + "qkv_proj.bias"] = torch.cat(
-                    [sd.pop(a + n + "_proj.bias") for n in ("q", "k", "v")])
-            new[p + "mlp.gate_up_proj.weight"] = torch.cat(
-                [sd.pop(p + "mlp.gate_proj.weight"), sd.pop(p + "mlp.up_proj.weight")])
+                parts[a + "qkv_proj.bias"] = [sd.pop(a + n + "_proj.bias") for n in ("q", "k", "v")]
+            parts[m + "gate_up_proj.weight"] = [sd.pop(m + "gate_proj.weight"), sd.pop(m + "up_proj.weight")]
         if self.lm_head is None:
             sd.pop("lm_head.weight", None)
-        new.update(sd)
-        for k in list(new):
-            if k.endswith(".weight") and k.removesuffix(".weight") + ".weight_t" in own:
-                new[k.removesuffix(".weight") + ".weight_t"] = new.pop(k).t().contiguous()
+        parts.update((k, [v]) for k, v in sd.items())
+        new: dict[str, torch.Tensor] = {}
+        for k, ts in parts.items():
+            kt = k.removesuffix(".weight") + ".weight_t"
+            if k.endswith(".weight") and kt in own:     # Linear keeps W^T [in, out]
+                new[kt] = ts[0].t().contiguous() if len(ts) == 1 else torch.cat([t.t() for t in ts], dim=1)
+            else:
+                new[k] = ts[0] if len(ts) == 1 else torch.cat(ts)
         missing = set(own) - set(new)
         unexpected = set(new) - set(own)
         if missing or unexpected:
@@ -192,4 +197,4 @@ class LlamaForCausalLM(nn.Module):
         for k, v in new.items():
             if tuple(v.shape) != tuple(own[k].shape):
                 raise ValueError(f"shape mismatch for {k}: {tuple(v.shape)} vs {tuple(own[k].shape)}")
-        self.load_state_dict(new, strict=True, assign=False)
+        self.load_state_dict(new, strict=True, assign=True)

