@@ -16,6 +16,11 @@ def test_register_heartbeat_expire():
     assert not r.heartbeat("p1", now=52)        # must register again
 
 
+def test_silent_workers_are_looked_for_every_quarter_heartbeat_at_most_once_a_second():
+    assert DiscoveryConfig(heartbeat_s=1, drop_after_s=1.5).check_every_s == 0.25   # dropped by 1.75 s
+    assert DiscoveryConfig(heartbeat_s=10, drop_after_s=30).check_every_s == 1.0
+
+
 def test_bad_input():
     r = Registry()
     with pytest.raises(ValueError, match="role"):

@@ -86,15 +86,20 @@ def build_router(state: RouterState) -> FastAPI:
 
 
 async def _expire_loop(state: RouterState) -> None:
-    """Once a second: drop workers silent past ``drop_after_s`` and idle sessions,
-    rebalance the CPD tiers (elastic), sample the dashboard."""
+    """Drop workers silent past ``drop_after_s`` (checked every ``check_every_s``); once a
+    second: idle sessions, the CPD tiers' rebalance (elastic), the dashboard's sample."""
+    tick = state.cfg.discovery.check_every_s
+    last_pass = 0.0
     while True:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(tick)
         try:
             now = time.monotonic()
             for w in state.registry.expire(now):
                 state.drop(w)
                 state.metrics.dropped.labels("silent").inc()
+            if now - last_pass < 1.0 - tick / 2:
+                continue
+            last_pass = now
             state.sessions.expire(now)
             state.rebalance(now)
             state.dashboard.sample(state, now)

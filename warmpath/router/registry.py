@@ -24,6 +24,12 @@ class DiscoveryConfig:
             raise ValueError("need 0 < heartbeat_s < drop_after_s, got "
                              f"{self.heartbeat_s} / {self.drop_after_s}")
 
+    @property
+    def check_every_s(self) -> float:
+        """How often the router looks for silent workers: every quarter heartbeat, at most
+        once a second, so a silent worker is dropped by ``drop_after_s + check_every_s``."""
+        return min(1.0, self.heartbeat_s / 4)
+
 
 @dataclass
 class WorkerRecord:
