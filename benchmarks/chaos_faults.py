@@ -35,7 +35,7 @@ class Fault:
     result: dict = field(default_factory=dict)
 
 
-def schedule(kinds: list[str], duration: float, seed: int, warmup: float = 25.0, tail: float = 40.0) -> list[Fault]:
+def schedule(kinds: list[str], duration: float, seed: int, warmup: float = 25.0, tail: float = 100.0) -> list[Fault]:
     """The faults in a seeded order, spread over ``[warmup, duration - tail]`` with jitter."""
     rng = random.Random(seed)
     order = list(kinds)
@@ -121,7 +121,7 @@ class Faults:
         ok = self.wait(lambda: self.load.first_ok(t0), 60)
         back = self.wait(lambda: time.monotonic() if self.workers().get(f.target, {}).get("pid") not in (None, old)
                          else None, 240, 0.5)
-        served = self.wait(lambda: self.load.served_by(f.target, back), 120, 0.5) if back else None
+        served = self.wait(lambda: self.load.served_by(f.target, back), 60, 0.5) if back else None
         f.result = {"pid": old, "detected_s": self.since(t0, gone), "first_ok_after_s": self.since(t0, ok),
                     "rejoined_s": self.since(t0, back), "first_served_by_it_s": self.since(t0, served)}
 
@@ -137,7 +137,7 @@ class Faults:
         self.stopped.discard(pid)
         t1 = time.monotonic()
         back = self.wait(lambda: time.monotonic() if f.target in self.workers() else None, 60)
-        served = self.wait(lambda: self.load.served_by(f.target, t1), 120, 0.5)
+        served = self.wait(lambda: self.load.served_by(f.target, t1), 60, 0.5)
         f.result = {"pid": pid, "stopped_s": self.stop_s, "detected_s": self.since(t0, gone),
                     "first_ok_after_s": self.since(t0, ok), "rejoined_after_cont_s": self.since(t1, back),
                     "first_served_by_it_after_cont_s": self.since(t1, served)}
@@ -167,7 +167,7 @@ class Faults:
                 (r.text[:200] if r is not None else "not registered")
         t0 = f.fired
         seen = self.wait(lambda: time.monotonic() if self.metric_sum("warmpath_kv_verify_failures_total") > before
-                         else None, 90, 0.5)
+                         else None, 60, 0.5)
         f.result = {"corrupted": done, "detected_s": self.since(t0, seen),
                     "verify_failures": self.metric_sum("warmpath_kv_verify_failures_total") - before}
 
