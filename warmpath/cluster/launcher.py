@@ -5,7 +5,8 @@ the requested port, then every worker on a free loopback port; waits until all w
 have registered, prints the endpoint, and stops everything on Ctrl-C / SIGTERM (children
 also die with the launcher through ``PR_SET_PDEATHSIG``). A worker that exits while the
 cluster runs (its engine failed, it was killed) is started again with the same flags, after
-a back-off that doubles with each quick failure (1 s up to 30 s).
+a back-off that doubles with each quick failure (1 s up to 30 s); so are the private Mooncake
+master and segment holder, on the same ports (workers reconnect on their own).
 
 Every process gets the cluster token (``--cluster-token`` / ``WARMPATH_CLUSTER_TOKEN``, or a
 random one made here) through its environment, never its argv (argv shows in ``ps``); the
@@ -101,6 +102,20 @@ class Cluster:
                 self.restarts[name] = self.restarts.get(name, 0) + 1
                 started.append(name)
         return started
+
+    def restart_dead_store(self, now: float) -> list[str]:
+        """Start again the private Mooncake master / segment holder if either exited (same
+        ports, so workers and router keep their ``--kv-store``); at most one try a second.
+        Returns what was restarted ("master", "holder")."""
+        if self.service is None or not self.service.dead() or now < self._due.get("store", 0.0):
+            return []
+        self._due["store"] = now + 1.0
+        log.error("Mooncake %s exited; restarting it", " and ".join(self.service.dead()))
+        try:
+            return self.service.restart_dead()
+        except (OSError, RuntimeError) as e:
+            log.error("could not restart Mooncake (%s); trying again", e)
+            return []
 
 
 # Mooncake's client logs expected lookup misses as errors when it starts; not worth a user's eye.
@@ -199,6 +214,9 @@ def run_forever(c: Cluster, model_id: str) -> int:
                 return 1
             for name in c.restart_dead_workers(time.monotonic()):
                 print(f"warmpath: restarted worker {name} (restart {c.restarts[name]})", flush=True)
+            for name in c.restart_dead_store(time.monotonic()):
+                c.restarts[f"mooncake-{name}"] = c.restarts.get(f"mooncake-{name}", 0) + 1
+                print(f"warmpath: restarted Mooncake {name}", flush=True)
             time.sleep(0.25)
         return 0
     finally:

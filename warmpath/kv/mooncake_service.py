@@ -90,17 +90,44 @@ class MooncakeService:
         if self.external_master is None:
             self.start_master()
         if self.segment_bytes > 0:
-            env = dict(os.environ, MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "ERROR"))
-            self.holder_proc = subprocess.Popen(
-                [sys.executable, "-m", "warmpath.kv.mooncake_service", "--master", self.master,
-                 "--metadata", self.metadata, "--host", self.host, "--segment-bytes", str(self.segment_bytes)],
-                stdout=subprocess.PIPE, stderr=self._log("mooncake_holder"), env=env, start_new_session=True,
-                preexec_fn=die_with_parent)
-            line = self.holder_proc.stdout.readline().decode().strip()
-            if line != "ready":
-                self.stop()
-                raise RuntimeError(f"mooncake segment holder failed to start ({line!r})")
+            self.start_holder()
         return self
+
+    def start_holder(self) -> None:
+        """(Re)start the segment holder, lending ``segment_bytes`` to the master."""
+        env = dict(os.environ, MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "ERROR"))
+        self.holder_proc = subprocess.Popen(
+            [sys.executable, "-m", "warmpath.kv.mooncake_service", "--master", self.master,
+             "--metadata", self.metadata, "--host", self.host, "--segment-bytes", str(self.segment_bytes)],
+            stdout=subprocess.PIPE, stderr=self._log("mooncake_holder"), env=env, start_new_session=True,
+            preexec_fn=die_with_parent)
+        line = self.holder_proc.stdout.readline().decode().strip()
+        if line != "ready":
+            self.stop()
+            raise RuntimeError(f"mooncake segment holder failed to start ({line!r})")
+
+    def dead(self) -> list[str]:
+        """Which of this service's processes have exited ("master", "holder")."""
+        procs = {"master": self.master_proc, "holder": self.holder_proc}
+        return [n for n, p in procs.items() if p is not None and p.poll() is not None]
+
+    def restart_dead(self) -> list[str]:
+        """Start again what exited, on the same ports; returns what was restarted.
+
+        NOTE: a new master knows no segment, so a holder that outlived its master is
+        restarted too (its memory, and the blocks in it, are gone with the old master).
+        Clients need nothing: their next call after the restart reaches the new master.
+        """
+        gone = self.dead()
+        if "master" in gone:
+            if self.holder_proc is not None and "holder" not in gone:
+                self.holder_proc.kill()
+                self.holder_proc.wait()
+                gone.append("holder")
+            self.start_master()
+        if "holder" in gone:
+            self.start_holder()
+        return gone
 
     def kill_master(self) -> None:
         """Kill -9 the master (failure tests)."""

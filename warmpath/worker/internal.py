@@ -16,7 +16,10 @@
 
 ``POST /internal/fault`` (only with fault injection on: tests and chaos runs)
     ``{"kind": "engine-crash"}`` stops the engine thread as an engine bug would;
-    ``{"kind": "sampler-seed", "seed": N}`` makes sampling fail for requests seeded ``N``.
+    ``{"kind": "sampler-seed", "seed": N}`` makes sampling fail for requests seeded ``N``;
+    ``{"kind": "l3-corrupt", "count": N, "seed": S}`` flips a bit in N blocks this worker
+    stored in L3 (picked with seed S from its record; loads must refuse them);
+    ``{"kind": "l3-fill", "bytes": B}`` puts B bytes of junk into the store (eviction).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from warmpath.engine.async_engine import AsyncEngine
 from warmpath.worker.front import WorkerFront, engine_error
@@ -90,8 +93,10 @@ class Fault(BaseModel):
     """A fault to inject (see the module docstring)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
-    kind: Literal["engine-crash", "sampler-seed"]
+    kind: Literal["engine-crash", "sampler-seed", "l3-corrupt", "l3-fill"]
     seed: Seed | None = None
+    count: int = Field(default=1, ge=1, le=4096)
+    bytes: int = Field(default=0, ge=0, le=1 << 40)
 
 
 def add_fault_routes(app: FastAPI, aengine: AsyncEngine, dependencies: list | None = None) -> None:
@@ -99,12 +104,39 @@ def add_fault_routes(app: FastAPI, aengine: AsyncEngine, dependencies: list | No
 
     @app.post("/internal/fault", dependencies=dependencies, responses=errors(*BODY))
     async def fault(body: Fault) -> dict:
+        from warmpath.protocol.errors import bad
+
+        if body.kind.startswith("l3-"):
+            return {"ok": True, "kind": body.kind, **await asyncio.to_thread(_l3_fault, aengine, body)}
         if body.kind == "engine-crash":
             aengine.inject_crash()
         else:
             if body.seed is None:
-                from warmpath.protocol.errors import bad
-
                 raise bad("seed", "'seed' is required for a sampler-seed fault")
             aengine.engine.runner.sampler.fail_seeds.add(body.seed)
         return {"ok": True, "kind": body.kind}
+
+
+def _l3_fault(aengine: AsyncEngine, body: Fault) -> dict:
+    """An ``l3-*`` fault on this worker's L3 client (off the event loop)."""
+    import random
+
+    from warmpath.kv.l3_faults import corrupt_blocks, fill_store
+    from warmpath.protocol.errors import bad
+
+    tiers = aengine.engine.tiers
+    if tiers is None or tiers.l3 is None or not tiers.l3.available:
+        raise bad("kind", f"{body.kind}: this worker has no L3 store reachable now")
+    if body.kind == "l3-fill":
+        return fill_store(tiers.l3, body.bytes)
+    for _ in range(10):   # NOTE: the engine thread may grow the record meanwhile
+        try:
+            known = list(tiers.rules.l3_known)
+            break
+        except RuntimeError:
+            continue
+    else:
+        known = []
+    picked = random.Random(body.seed).sample(known, min(body.count, len(known)))
+    done = corrupt_blocks(tiers.l3, picked, body.seed)
+    return {"corrupted": len(done), "hashes": [h.hex() for h in done]}

@@ -28,6 +28,9 @@ class EngineMetrics:
         self.running = Gauge("warmpath_num_requests_running", "Running sequences", lbl, registry=r)
         self.waiting = Gauge("warmpath_num_requests_waiting", "Waiting sequences", lbl, registry=r)
         self.kv_usage = Gauge("warmpath_kv_cache_usage_ratio", "L1 KV blocks in use (0-1)", lbl, registry=r)
+        self.kv_used = Gauge("warmpath_kv_blocks_used", "L1 KV blocks held by requests (not free)", lbl, registry=r)
+        self.kv_integrity = Gauge("warmpath_kv_pool_integrity", "L1 block pool invariants at the last scrape: "
+                                  "1 hold, 0 broken, -1 not checked (requests running)", lbl, registry=r)
         self.hit_rate = Gauge("warmpath_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache", lbl, registry=r)
         self.hit_tokens = Gauge("warmpath_prefix_cache_hit_tokens", "Prompt tokens found cached (total)", lbl, registry=r)
         self.query_tokens = Gauge("warmpath_prefix_cache_query_tokens", "Prompt tokens looked up (total)", lbl, registry=r)
@@ -49,11 +52,28 @@ class EngineMetrics:
         s = self.engine.scheduler
         self.running.labels(m).set(len(s.running))
         self.waiting.labels(m).set(len(s.waiting))
-        self.kv_usage.labels(m).set(self.engine.pool.usage)
+        pool = self.engine.pool
+        self.kv_usage.labels(m).set(pool.usage)
+        self.kv_used.labels(m).set(pool.num_blocks - pool.num_free)
+        self.kv_integrity.labels(m).set(self._integrity())
         self.hit_tokens.labels(m).set(s.prefix_hit_tokens)
         self.query_tokens.labels(m).set(s.prefix_query_tokens)
         self.hit_rate.labels(m).set(s.prefix_hit_tokens / s.prefix_query_tokens if s.prefix_query_tokens else 0.0)
         self.preemptions.labels(m).set(s.num_preemptions)
+
+    def _integrity(self) -> int:
+        """``check_integrity()`` of the L1 pool, only while the engine is idle.
+
+        NOTE: this runs off the engine thread; a request arriving during the check may
+        race it, so a 0 is worth a second scrape before it is believed."""
+        s = self.engine.scheduler
+        if s.running or s.waiting:
+            return -1
+        try:
+            self.engine.pool.check_integrity()
+            return 1
+        except (AssertionError, RuntimeError, KeyError):
+            return 0
 
     def on_finish(self, ttft: float | None, e2e: float, prompt_tokens: int, completion_tokens: int,
                   reason: str) -> None:
