@@ -157,18 +157,28 @@ class Faults:
                     "l3_written_again_s": self.since(t0, l3)}
 
     def _corrupt(self, f: Fault) -> None:
+        """Flip bits in up to 4,096 stored blocks of each target, then SIGKILL the warm-tier
+        worker: restarted with empty L1/L2, its warm prompts must load those blocks from L3,
+        so a corrupted block is either refused (``warmpath_kv_verify_failures_total``) and
+        recomputed or, if it were served, a wrong answer the load's check would count."""
         before = self.metric_sum("warmpath_kv_verify_failures_total")
         done = {}
         for w in f.target.split(","):
             url = self.workers().get(w, {}).get("url")
-            r = httpx.post(url + "/internal/fault", headers=self.auth, timeout=60,
-                           json={"kind": "l3-corrupt", "count": 256, "seed": self.seed}) if url else None
+            r = httpx.post(url + "/internal/fault", headers=self.auth, timeout=120,
+                           json={"kind": "l3-corrupt", "count": 4096, "seed": self.seed}) if url else None
             done[w] = r.json().get("corrupted", r.text[:200]) if r is not None and r.status_code == 200 else \
                 (r.text[:200] if r is not None else "not registered")
         t0 = f.fired
+        old = self.workers().get("prefill-0", {}).get("pid")
+        if old:
+            os.kill(old, signal.SIGKILL)
+        back = self.wait(lambda: time.monotonic() if self.workers().get("prefill-0", {}).get("pid") not in (None, old)
+                         else None, 240, 0.5)
         seen = self.wait(lambda: time.monotonic() if self.metric_sum("warmpath_kv_verify_failures_total") > before
-                         else None, 60, 0.5)
-        f.result = {"corrupted": done, "detected_s": self.since(t0, seen),
+                         else None, 90, 0.5)
+        f.result = {"corrupted": done, "read_back_by": "prefill-0 (SIGKILLed, restarted)",
+                    "rejoined_s": self.since(t0, back), "detected_s": self.since(t0, seen),
                     "verify_failures": self.metric_sum("warmpath_kv_verify_failures_total") - before}
 
     def _fill(self, f: Fault) -> None:
