@@ -55,7 +55,8 @@ def test_l1_to_l2_demotion_and_promotion_exact(smollm, prompts, reference):
     assert eng.tiers.stats.l1_evictions == 9
     assert len(eng.tiers.l2.index) == 9
     # on /metrics: nothing held by a request; p's 11 + q's 20 sealed blocks findable in L1, 9 in L2
-    assert _tier_blocks(eng) == {("L1", "in_use"): 0, ("L1", "cached"): 31, ("L2", "cached"): 9}
+    assert _tier_blocks(eng) == {("L1", "in_use"): 0, ("L1", "cached"): 31, ("L1", "capacity"): 32,
+                                 ("L2", "cached"): 9, ("L2", "capacity"): eng.tiers.l2.index.capacity}
     assert eng.generate([prompts["p"]], G)[0] == reference["p"]
     # p may reuse 20 blocks ((321-1)//16): 11 still in L1, the other 9 come back from L2.
     assert eng.tiers.stats.l2_hits == 9
