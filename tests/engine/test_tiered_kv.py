@@ -54,6 +54,9 @@ def test_l1_to_l2_demotion_and_promotion_exact(smollm, prompts, reference):
     # tail first (blocks 19..11), which are demoted to L2.
     assert eng.tiers.stats.l1_evictions == 9
     assert len(eng.tiers.l2.index) == 9
+    # on /metrics: nothing held by a request; p's 11 + q's 20 sealed blocks findable in L1, 9 in L2
+    assert _tier_blocks(eng) == {("L1", "in_use"): 0, ("L1", "cached"): 31, ("L1", "capacity"): 32,
+                                 ("L2", "cached"): 9, ("L2", "capacity"): eng.tiers.l2.index.capacity}
     assert eng.generate([prompts["p"]], G)[0] == reference["p"]
     # p may reuse 20 blocks ((321-1)//16): 11 still in L1, the other 9 come back from L2.
     assert eng.tiers.stats.l2_hits == 9
@@ -134,6 +137,13 @@ def _verify_failures(eng):
 
     fam = next(f for f in TierCollector(eng, "m").collect() if f.name == "warmpath_kv_verify_failures")
     return {(s.labels["tier"], s.labels["reason"]): s.value for s in fam.samples if s.name.endswith("_total")}
+
+
+def _tier_blocks(eng):
+    from warmpath.worker.tier_metrics import TierCollector
+
+    fam = next(f for f in TierCollector(eng, "m").collect() if f.name == "warmpath_kv_tier_blocks")
+    return {(s.labels["tier"], s.labels["state"]): s.value for s in fam.samples}
 
 
 def test_garbage_or_a_misplaced_block_in_l3_is_recomputed_and_removed(smollm, prompts, reference, mooncake):

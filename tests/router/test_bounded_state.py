@@ -1,5 +1,6 @@
 """The router's tables stay bounded (hand-worked LRU cases)."""
 
+from warmpath.kv.events import BlockStored
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.sessions import SessionTable
 
@@ -22,3 +23,27 @@ def test_approximate_index_keeps_the_newest_hints_per_worker():
     ix.note_routed("w", (b"4",), 2.0)          # over 3: 2 (oldest) goes
     assert list(ix.approx["w"]) == [b"3", b"1", b"4"]
     assert ix.approx["w"][b"1"] == 1.0 + ix.ttl_s
+
+
+def test_approximate_index_drops_hints_past_their_ttl():
+    """Regression (soak): hints were only dropped at the cap (2^20 per worker), so the router
+    kept every block it ever routed; now those past their TTL go when new ones are noted."""
+    ix = GlobalKVIndex(ttl_s=10)
+    ix.note_routed("w", (b"1", b"2"), 0.0)     # expire at 10
+    ix.note_routed("w", (b"3",), 5.0)          # 15
+    ix.note_routed("w", (b"4",), 10.0)         # 20; 1 and 2 still count at 10 itself
+    assert list(ix.approx["w"]) == [b"1", b"2", b"3", b"4"]
+    ix.note_routed("w", (b"2",), 12.0)         # 1 expired; 2 refreshed to 22
+    assert ix.approx["w"] == {b"3": 15.0, b"4": 20.0, b"2": 22.0}
+    ix.note_routed("w", (b"5",), 21.0)         # 3 and 4 expired
+    assert ix.approx["w"] == {b"2": 22.0, b"5": 31.0}
+    assert ix.sizes() == {"local": 0, "l3": 0, "approx": 2}
+
+
+def test_index_sizes_count_each_set():
+    ix = GlobalKVIndex()
+    ix.apply("a", [BlockStored([b"1", b"2"], None, [], 16, "L1"), BlockStored([b"1"], None, [], 16, "L2"),
+                   BlockStored([b"1", b"2", b"3"], None, [], 16, "L3")], now=0)
+    ix.apply("b", [BlockStored([b"1"], None, [], 16, "L1")], now=0)
+    ix.note_routed("b", (b"9",), 0.0)
+    assert ix.sizes() == {"local": 3, "l3": 3, "approx": 1}

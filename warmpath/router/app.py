@@ -178,8 +178,11 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prom() -> Response:
-        return Response(state.metrics.render(state.admission.in_flight, state.admission.waiting()),
-                        media_type="text/plain; version=0.0.4")
+        with state.lock:
+            sizes = state.index.sizes()
+        text = state.metrics.render(state.admission.in_flight, state.admission.waiting(),
+                                    len(state.sessions.sessions), sizes)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     def trusted(req: Request) -> bool:
         """May this request see PIDs and internal URLs? (An API key; without API keys, the

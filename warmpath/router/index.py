@@ -57,6 +57,19 @@ class GlobalKVIndex:
             d[h] = now + self.ttl_s
         while len(d) > self.max_approx_blocks:
             del d[next(iter(d))]
+        # NOTE: the oldest hints come first and, the clock moving forward, expire first:
+        # drop those past their TTL (lookup ignores them) so the dict does not keep every
+        # block ever routed until the cap.
+        while d:
+            first = next(iter(d))
+            if d[first] >= now:
+                break
+            del d[first]
+
+    def sizes(self) -> dict[str, int]:
+        """Block hashes held per set: ``local`` (every worker's L1/L2), ``l3``, ``approx``."""
+        return {"local": sum(len(d) for d in self.local.values()), "l3": len(self.l3),
+                "approx": sum(len(d) for d in self.approx.values())}
 
     def drop_worker(self, worker: str) -> None:
         """Forget a dead worker's entries."""

@@ -56,6 +56,12 @@ class RouterMetrics:
                            ["path"], registry=r)
         self.in_flight = Gauge("warmpath_router_in_flight", "Requests admitted and running", registry=r)
         self.waiting = Gauge("warmpath_router_waiting", "Requests in the admission queues", registry=r)
+        self.sessions = Gauge("warmpath_router_sessions", "Conversation sessions remembered (idle ones expire)",
+                              registry=r)
+        self.index_blocks = Gauge("warmpath_router_index_blocks", "Block hashes in the global KV index, by set "
+                                  "(local: every worker's L1/L2, from its events; l3: the store; approx: "
+                                  "routed blocks assumed held while a worker's events are stale)",
+                                  ["set"], registry=r)
         self.quant = Gauge("warmpath_router_latency_quantile_seconds",
                            "Recent TTFT / queue quantiles", ["metric", "cls", "q"], registry=r)
         self.recent = {(m, c): deque(maxlen=window) for m in ("ttft", "queue") for c in ("cold", "warm")}
@@ -71,9 +77,14 @@ class RouterMetrics:
         return {f"{m}_{c}": {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "n": len(xs)}
                 for (m, c), xs in self.recent.items()}
 
-    def render(self, in_flight: int, waiting: int) -> bytes:
+    def render(self, in_flight: int, waiting: int, sessions: int = 0,
+               index_blocks: dict[str, int] | None = None) -> bytes:
+        """The exposition, with the gauges set from the router's state now."""
         self.in_flight.set(in_flight)
         self.waiting.set(waiting)
+        self.sessions.set(sessions)
+        for name, n in (index_blocks or {}).items():
+            self.index_blocks.labels(name).set(n)
         for (m, c), xs in self.recent.items():
             for q, pct in (("0.5", 50), ("0.9", 90)):
                 v = percentile(xs, pct)

@@ -49,9 +49,17 @@ class TierCollector(Collector):
         cap = GaugeMetricFamily("warmpath_kv_tier_capacity_bytes", "Bytes of KV each tier of this worker "
                                 "holds when full", labels=["model", "tier"])
         cap.add_metric([m, "L1"], e.runner.kv_caches.numel() * e.runner.kv_caches.element_size())
+        blocks = GaugeMetricFamily("warmpath_kv_tier_blocks", "KV blocks per tier now (in_use: L1 blocks held "
+                                   "by requests; cached: blocks findable by hash, in use or not; capacity)",
+                                   labels=["model", "tier", "state"])
+        blocks.add_metric([m, "L1", "in_use"], e.pool.num_blocks - e.pool.num_free)
+        blocks.add_metric([m, "L1", "cached"], e.pool.num_cached)
+        blocks.add_metric([m, "L1", "capacity"], e.pool.num_blocks)
         t = e.tiers
         if t is not None:
             cap.add_metric([m, "L2"], t.l2.data.numel() * t.l2.data.element_size())
+            blocks.add_metric([m, "L2", "cached"], len(t.l2.index))
+            blocks.add_metric([m, "L2", "capacity"], t.l2.index.capacity)
             hits.add_metric([m, "L2"], t.stats.l2_hits)
             evict.add_metric([m, "L2"], t.stats.l2_evictions)
             read.add_metric([m, "L2"], t.l2.bytes_read)
@@ -75,4 +83,4 @@ class TierCollector(Collector):
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
         yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy,
-                    cap)
+                    cap, blocks)
