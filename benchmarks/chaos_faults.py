@@ -178,7 +178,7 @@ class Faults:
         seen = self.wait(lambda: time.monotonic() if self.metric_sum("warmpath_kv_verify_failures_total") > before
                          else None, 90, 0.5)
         f.result = {"corrupted": done, "read_back_by": "prefill-0 (SIGKILLed, restarted)",
-                    "rejoined_s": self.since(t0, back), "detected_s": self.since(t0, seen),
+                    "rejoined_s": self.since(t0, back), "first_refusal_s": self.since(t0, seen),
                     "verify_failures": self.metric_sum("warmpath_kv_verify_failures_total") - before}
 
     def _fill(self, f: Fault) -> None:

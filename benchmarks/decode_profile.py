@@ -1,6 +1,6 @@
-"""Where a batch-1 decode step's time goes (one process, real SmolLM2, torch.profiler).
+"""Where a decode step's time goes (one process, real SmolLM2, torch.profiler).
 
-Runs ``--steps`` greedy decode steps of one sequence through the engine and splits the
+Runs ``--steps`` greedy decode steps of ``--batch`` sequences through the engine and splits the
 mean step wall time into the self CPU time of the operators, grouped (the linears, attention,
 the KV cache's scatter/gather, elementwise and norms, sampling), and the rest: Python,
 the engine's bookkeeping and operator dispatch. Compared with the memory-bandwidth roofline
@@ -43,14 +43,16 @@ def group_of(name: str) -> str:
     return "elementwise, norms, views"
 
 
-def profile_mode(mode: str, steps: int, context: int) -> dict:
-    """Mean step wall and self CPU time per group over ``steps`` batch-1 decode steps."""
+def profile_mode(mode: str, steps: int, context: int, batch: int = 1) -> dict:
+    """Mean step wall and self CPU time per group over ``steps`` decode steps of ``batch``."""
     lm = load_model("smollm2", quantization=mode)
-    eng = LLMEngine(EngineConfig(num_blocks=(context + steps) // 16 + 4,
-                                 scheduler=SchedulerConfig(max_num_seqs=1, max_num_batched_tokens=context)),
+    eng = LLMEngine(EngineConfig(num_blocks=batch * ((context + 2 * steps + 16) // 16 + 2),
+                                 scheduler=SchedulerConfig(max_num_seqs=batch,
+                                                           max_num_batched_tokens=batch * context)),
                     loaded=lm)
-    prompt = [(i * 31) % 40000 + 50 for i in range(context)]
-    eng.add_request(prompt, SamplingParams(max_tokens=2 * steps + 16, temperature=0, ignore_eos=True))
+    for b in range(batch):
+        prompt = [100 + b] + [(i * 31 + b) % 40000 + 50 for i in range(context - 1)]
+        eng.add_request(prompt, SamplingParams(max_tokens=2 * steps + 16, temperature=0, ignore_eos=True))
     for _ in range(8):                       # prefill + warm-up decode steps
         eng.step()
     t0 = time.perf_counter()
@@ -77,11 +79,12 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="fp16w")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode_profile.json"))
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    res = {m: profile_mode(m, a.steps, a.context) for m in a.modes.split(",")}
+    res = {m: profile_mode(m, a.steps, a.context, a.batch) for m in a.modes.split(",")}
     for m, r in res.items():
         print(f"{m:>6}: step {r['step_ms']} ms (profiled {r['profiled_step_ms']}), operators "
               f"{r['ops_total_ms']} ms {r['ops_ms']}, outside operators {r['outside_ops_ms']} ms")
