@@ -188,6 +188,25 @@ def test_full_l2_and_full_l3_only_miss(smollm, reference, prompts):
         eng.close()
 
 
+def test_write_back_spills_the_full_l2s_victims_to_l3(smollm, reference, prompts):
+    """Regression (found by benchmarks/vs_llamacpp.py at 0.4 sessions/s): with L2 full, every
+    L1 eviction first sends L2's oldest block to L3 — the mover compared that block's identity
+    object with its hash, so the first such spill stopped the engine."""
+    with MooncakeService(segment_bytes=64 << 20) as svc:
+        eng = engine(smollm, blocks=24, l2_gib=0.002, l3=l3cfg(svc), write="write-back")
+        assert eng.tiers.l2.index.capacity == 2
+        for k in ("p", "q", "r"):
+            assert eng.generate([prompts[k]], G)[0] == reference[k]
+        assert eng.tiers.stats.l2_evictions > 0
+        assert eng.tiers.l3.stats.blocks_written == eng.tiers.stats.l2_evictions   # each victim went to L3
+        fresh = engine(smollm, blocks=64, l2_gib=0, l3=l3cfg(svc))
+        assert fresh.generate([prompts["p"]], G)[0] == reference["p"]
+        assert fresh.tiers.stats.loaded_tokens["L3"] > 0    # p's spilled blocks, verified and used
+        eng.pool.check_integrity()
+        eng.close()
+        fresh.close()
+
+
 def test_master_killed_then_back(smollm, prompts, reference):
     svc = MooncakeService(segment_bytes=64 << 20).start()
     try:

@@ -143,7 +143,7 @@ class TieredKV(TierMover):
 
     def l2_victim(self) -> bytes | None:
         v = self.l2.peek_victim()
-        return None if v is None else v[0]
+        return None if v is None else v[0].block_hash
 
     def demote(self, blk: KVBlock) -> bytes | None:
         return self.l2.put(_identity(blk), self.kv[:, :, blk.block_id])
