@@ -1,6 +1,6 @@
 import pytest
 
-from warmpath.bench.metrics import Record, meets, parse_slo, slo_met, summarize
+from warmpath.bench.metrics import Record, meets, parse_slo, slo_met, summarize, ttft_from
 
 
 def rec(ttft, e2e, n, turn=1, cls="cold", ok=True, itls=()):
@@ -27,6 +27,11 @@ def test_summary_on_hand_made_timeline():
     assert s["warm"]["completed"] == 1 and s["turn2+"]["ttft_p50_s"] == 0.3
     assert s["cold"]["failed"] == 1 and s["turn1"]["completed"] == 2
     assert a["success_rate"] == 0.75
+    assert a["client_wait_p90_s"] == 0.0 and a["reuse_from_overlap"] == 0
+
+
+def test_ttft_from_names_the_timing():
+    assert (ttft_from(None), ttft_from(4)) == ("arrival", "send")
 
 
 def test_meets_and_slo_met():

@@ -21,6 +21,9 @@ def test_max_rate_from_sweep_and_hit_ratios():
     runs = {0.4: {"slo_met": True}, 0.8: {"slo_met": True}, 1.2: {"slo_met": False}}
     assert max_rate_from_sweep(runs) == 0.8
     assert max_rate_from_sweep({1.0: {"slo_met": False}}) is None
+    # sustained: a pass above a failing rate does not count
+    assert max_rate_from_sweep({0.4: {"slo_met": True}, 0.8: {"slo_met": False}, 1.2: {"slo_met": True}}) == 0.4
+    assert max_rate_from_sweep({1.2: {"slo_met": True}, 0.4: {"slo_met": False}}) is None
     before = {"warmpath_prefix_cache_query_tokens": 100, "warmpath_prefix_cache_hit_tokens": 10}
     after = {"warmpath_prefix_cache_query_tokens": 1100, "warmpath_prefix_cache_hit_tokens": 810,
              "warmpath_kv_tier_loaded_tokens_total:L2": 100, "warmpath_kv_tier_loaded_tokens_total:L3": 200}

@@ -26,12 +26,15 @@ def test_equal_hash_ids_give_equal_blocks():
 
 
 def test_scaled_trace_and_csv():
-    ss = mooncake_trace(TRACES / "mooncake_synthetic.jsonl", block_tokens_=16, time_scale=0.5, limit=5,
-                        max_output=8)
-    # 512-token blocks scaled to 16: lengths / 32 (40160 → 1255), times × 0.5
+    ss = mooncake_trace(TRACES / "mooncake_synthetic.jsonl", block_tokens_=16, limit=5, max_output=8)
+    # 512-token blocks scaled to 16: lengths / 32 (40160 → 1255); the trace's own times (ms → s)
     assert [len(s.turns[0].new_tokens) for s in ss[:2]] == [1255, 1145]
     assert all(1 <= s.turns[0].max_tokens <= 8 for s in ss)
-    assert [s.start for s in ss[2:4]] == [0.02, 0.1385]
+    assert [s.start for s in ss[2:4]] == [0.04, 0.277]
+    # another salt: the same shape with other token ids (a fresh rate point on a warm server)
+    salted = mooncake_trace(TRACES / "mooncake_synthetic.jsonl", block_tokens_=16, limit=5, max_output=8, salt=1)
+    assert [len(s.turns[0].new_tokens) for s in salted] == [len(s.turns[0].new_tokens) for s in ss]
+    assert salted[0].turns[0].new_tokens[:16] != ss[0].turns[0].new_tokens[:16]
     cs = csv_trace(TRACES / "azure_code.csv", token_scale=0.01, limit=2)
     assert [len(s.turns[0].new_tokens) for s in cs] == [48, 31]
     assert [s.start for s in cs] == [0.0, 0.052]

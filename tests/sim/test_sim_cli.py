@@ -72,3 +72,54 @@ def test_repro_parser():
     from warmpath.cli import main as m
     with pytest.raises(SystemExit):
         m(["repro", "nope"])
+
+
+def small_trace(path):
+    """4 requests at 0, 1, 2, 4 s (own rate 0.75/s); rows 1 and 3 extend rows 0 and 1."""
+    rows = [(0, [0, 1]), (1000, [0, 1, 2, 3]), (2000, [7, 8]), (4000, [0, 1, 2, 3, 4, 5])]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512 * len(ids), "output_length": 128,
+                                        "hash_ids": ids}) + "\n" for t, ids in rows))
+    return path
+
+
+def test_sim_trace_sweeps_speeds_and_rates(tmp_path, capsys):
+    tr = small_trace(tmp_path / "t.jsonl")
+    base = ["sim", "--topology", "cpd-1d", "--hardware", "h100", "--trace", str(tr), "--trace-block", "16"]
+    out = tmp_path / "speeds"
+    assert main([*base, "--trace-speed", "1,2", "--slo", "ttft_p90=5", "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert list(s["rates"]) == ["0.75", "1.5"] and s["ttft_from"] == "arrival"
+    assert [r["trace_speed"] for r in s["runs"].values()] == [1.0, 2.0]
+    assert all(r["trace_requests"] == 4 and r["trace_left_out"] == 0 for r in s["runs"].values())
+    assert (s["trace_own_rps"], s["max_rate_meeting_slo"], s["max_trace_speed_meeting_slo"]) == (0.75, 1.5, 2.0)
+    # classes by what the cache gave: rows 1 and 3 reuse rows 0 and 1's blocks (warm, turn 2+)
+    assert s["rates"]["0.75"]["warm"]["completed"] == 2 and s["rates"]["0.75"]["turn2+"]["completed"] == 2
+    printed = capsys.readouterr().out
+    assert "(2x trace)" in printed and "TTFT (from arrival)" in printed
+    out = tmp_path / "rate"
+    assert main([*base, "--rates", "3", "--duration", "1", "--out", str(out)]) == 0
+    run = json.loads((out / "summary.json").read_text())["runs"]["3.0"]
+    assert (run["trace_speed"], run["trace_requests"], run["trace_left_out"]) == (4.0, 3, 1)   # arrivals 0, 0.25, 0.5 (and 1.0, left out)
+    assert "--duration 1 s keeps 3 of 4 requests" in capsys.readouterr().err
+
+
+def test_bench_sim_trace_with_a_client_cap_matches_the_sim(tmp_path):
+    tr = small_trace(tmp_path / "t.jsonl")
+    conf = tmp_path / "c.json"
+    conf.write_text(json.dumps({"topology": "cpd-1d", "hardware": "h100"}))
+    flags = ["--trace", str(tr), "--trace-block", "16", "--trace-speed", "1000", "--max-concurrency", "1"]
+    assert main(["bench", "--sim", str(conf), *flags, "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    assert main(["sim", "--topology", "cpd-1d", "--hardware", "h100", *flags, "--out", str(tmp_path / "s")]) == 0
+    b, s = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("b", "s"))
+    assert b["ttft_from"] == s["ttft_from"] == "send" and b["max_concurrency"] == 1
+    assert b["rates"] == s["rates"] and list(b["rates"]) == ["750.0"]
+    assert b["rates"]["750.0"]["all"]["client_wait_p90_s"] > 0
+
+
+def test_shared_flag_errors(tmp_path):
+    tr = small_trace(tmp_path / "t.jsonl")
+    assert main(["sim", "--trace", str(tr), "--ramp", "5"]) == 2                 # a trace keeps its arrivals
+    assert main(["sim", "--workload", "coding-agent", "--trace-speed", "2"]) == 2
+    assert main(["sim", "--workload", "coding-agent", "--max-concurrency", "0"]) == 2
+    with pytest.raises(SystemExit):
+        main(["sim", "--trace", str(tr), "--rates", "1", "--trace-speed", "2"])

@@ -7,10 +7,11 @@ import asyncio
 import functools
 from pathlib import Path
 
-from warmpath.bench.metrics import parse_slo
+from warmpath.bench.metrics import parse_slo, ttft_from
+from warmpath.bench.replay import TracePoint, load_trace, own_rate, parse_floats, replay, sweep_fields, trace_points
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import max_rate_from_sweep, run_rate, search_max_rate, write_results
-from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
+from warmpath.bench.workload import WORKLOADS
 
 
 def add_parser(sub, fn=None) -> None:
@@ -27,10 +28,12 @@ def add_parser(sub, fn=None) -> None:
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV (arrival, prompt, output)")
     load = b.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="requests (sessions) per second")
-    load.add_argument("--rates", help="comma-separated sweep, e.g. 0.2,0.4,0.8")
+    load.add_argument("--rates", help="comma-separated sweep, e.g. 0.2,0.4,0.8 (sessions/s; a trace: "
+                                      "requests/s, its arrival times rescaled to that mean rate)")
+    load.add_argument("--trace-speed", help="a trace at these multiples of its own rate, e.g. 0.5,1,2,4")
     load.add_argument("--concurrency", type=int, help="closed loop with this many sessions in flight")
-    b.add_argument("--duration", type=float, default=60.0, help="seconds at each rate (steady phase)")
-    b.add_argument("--ramp", type=float, default=0.0, help="seconds of linear ramp before it")
+    add_shared_flags(b)
+    b.add_argument("--ramp", type=float, default=0.0, help="seconds of linear ramp before it (workloads)")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     b.add_argument("--slo", help="e.g. ttft_p90=2.0,tpot=0.2")
     b.add_argument("--search", action="store_true", help="bisect for the highest rate meeting the SLO")
@@ -38,9 +41,6 @@ def add_parser(sub, fn=None) -> None:
     b.add_argument("--model", default=None, help="model name (default: the server's first)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--scale", type=float, default=1.0, help="multiply prompt/answer lengths (e.g. 0.1 on a CPU)")
-    b.add_argument("--time-scale", type=float, default=1.0, help="stretch trace arrival times")
-    b.add_argument("--trace-block", type=int, default=512, help="tokens per trace hash_id block")
-    b.add_argument("--max-output", type=int, default=None, help="cap output tokens of trace requests")
     b.add_argument("--no-retokenize", action="store_true",
                    help="append same-length filler instead of the re-tokenized answer to histories")
     b.add_argument("--text-prompts", action="store_true",
@@ -50,22 +50,42 @@ def add_parser(sub, fn=None) -> None:
     b.set_defaults(fn=fn or main)
 
 
+def add_shared_flags(p: argparse.ArgumentParser, duration: float = 60.0) -> None:
+    """Flags ``warmpath bench`` and ``warmpath sim`` share, meaning the same in both."""
+    p.add_argument("--duration", type=float, default=None,
+                   help=f"seconds at each rate (workloads: the steady phase, default {duration:g}); a trace: a cap "
+                        "on each replay (arrivals after it are left out and the count printed), default the whole file")
+    p.add_argument("--max-concurrency", type=int, default=None,
+                   help="client-side cap: at most N requests in flight, the others wait in the client and TTFT "
+                        "is timed from the send (as vllm bench serve); default: sent on arrival, TTFT from arrival")
+    p.add_argument("--trace-block", type=int, default=512, help="tokens per trace hash_id block")
+    p.add_argument("--max-output", type=int, default=None, help="cap output tokens of trace requests")
+
+
+def check_shared_flags(a: argparse.Namespace) -> None:
+    """The shared flags' errors, the same in bench and sim."""
+    if a.max_concurrency is not None and a.max_concurrency < 1:
+        raise ValueError(f"--max-concurrency must be >= 1, got {a.max_concurrency}")
+    if a.trace is not None and a.ramp:
+        raise ValueError("--ramp: a trace keeps its own arrivals (pace it with --trace-speed or --rates)")
+    if a.trace is None and getattr(a, "trace_speed", None):
+        raise ValueError("--trace-speed needs --trace")
+
+
 def workload_factory(a: argparse.Namespace):
+    """(sessions factory, None) for a workload, (None, the trace) for ``--trace``."""
     if a.trace is not None:
-        if not a.trace.is_file():
-            raise ValueError(f"--trace: file not found: {a.trace}")
-        if a.trace.suffix == ".jsonl":
-            fixed = mooncake_trace(a.trace, a.trace_block, a.time_scale, max_output=a.max_output)
-        else:
-            fixed = csv_trace(a.trace, a.seed, a.scale, a.time_scale)
-        return None, fixed
+        return None, load_trace(a.trace, a.trace_block, a.scale, a.max_output, a.seed)
     gen = WORKLOADS[a.workload]
     return (lambda n, seed: gen(n, seed, scale=a.scale)), None
 
 
 async def _bench(a: argparse.Namespace) -> dict:
+    check_shared_flags(a)
+    if a.concurrency and a.max_concurrency:
+        raise ValueError("--max-concurrency caps an open loop (--rate / --rates / a trace), not --concurrency")
     slo = parse_slo(a.slo)
-    make, fixed = workload_factory(a)
+    make, trace = workload_factory(a)
     encode = decode = None
     if not a.no_retokenize or a.text_prompts:
         from warmpath.models.files import load_tokenizer
@@ -78,23 +98,43 @@ async def _bench(a: argparse.Namespace) -> dict:
     key = a.api_key or (os.environ.get("WARMPATH_API_KEY", "").split(",")[0].strip() or None)
     target = OpenAITarget(a.url, a.model, a.timeout, decode, api_key=key)
     try:
-        rates = ([float(x) for x in a.rates.split(",")] if a.rates else
-                 [a.rate] if a.rate else [None] if (a.concurrency or fixed is not None) else None)
+        rates = parse_floats(a.rates, "--rates") or ([a.rate] if a.rate else None)
+        points = {}
+        if trace is not None and not a.concurrency:
+            points = {p.rate: p for p in trace_points(trace, parse_floats(a.trace_speed, "--trace-speed"), rates)}
+            rates = list(points)
+        elif rates is None and a.concurrency:
+            rates = [None]
         if rates is None:
             raise ValueError("give --rate, --rates or --concurrency")
         runs: dict = {}
 
         async def point(rate):
-            return await run_rate(target, make, rate, a.duration, slo, a.concurrency, a.burstiness,
-                                  a.ramp, a.seed, encode, fixed, a.quiet)
+            if trace is None:
+                return await run_rate(target, make, rate, a.duration or 60.0, slo, a.concurrency, a.burstiness,
+                                      a.ramp, a.seed, encode, None, a.quiet, a.max_concurrency)
+            # other token ids at every point: the server still holds the previous point's KV
+            fresh = trace if not runs else load_trace(a.trace, a.trace_block, a.scale, a.max_output, a.seed,
+                                                      salt=len(runs))
+            if a.concurrency:   # closed loop over the trace's requests in order
+                return await run_rate(target, make, None, a.duration, slo, a.concurrency, seed=a.seed,
+                                      encode=encode, fixed=fresh, quiet=a.quiet)
+            p = points.get(rate) or TracePoint(rate, rate / own_rate(trace))
+            sessions, fields = replay(fresh, p, a.duration)
+            res = await run_rate(target, make, rate, a.duration, slo, seed=a.seed, encode=encode, fixed=sessions,
+                                 quiet=a.quiet, max_concurrency=a.max_concurrency)
+            return {**res, **fields}
 
         for r in rates:
             runs[r] = await point(r)
+        def key_of(r) -> str:
+            return str(r if r is not None else f"c{a.concurrency}")
+
         summary = {"target": a.url, "workload": a.workload or str(a.trace), "slo": slo,
-                   "rates": {str(r if r is not None else f"c{a.concurrency}"): v["classes"] for r, v in runs.items()},
-                   "runs": {str(r if r is not None else f"c{a.concurrency}"):
-                            {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()}}
-        if a.rates:
+                   "ttft_from": ttft_from(a.max_concurrency), "max_concurrency": a.max_concurrency,
+                   "rates": {key_of(r): v["classes"] for r, v in runs.items()},
+                   "runs": {key_of(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()}}
+        if None not in runs:
             best = max_rate_from_sweep(runs)
             if a.search and slo:
                 failing = sorted(r for r, v in runs.items() if not v["slo_met"] and (best is None or r > best))
@@ -105,6 +145,8 @@ async def _bench(a: argparse.Namespace) -> dict:
                         return res["slo_met"]
                     best = await search_max_rate(ok, best, failing[0], iters=3)
             summary["max_rate_meeting_slo"] = best
+            if trace is not None:
+                summary.update(sweep_fields(trace, runs, best))
         return summary
     finally:
         await target.close()
@@ -123,13 +165,23 @@ def main(a: argparse.Namespace, sim_sweep=None) -> int:
     from warmpath.bench.report import write_report
 
     write_report(a.out, summary, plot_summaries({a.url: summary}, a.out), f"warmpath bench: {a.url}")
-    for rate, classes in summary["rates"].items():
-        c = classes["all"]
-        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"rate {rate}: completed {c['completed']} failed {c['failed']} TTFT p50 {fmt(c['ttft_p50_s'])} "
-              f"p90 {fmt(c['ttft_p90_s'])} TPOT {fmt(c['tpot_s'])} tok/s {fmt(c['throughput_tok_s'])} "
-              f"goodput {fmt(c['goodput_rps'])}")
-    if "max_rate_meeting_slo" in summary:
-        print(f"max rate meeting SLO: {summary['max_rate_meeting_slo']}")
+    print_summary(summary)
     print(f"wrote {a.out / 'summary.json'} and {a.out / 'report.html'}")
     return 0
+
+
+def print_summary(summary: dict, extra=lambda run: "") -> None:
+    """One line per rate (TTFT says what it is timed from), then the highest sustained rate."""
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"
+    frm = summary.get("ttft_from", "arrival")
+    for rate, classes in summary["rates"].items():
+        c, run = classes["all"], summary["runs"].get(rate, {})
+        speed = f" ({run['trace_speed']:g}x trace)" if "trace_speed" in run else ""
+        print(f"rate {rate}{speed}: completed {c['completed']} failed {c['failed']} TTFT (from {frm}) p50 "
+              f"{fmt(c['ttft_p50_s'])} p90 {fmt(c['ttft_p90_s'])} cold p90 {fmt(classes['cold']['ttft_p90_s'])} "
+              f"warm p90 {fmt(classes['warm']['ttft_p90_s'])} TPOT {fmt(c['tpot_s'])} "
+              f"tok/s {fmt(c['throughput_tok_s'])} goodput {fmt(c['goodput_rps'])}{extra(run)}")
+    if "max_rate_meeting_slo" in summary:
+        speed = summary.get("max_trace_speed_meeting_slo")
+        print(f"max sustained rate meeting SLO: {summary['max_rate_meeting_slo']}"
+              + (f" ({speed:g}x the trace)" if speed is not None else ""))

@@ -10,9 +10,19 @@ CLASSES = ("all", "cold", "warm", "turn1", "turn2+")
 SLO_KEYS = ("ttft", "ttft_p50", "ttft_p90", "ttft_p99", "tpot", "itl", "e2e")
 
 
+def ttft_from(max_concurrency: int | None) -> str:
+    """What TTFT is timed from: ``"send"`` under a client-side concurrency cap (a request
+    waits in the client for a slot, as ``vllm bench serve --max-concurrency``), else
+    ``"arrival"`` (sent when it arrives: any wait for admission is inside TTFT)."""
+    return "send" if max_concurrency else "arrival"
+
+
 @dataclass
 class Record:
-    """One request as the client saw it (times in seconds from its send)."""
+    """One request as the client saw it (times in seconds from its send). ``cls``: cold or
+    warm by measured reuse (``reuse.py``; ``reuse``: measured from the reported ``"cached"``
+    tokens or the prefix ``"overlap"``); ``client_wait_s``: time it waited in the client for
+    a slot under ``--max-concurrency`` before its send."""
 
     sid: str
     turn: int
@@ -25,6 +35,8 @@ class Record:
     cached_tokens: int = 0
     itls: list[float] = field(default_factory=list)
     error: str | None = None
+    client_wait_s: float = 0.0
+    reuse: str = "cached"
 
     @property
     def tpot(self) -> float | None:
@@ -90,6 +102,8 @@ def summarize(records: list[Record], duration_s: float, slo: dict[str, float]) -
             "success_rate": len(ok) / len(rs) if rs else None,
             "prompt_tokens": sum(r.prompt_tokens for r in ok),
             "cached_tokens": sum(r.cached_tokens for r in ok),
+            "client_wait_p90_s": percentile([r.client_wait_s for r in rs], 90),
+            "reuse_from_overlap": sum(1 for r in rs if r.reuse == "overlap"),
         }
     return out
 

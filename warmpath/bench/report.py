@@ -13,7 +13,7 @@ from warmpath.bench.metrics import CLASSES
 
 COLUMNS = ("completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "itl_s", "e2e_p50_s",
            "throughput_tok_s", "goodput_rps", "success_rate")
-RUN_KEYS = ("achieved_rps", "duration_s", "tier_hit_ratio")
+RUN_KEYS = ("achieved_rps", "duration_s", "tier_hit_ratio", "ttft_from", "trace_speed", "trace_left_out")
 STYLE = """body{font:13px/1.4 system-ui,sans-serif;margin:1em 2em;color:#1d2330}
 table{border-collapse:collapse;margin:.3em 0 1em}th,td{border:1px solid #dde1e7;padding:2px 8px;text-align:right}
 th{background:#eef0f4}td.text,th.text{text-align:left}img{max-width:100%;border:1px solid #dde1e7;margin:.5em 0}

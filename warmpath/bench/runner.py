@@ -15,6 +15,7 @@ from httpx_sse import aconnect_sse
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.prom import warmpath_totals
+from warmpath.bench.reuse import PrefixOverlap, block_hashes, measured_class
 from warmpath.bench.workload import Session, tokens
 
 
@@ -28,7 +29,7 @@ class Answer:
     text: str = ""
     output_tokens: int = 0
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int | None = None      # None: the server did not report it
     itls: list[float] | None = None
     error: str | None = None
 
@@ -85,7 +86,7 @@ class _Stream:
         details = u.get("prompt_tokens_details") or {}
         return Answer(True, first - self.t0, end - self.t0, "".join(self.parts),
                       u.get("completion_tokens") or len(self.parts), u.get("prompt_tokens", prompt_len),
-                      details.get("cached_tokens") or 0, self.itls)
+                      details.get("cached_tokens"), self.itls)
 
 
 class OpenAITarget(BenchTarget):
@@ -149,18 +150,34 @@ Encoder = Callable[[str], list[int]]
 
 
 async def run_session(target: BenchTarget, s: Session, t0: float, records: list[Record],
-                      encode: Encoder | None, seed: int, on_done: Callable[[], None]) -> None:
-    """Wait for the session's start, then send its turns in order, growing the history."""
+                      encode: Encoder | None, seed: int, on_done: Callable[[], None],
+                      slots: asyncio.Semaphore | None = None, seen: PrefixOverlap | None = None) -> None:
+    """Wait for the session's start, then send its turns in order, growing the history.
+    ``slots``: the client-side concurrency cap (a turn waits for one before it is sent;
+    its TTFT is timed from the send). ``seen``: the prompts sent so far (the overlap
+    fallback of the cold / warm rule and a trace row's turn)."""
     delay = t0 + s.start - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
     history = list(s.prefix)
     rng = random.Random(f"{seed}-{s.sid}")
+    seen = seen if seen is not None else PrefixOverlap()
     for i, turn in enumerate(s.turns):
         history += turn.new_tokens
-        a = await target.complete(history, turn.max_tokens, s.sid)
-        records.append(Record(s.sid, i + 1, turn.cls, a.ok, a.ttft, a.e2e, a.output_tokens,
-                              a.prompt_tokens, a.cached_tokens, a.itls or [], a.error))
+        ready = time.perf_counter()
+        if slots is not None:
+            await slots.acquire()
+        try:
+            sent = time.perf_counter()
+            ov = seen.observe(block_hashes(history), len(history), i + 1 if i else None)
+            a = await target.complete(history, turn.max_tokens, s.sid)
+        finally:
+            if slots is not None:
+                slots.release()
+        cls, how = measured_class(a.prompt_tokens or len(history), a.cached_tokens, ov.tokens)
+        records.append(Record(s.sid, ov.turn, cls, a.ok, a.ttft, a.e2e, a.output_tokens,
+                              a.prompt_tokens, a.cached_tokens or 0, a.itls or [], a.error,
+                              sent - ready, how))
         on_done()
         if not a.ok:
             return
@@ -171,11 +188,15 @@ async def run_session(target: BenchTarget, s: Session, t0: float, records: list[
 async def run(target: BenchTarget, sessions: list[Session], concurrency: int | None = None,
               encode: Encoder | None = None, seed: int = 0,
               progress: Callable[[int, int], None] | None = None,
-              stop_after_s: float | None = None) -> tuple[list[Record], float]:
+              stop_after_s: float | None = None,
+              max_concurrency: int | None = None) -> tuple[list[Record], float]:
     """Run all sessions; returns records and the wall time. ``concurrency`` switches from
     timed arrivals to a closed loop of that many sessions in flight, starting no new
-    session after ``stop_after_s``."""
+    session after ``stop_after_s``. ``max_concurrency``: at most that many requests in
+    flight, the others waiting in the client (TTFT timed from the send)."""
     records: list[Record] = []
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    seen = PrefixOverlap()
     total = sum(len(s.turns) for s in sessions)
     done = [0]
 
@@ -192,9 +213,10 @@ async def run(target: BenchTarget, sessions: list[Session], concurrency: int | N
             while queue and (stop_after_s is None or time.perf_counter() - t0 < stop_after_s):
                 s = queue.pop(0)
                 s.start = 0.0
-                await run_session(target, s, t0, records, encode, seed, tick)
+                await run_session(target, s, t0, records, encode, seed, tick, slots, seen)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     else:
-        await asyncio.gather(*(run_session(target, s, t0, records, encode, seed, tick) for s in sessions))
+        await asyncio.gather(*(run_session(target, s, t0, records, encode, seed, tick, slots, seen)
+                               for s in sessions))
     return records, time.perf_counter() - t0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
-from warmpath.bench.metrics import CLASSES, slo_met, summarize
+from warmpath.bench.metrics import CLASSES, slo_met, summarize, ttft_from
 from warmpath.bench.runner import BenchTarget, Encoder, run
 from warmpath.bench.workload import Session
 
@@ -40,13 +40,16 @@ def _progress(label: str) -> Callable[[int, int], None]:
     return show
 
 
-async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None, duration_s: float,
+async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None, duration_s: float | None,
                    slo: dict[str, float], concurrency: int | None = None, burstiness: float = 1.0,
                    ramp_s: float = 0.0, seed: int = 0, encode: Encoder | None = None,
-                   fixed: list[Session] | None = None, quiet: bool = False) -> dict:
-    """One point of a sweep: sessions at ``rate`` (or ``concurrency``), summarized."""
+                   fixed: list[Session] | None = None, quiet: bool = False,
+                   max_concurrency: int | None = None) -> dict:
+    """One point of a sweep: sessions at ``rate`` (or ``concurrency``), summarized.
+    ``fixed``: sessions with their own start times (a trace already rescaled and capped by
+    ``replay.rescale``), all sent. ``max_concurrency``: the client-side cap (``run``)."""
     if fixed is not None:
-        sessions = [s for s in fixed if s.start < ramp_s + duration_s]
+        sessions = fixed
     elif concurrency:
         # a pool the closed loop should not exhaust within duration_s (it stops early if it does)
         sessions = make(max(100, int(concurrency * duration_s * 10)), seed)
@@ -59,7 +62,8 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     before = await target.server_metrics()
     label = f"rate {rate}" if rate else f"concurrency {concurrency}"
     records, wall = await run(target, sessions, concurrency, encode, seed,
-                              None if quiet else _progress(label), duration_s if concurrency else None)
+                              None if quiet else _progress(label), duration_s if concurrency else None,
+                              max_concurrency)
     if concurrency and not quiet:
         sys.stderr.write("\n")
     after = await target.server_metrics()
@@ -67,13 +71,19 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     return {"classes": classes, "duration_s": wall, "sessions": len(sessions),
             "achieved_rps": classes["all"]["completed"] / wall if wall > 0 else 0.0,
             "tier_hit_ratio": tier_hit_ratios(before, after), "slo_met": slo_met(classes, slo),
+            "ttft_from": ttft_from(max_concurrency),
             "errors": sorted({r.error for r in records if r.error})[:5]}
 
 
 def max_rate_from_sweep(runs: dict[float, dict]) -> float | None:
-    """Highest swept rate whose run met the SLO."""
-    ok = [r for r, res in runs.items() if res["slo_met"]]
-    return max(ok) if ok else None
+    """Highest sustained rate of a sweep: the highest whose run met the SLO with every lower
+    rate's run meeting it too (a pass above a failure is noise, not capacity)."""
+    best = None
+    for r in sorted(runs):
+        if not runs[r]["slo_met"]:
+            break
+        best = r
+    return best
 
 
 async def search_max_rate(evaluate: Callable[[float], Awaitable[bool]], lo: float, hi: float,

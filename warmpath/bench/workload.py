@@ -24,7 +24,7 @@ class Turn:
 
     new_tokens: list[int]
     max_tokens: int
-    cls: str = "cold"                # "cold" | "warm" (coding agent: shared context seen before)
+    cls: str = "cold"                # the workload's label; results are classed by measured reuse (reuse.py)
 
 
 @dataclass
@@ -47,9 +47,10 @@ def fast_tokens(rng: random.Random, n: int) -> list[int]:
     return [VOCAB_LO + x % span for x in array("H", rng.randbytes(2 * n))]
 
 
-def block_tokens(block_id: int, size: int) -> list[int]:
-    """Deterministic token block for a trace ``hash_id``: equal ids → equal blocks."""
-    return tokens(random.Random(f"block-{block_id}"), size)
+def block_tokens(block_id: int, size: int, salt: int = 0) -> list[int]:
+    """Deterministic token block for a trace ``hash_id``: equal ids → equal blocks (another
+    ``salt``: other blocks)."""
+    return tokens(random.Random(f"block-{block_id}" if not salt else f"block-{salt}-{block_id}"), size)
 
 
 def _lognormal(rng: random.Random, mean: float, sigma: float, lo: int, hi: int) -> int:
@@ -150,13 +151,13 @@ def ppd_grid(n: int, seed: int = 0, scale: float = 1.0) -> list[Session]:
     return out
 
 
-def mooncake_trace(path: Path, block_tokens_: int = 512, time_scale: float = 1.0,
-                   limit: int | None = None, max_output: int | None = None) -> list[Session]:
+def mooncake_trace(path: Path, block_tokens_: int = 512, limit: int | None = None,
+                   max_output: int | None = None, salt: int = 0) -> list[Session]:
     """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
 
     Each ``hash_id`` names a block of ``block_tokens_`` tokens (512 in the trace; smaller to
     scale a replay down); the prompt is those blocks, cut to the scaled input length.
-    Arrivals keep the trace's timestamps multiplied by ``time_scale``.
+    Arrivals keep the trace's timestamps (``replay.rescale`` changes the pace).
     """
     out = []
     scale = block_tokens_ / 512
@@ -165,19 +166,18 @@ def mooncake_trace(path: Path, block_tokens_: int = 512, time_scale: float = 1.0
             if limit is not None and i >= limit:
                 break
             row = json.loads(line)
-            ids = [t for h in row["hash_ids"] for t in block_tokens(h, block_tokens_)]
+            ids = [t for h in row["hash_ids"] for t in block_tokens(h, block_tokens_, salt)]
             n_in = max(1, min(len(ids), int(row["input_length"] * scale)))
             n_out = max(1, int(row["output_length"] * scale))
             if max_output:
                 n_out = min(n_out, max_output)
             s = Session(f"trace-{i}", [Turn(ids[:n_in], n_out, "cold")])
-            s.start = row["timestamp"] / 1000 * time_scale
+            s.start = row["timestamp"] / 1000
             out.append(s)
     return out
 
 
-def csv_trace(path: Path, seed: int = 0, token_scale: float = 1.0, time_scale: float = 1.0,
-              limit: int | None = None) -> list[Session]:
+def csv_trace(path: Path, seed: int = 0, token_scale: float = 1.0, limit: int | None = None) -> list[Session]:
     """CSV of (arrival s, prompt tokens, output tokens), e.g. the Azure traces; unique prompts."""
     rng = random.Random(seed)
     out = []
@@ -190,7 +190,7 @@ def csv_trace(path: Path, seed: int = 0, token_scale: float = 1.0, time_scale: f
             t, n_in, n_out = float(row[0]), int(row[1]), int(row[2])
             s = Session(f"csv-{i}", [Turn(tokens(rng, max(1, int(n_in * token_scale))),
                                           max(1, int(n_out * token_scale)), "cold")])
-            s.start = t * time_scale
+            s.start = t
             out.append(s)
     return out
 

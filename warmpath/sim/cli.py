@@ -7,7 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from warmpath.bench.workload import WORKLOADS, csv_trace, mooncake_trace
+from warmpath.bench.cli import add_shared_flags, check_shared_flags, print_summary
+from warmpath.bench.replay import load_trace, parse_floats, trace_points
+from warmpath.bench.workload import WORKLOADS
 from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
 from warmpath.router.policy import POLICIES
 from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
@@ -53,9 +55,12 @@ def add_parser(sub) -> None:
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
-    s.add_argument("--rates", default="1", help="sessions/s, comma-separated")
+    load = s.add_mutually_exclusive_group()
+    load.add_argument("--rates", default=None, help="sessions/s, comma-separated (default 1); a trace: requests/s, "
+                                                    "its arrival times rescaled to that mean rate")
+    load.add_argument("--trace-speed", help="a trace at these multiples of its own rate, e.g. 0.5,1,2,4")
     s.add_argument("--per-gpu", action="store_true", help="rates are per GPU")
-    s.add_argument("--duration", type=float, default=120.0)
+    add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
     s.add_argument("--scale", type=float, default=1.0)
     s.add_argument("--slo", default=None, help="e.g. ttft_p90=2.0")
@@ -116,6 +121,7 @@ def setup_from_args(a: argparse.Namespace):
                     retokenize_miss=a.retokenize_miss,
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
                     transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0, seed=a.seed,
+                    max_concurrency=getattr(a, "max_concurrency", None),
                     **(variation if a.hardware == "cpu" else {}))
 
 
@@ -124,36 +130,26 @@ def main(a: argparse.Namespace) -> int:
     from warmpath.bench.plots import plot_summaries
     from warmpath.bench.report import write_report
     from warmpath.bench.sweep import write_results
-    from warmpath.sim.run import sweep
+    from warmpath.sim.run import sweep, sweep_trace
 
+    check_shared_flags(a)
     setup = setup_from_args(a)
     slo = parse_slo(a.slo)
-    if a.trace is not None:
-        if not a.trace.is_file():
-            raise ValueError(f"--trace: file not found: {a.trace}")
-        fixed = mooncake_trace(a.trace) if a.trace.suffix == ".jsonl" else csv_trace(a.trace, a.seed)
-        make, name = (lambda n, seed: [s for s in fixed]), str(a.trace)
-        rates = [1.0]
-    else:
-        gen = WORKLOADS[a.workload]
-        make, name = (lambda n, seed: gen(n, seed, scale=a.scale)), a.workload
-        try:
-            rates = [float(x) for x in a.rates.split(",")]
-        except ValueError as e:
-            raise ValueError(f"--rates: expected numbers, got {a.rates!r}") from e
     mult = setup.gpus if a.per_gpu else 1
+    rates = [r * mult for r in parse_floats(a.rates, "--rates") or []]
     label = f"sim:{setup.topology.name}/{a.hardware}/{a.model}"
     t0 = time.perf_counter()
-    summary = sweep(setup, make, [r * mult for r in rates], a.duration, slo, label, name, a.ramp, a.seed,
-                    fixed_arrivals=a.trace is not None)
+    if a.trace is not None:
+        trace = load_trace(a.trace, a.trace_block, a.scale, a.max_output, a.seed)
+        points = trace_points(trace, parse_floats(a.trace_speed, "--trace-speed"), rates)
+        summary = sweep_trace(setup, trace, points, a.duration, slo, label, str(a.trace), a.seed)
+    else:
+        gen = WORKLOADS[a.workload]
+        summary = sweep(setup, lambda n, seed: gen(n, seed, scale=a.scale), rates or [1.0 * mult],
+                        a.duration or 120.0, slo, label, a.workload, a.ramp, a.seed)
     write_results(a.out, summary)
     write_report(a.out, summary, plot_summaries({label: summary}, a.out, gpus=setup.gpus), label)
-    for r, res in summary["runs"].items():
-        c = summary["rates"][r]["all"]
-        f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"rate {r}: completed {c['completed']} failed {c['failed']} TTFT p50 {f(c['ttft_p50_s'])} "
-              f"p90 {f(c['ttft_p90_s'])} TPOT {f(c['tpot_s'])} | {res['sim']['events']} events, "
-              f"{res['sim']['events_per_s']:.0f} events/s")
+    print_summary(summary, lambda run: f" | {run['sim']['events']} events, {run['sim']['events_per_s']:.0f} events/s")
     print(f"{setup.gpus} GPUs; wall {time.perf_counter() - t0:.1f} s; wrote {a.out / 'summary.json'}")
     return 0
 
@@ -162,8 +158,11 @@ def bench_sweep(a: argparse.Namespace) -> dict:
     """The same sweep against the simulator (``--sim CONFIG.json``)."""
     from warmpath.bench.cli import workload_factory
     from warmpath.bench.metrics import parse_slo
-    from warmpath.sim.run import sweep
+    from warmpath.sim.run import sweep, sweep_trace
 
+    check_shared_flags(a)
+    if a.concurrency:
+        raise ValueError("--sim: no closed loop (--concurrency) in the simulator; --max-concurrency caps an open one")
     try:
         conf = json.loads(a.sim.read_text())
     except (OSError, ValueError) as e:
@@ -176,12 +175,14 @@ def bench_sweep(a: argparse.Namespace) -> dict:
     sa = p.parse_args(argv)
     if sa.calibration is not None:
         sa.calibration = Path(sa.calibration)
+    sa.max_concurrency = a.max_concurrency or sa.max_concurrency
     setup = setup_from_args(sa)
-    make, fixed = workload_factory(a)
-    if fixed is not None:
-        return sweep(setup, lambda n, seed: fixed, [1.0], a.duration, parse_slo(a.slo), f"sim:{a.sim}",
-                     str(a.trace), a.ramp, a.seed, fixed_arrivals=True)
-    rates = [float(x) for x in a.rates.split(",")] if a.rates else [a.rate] if a.rate else None
+    make, trace = workload_factory(a)
+    rates = parse_floats(a.rates, "--rates") or ([a.rate] if a.rate else None)
+    if trace is not None:
+        points = trace_points(trace, parse_floats(a.trace_speed, "--trace-speed"), rates)
+        return sweep_trace(setup, trace, points, a.duration, parse_slo(a.slo), f"sim:{a.sim}", str(a.trace), a.seed)
     if rates is None:
         raise ValueError("--sim needs --rate or --rates (no closed loop in the simulator)")
-    return sweep(setup, make, rates, a.duration, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp, a.seed)
+    return sweep(setup, make, rates, a.duration or 60.0, parse_slo(a.slo), f"sim:{a.sim}", a.workload, a.ramp,
+                 a.seed)

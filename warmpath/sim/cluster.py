@@ -27,28 +27,11 @@ from warmpath.router.sessions import SessionTable
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.model import PrefillObservation
 from warmpath.router.plan import Planner
-from warmpath.router.views import Decision, RequestView
+from warmpath.router.views import Decision
+from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
 from warmpath.sim.store import SimStore
 from warmpath.sim.worker import SimWorker
-
-
-@dataclass
-class Req:
-    """One turn of a session in flight."""
-
-    rid: str
-    session: Session
-    turn: int
-    prompt: list[int]
-    arrival: float
-    rv: RequestView
-    decision: Decision | None = None
-    admitted: float = 0.0
-    first_at: float | None = None
-    output: list[int] = field(default_factory=list)
-    cached: int = 0
-    hashes: list[bytes] | None = None    # block hashes of prompt + output once finished
 
 
 @dataclass
@@ -72,7 +55,8 @@ class Simulation:
                  net_latency_s: float = 2e-4, cpu_cores: int | None = None,
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
                  transfer_cpu: float = 0.0, contention: float = 0.0,
-                 elastic: ElasticConfig = ElasticConfig(enabled=False)) -> None:
+                 elastic: ElasticConfig = ElasticConfig(enabled=False),
+                 max_concurrency: int | None = None) -> None:
         self.workers = {w.wid: w for w in workers}
         self.ns, self.store, self.index = namespace, store, index
         self.kvb = kv_bytes_per_token
@@ -86,6 +70,7 @@ class Simulation:
         # the CPU profile: workers (and the store's process) share this many cores
         self.cpu = SharedCores(cpu_cores, self._at, contention) if cpu_cores else None
         self.sessions = SessionTable()
+        self.client = SimClient(max_concurrency, namespace.block_size, self._at)   # TTFT from send if capped
         self.stats = SimStats()
         self.records: list[Record] = []
         self._heap: list = []
@@ -103,15 +88,19 @@ class Simulation:
     def run(self, sessions: list[Session]) -> list[Record]:
         for s in sessions:
             self._history[s.sid] = list(s.prefix)
-            self._at(s.start, self._turn, s, 0)
+            self._at(s.start, self._arrive, s, 0)
         while self._heap:
             self.now, _, fn, args = heapq.heappop(self._heap)
             self.stats.events += 1
             fn(*args)
         return self.records
 
-    # -- router ----------------------------------------------------------------
-    def _turn(self, s: Session, i: int) -> None:
+    # -- client and router -----------------------------------------------------
+    def _arrive(self, s: Session, i: int) -> None:
+        self.client.arrive(self.now, self._turn, s, i)
+
+    def _turn(self, s: Session, i: int, ready: float | None = None) -> None:
+        """Turn ``i`` sent now (it was ready at ``ready``)."""
         t = s.turns[i]
         hist = self._history[s.sid]
         hist += t.new_tokens
@@ -119,7 +108,9 @@ class Simulation:
         # the previous turn's blocks are a prefix of this one's: hash only what is new
         hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
         rv = self.planner.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens)
-        req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv)
+        req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv,
+                  overlap=self.client.observe(hashes, len(hist), i + 1 if i else None),
+                  client_wait=0.0 if ready is None else self.now - ready)
         try:
             d = self._plan(req)
         except LookupError as e:
@@ -180,8 +171,7 @@ class Simulation:
         self._kick(wid)
 
     def _fail(self, req: Req, why: str) -> None:
-        self.records.append(Record(req.session.sid, req.turn + 1, req.session.turns[req.turn].cls, False,
-                                   prompt_tokens=len(req.prompt), error=why))
+        self.records.append(self.client.ended(self.now, req, why))
 
     # -- workers ---------------------------------------------------------------
     def _kick(self, wid: str) -> None:
@@ -266,9 +256,7 @@ class Simulation:
 
     def _finish(self, req: Req) -> None:
         s = req.session
-        t = s.turns[req.turn]
-        self.records.append(Record(s.sid, req.turn + 1, t.cls, True, req.first_at - req.arrival,
-                                   self.now - req.arrival, len(req.output), len(req.prompt), req.cached))
+        self.records.append(self.client.ended(self.now, req))
         n = len(req.output)
         self.planner.observe_outcome(req.decision, req.first_at - req.admitted,
                                      (self.now - req.first_at) / (n - 1) if n > 1 else None)
@@ -291,7 +279,7 @@ class Simulation:
                 self._fail(q, f"no worker: {e}")
                 nxt = self.admission.release()
         if req.turn + 1 < len(s.turns):
-            self._turn(s, req.turn + 1)
+            self._arrive(s, req.turn + 1)
         else:
             self._history.pop(s.sid, None)
             self._hashes.pop(s.sid, None)

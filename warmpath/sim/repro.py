@@ -12,6 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
 from warmpath.cluster.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
@@ -70,8 +71,7 @@ def _cpd_config(name: str, rates: list[float], duration: float, seed: int, in_fl
                  30.0, seed)
     summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
     summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
-    best = [r for r in rates if summ["runs"][str(r)]["slo_met"]]
-    summ["max_rate_meeting_slo"] = max(best) if best else None
+    summ["max_rate_meeting_slo"] = max_rate_from_sweep({r: summ["runs"][str(r)] for r in rates})
     return summ
 
 

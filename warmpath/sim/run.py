@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
-from warmpath.bench.metrics import slo_met, summarize
+from warmpath.bench.metrics import slo_met, summarize, ttft_from
+from warmpath.bench.replay import TracePoint, replay, sweep_fields
+from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.workload import Session
 from warmpath.cluster.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
@@ -61,6 +63,7 @@ class SimSetup:
     contention: float = 0.0               # with cpu_cores: slowdown per extra core running (shared caches)
     step_cv: float = 0.0                  # step-to-step variation of step times (seeded, mean 1)
     seed: int = 0                         # of that variation
+    max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
 
     @property
     def gpus(self) -> int:
@@ -95,7 +98,8 @@ def build(s: SimSetup) -> Simulation:
     return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
                       s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
-                      ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic))
+                      ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
+                      s.max_concurrency)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
@@ -123,7 +127,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     return {"classes": classes, "duration_s": makespan, "sessions": len(sessions),
             "achieved_rps": classes["all"]["completed"] / makespan if makespan > 0 else 0.0,
             "tier_hit_ratio": {"all_tiers": hit / q if q else None},
-            "slo_met": slo_met(classes, slo),
+            "slo_met": slo_met(classes, slo), "ttft_from": ttft_from(setup.max_concurrency),
             "errors": sorted({r.error for r in records if r.error})[:5],
             "sim": {"events": sim.stats.events, "wall_s": wall,
                     "events_per_s": sim.stats.events / wall if wall > 0 else None,
@@ -135,13 +139,29 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
 
 
-def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
-          workload: str, ramp_s: float = 0.0, seed: int = 0, fixed_arrivals: bool = False) -> dict:
-    """Every rate; the ``summary.json`` of ``warmpath bench`` (plus a ``sim`` block per run)."""
-    runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed, fixed_arrivals=fixed_arrivals)
-            for r in rates}
-    ok = [r for r, v in runs.items() if v["slo_met"]]
+def _summary(setup: SimSetup, runs: dict[float, dict], slo: dict, label: str, workload: str) -> dict:
     return {"target": label, "workload": workload, "slo": slo, "gpus": setup.gpus,
+            "ttft_from": ttft_from(setup.max_concurrency), "max_concurrency": setup.max_concurrency,
             "rates": {str(r): v["classes"] for r, v in runs.items()},
             "runs": {str(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()},
-            "max_rate_meeting_slo": max(ok) if ok else None}
+            "max_rate_meeting_slo": max_rate_from_sweep(runs)}
+
+
+def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
+          workload: str, ramp_s: float = 0.0, seed: int = 0) -> dict:
+    """Every rate; the ``summary.json`` of ``warmpath bench`` (plus a ``sim`` block per run)."""
+    runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed) for r in rates}
+    return _summary(setup, runs, slo, label, workload)
+
+
+def sweep_trace(setup: SimSetup, trace: list[Session], points: list[TracePoint], duration_s: float | None,
+                slo: dict, label: str, workload: str, seed: int = 0) -> dict:
+    """A trace replayed whole (or up to the ``duration_s`` cap) at each point
+    (``bench/replay.py``, as ``warmpath bench --trace``); ``summary.json`` as :func:`sweep`."""
+    runs = {}
+    for p in points:
+        sessions, fields = replay(trace, p, duration_s)
+        runs[p.rate] = {**simulate_rate(setup, lambda n, s, ss=sessions: ss, p.rate, duration_s or 0.0, slo,
+                                        seed=seed, fixed_arrivals=True), **fields}
+    summ = _summary(setup, runs, slo, label, workload)
+    return {**summ, **sweep_fields(trace, runs, summ["max_rate_meeting_slo"])}
