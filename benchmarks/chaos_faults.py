@@ -1,7 +1,7 @@
 """The chaos run's faults (``benchmarks/chaos.py``): a seeded, bounded schedule and what
 each fault does, with its detection and recovery times measured from the outside.
 
-Kinds: ``kill`` (SIGKILL a prefill-type worker; the launcher restarts it), ``stop``
+Kinds: ``kill`` (SIGKILL the busiest prefill-type worker; the launcher restarts it), ``stop``
 (SIGSTOP a worker for ``--stop-s``, then SIGCONT), ``store`` (SIGKILL the Mooncake master and
 segment holder; the launcher restarts them), ``corrupt`` (bit flips in stored L3 blocks
 through ``/internal/fault`` ``l3-corrupt``), ``fill`` (junk past the store's segment through
@@ -44,7 +44,7 @@ def schedule(kinds: list[str], duration: float, seed: int, warmup: float = 25.0,
     out = []
     for i, k in enumerate(order):
         at = warmup + span * (i + rng.uniform(0.0, 0.3))
-        target = {"kill": rng.choice(["prefill-0", "pre-prefill-0"]),
+        target = {"kill": "busiest prefill-type",
                   "stop": rng.choice(["prefill-0", "pre-prefill-0", "decode-0"]),
                   "corrupt": "prefill-0,pre-prefill-0", "fill": "decode-0"}.get(k, "mooncake")
         out.append(Fault(k, round(at, 1), target))
@@ -113,7 +113,19 @@ class Faults:
         f.fired = time.monotonic()
         getattr(self, "_" + f.kind)(f)
 
+    def busiest(self, window_s: float = 60.0) -> str:
+        """The prefill-type worker that served the most of the last ``window_s`` seconds'
+        requests (prefill-0 on a tie): killing it hurts the load the most."""
+        since = time.monotonic() - window_s
+        n = {"prefill-0": 0, "pre-prefill-0": 0}
+        for s in list(self.load.target.log):
+            if s.sent >= since and s.worker in n:
+                n[s.worker] += 1
+        return max(n, key=lambda w: (n[w], w == "prefill-0"))
+
     def _kill(self, f: Fault) -> None:
+        if f.target.startswith("busiest"):
+            f.target = self.busiest()
         old = self.workers()[f.target]["pid"]
         os.kill(old, signal.SIGKILL)
         t0 = f.fired

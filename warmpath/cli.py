@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cold-queue", type=int, default=32, help="router wait queue for cold requests")
     s.add_argument("--warm-queue", type=int, default=64, help="router wait queue for warm requests")
     s.add_argument("--drop-after-s", type=float, default=30.0)
+    s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")
     _worker_args(s, role_required=False)
     s.set_defaults(fn=_serve)
     w = sub.add_parser("worker", help="one worker that registers with a router")

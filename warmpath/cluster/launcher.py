@@ -232,7 +232,7 @@ def serve_cluster(a, model_id: str) -> int:
     router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
                    str(a.cold_queue), "--warm-queue", str(a.warm_queue),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
-                   "--max-body-mib", str(a.max_body_mib)]
+                   "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
     if getattr(a, "elastic", "auto") != "auto":
