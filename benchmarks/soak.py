@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.memory import _git, start_time, stop, tree, wait_ready  # noqa: E402
 from benchmarks.soak_load import LOST_HINT, encoder, prime, run_load, sessions  # noqa: E402
-from benchmarks.soak_report import as_json, drifts, fill_times, plot, table, verdict  # noqa: E402
+from benchmarks.soak_report import as_json, drifts, fill_times, idle_fds, plot, table, verdict, without_kv  # noqa: E402
 from benchmarks.soak_sampler import Sampler, series  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
@@ -77,6 +77,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--label", default="soak", help="name of the result files")
     p.add_argument("--timeout-s", type=float, default=600.0, help="how long startup may take")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
+    p.add_argument("--reanalyse", type=Path, default=None, metavar="JSON",
+                   help="no run: the verdict again from a result file's samples")
+    p.add_argument("--block-bytes", type=int, default=737_280, help="with --reanalyse, for files without "
+                   "capacity_bytes: bytes of one KV block (SmolLM2-135M float32, 16 tokens: 737,280)")
     a = p.parse_args(argv)
     if not 0 <= a.warmup_frac <= 0.6:
         p.error("--warmup-frac must be in [0, 0.6] (two windows of 20% follow it)")
@@ -151,9 +155,12 @@ def soak(a: argparse.Namespace, argv: list[str], token: str, log: Path) -> dict:
 def report(a: argparse.Namespace, argv: list[str], res: dict) -> dict:
     """Drifts, verdict, the result file, the plot and the printed summary."""
     s = series(res["rows"], until=a.duration)
+    s.update(without_kv(s))
     d = drifts(s, a.duration, a.warmup_frac, a.limit)
     req = res["load"]["requests"]
-    v = verdict(d, req)
+    fds = idle_fds(series(res["rows"]), a.limit)
+    v = verdict(d, req, fds)
+    v["fds_before_after"] = {k: [b, e] for k, (b, e, _) in fds.items()}
     v["goal_met"] = v["goal_met"] and res["idle_after"]["ok"]
     filled = fill_times(s)
     v["pools_still_filling_after_warmup"] = sorted(k for k, t in filled.items()
@@ -184,7 +191,8 @@ def report(a: argparse.Namespace, argv: list[str], res: dict) -> dict:
     if res["sampler_errors"]:
         print(f"sampler errors: {len(res['sampler_errors'])}, first: {res['sampler_errors'][0]}")
     print(f"verdict: {'GOAL MET' if v['goal_met'] else 'GOAL NOT MET'}: growing without a bound: "
-          f"{v['flagged_unbounded'] or 'none'}; lost {v['lost']}")
+          f"{v['flagged_unbounded'] or 'none'}; descriptors grown at idle: {v['fds_grown_at_idle'] or 'none'}; "
+          f"lost {v['lost']}")
     print(f"wrote {a.out / (a.label + '.json')} and {png}")
     return out
 
@@ -193,6 +201,15 @@ def main(argv=None) -> int:
     """Run once and report (see the module docstring)."""
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.reanalyse:        # the verdict again from a run's samples (same flags as the run)
+        old = json.loads(a.reanalyse.read_text())
+        res = {k: v for k, v in old.items() if k in ("startup_s", "load", "idle_after", "sampler_errors", "pids",
+                                                     "workers")} | {"rows": old["samples"]}
+        for row in res["rows"]:    # runs before the sampler recorded capacity_bytes
+            for k in [k for k in row["values"] if k.startswith("capacity/")]:
+                row["values"].setdefault("capacity_bytes/" + k.removeprefix("capacity/"),
+                                         row["values"][k] * a.block_bytes)
+        return 0 if report(a, ["", "", "", *old["serve"].split()], res)["verdict"]["goal_met"] else 1
     signal.signal(signal.SIGTERM, _sigterm)
     cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", a.topology,
            "--host", "127.0.0.1", "--port", str(free_port()), *a.serve_arg]

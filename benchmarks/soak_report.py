@@ -26,7 +26,44 @@ BOUNDED = {
     "index/approx": "bounded: blocks routed within the index TTL (120 s), at most 2^20 per worker",
     "kv_blocks/": "bounded: at most the tier's capacity (it fills, then evicts)",
 }
-LOAD = {"kv_blocks_in_use": "follows the load: blocks held by running requests (0 when idle, checked after)"}
+LOAD = {"kv_blocks_in_use": "follows the load: blocks held by running requests (0 when idle, checked after)",
+        "rss_mib/worker": "includes the worker's KV pools, committed page by page as they first fill (up to "
+                          "their capacity): judged without them (rss_minus_kv_mib)",
+        "fds/router": "follows the load: keep-alive connections to the workers; judged at idle (before the "
+                      "load vs after the drain)"}
+
+
+def without_kv(series: dict[str, Points]) -> dict[str, Points]:
+    """``rss_minus_kv_mib/worker W``: each worker's RSS less the KV pool memory committed so
+    far — per tier, the most blocks it has held at once (cached + in use) times the block size
+    (``capacity_bytes`` / ``capacity``). A pool's pages stay committed once written, so what
+    is left is the worker's own memory, which must not grow."""
+    out = {}
+    for k, pts in series.items():
+        if not k.startswith("rss_mib/worker "):
+            continue
+        w = k.removeprefix("rss_mib/worker ")
+        tiers = [t.split("/")[-1] for t in series if t.startswith(f"capacity/{w}/")]
+        block_mib = {t: series[f"capacity_bytes/{w}/{t}"][-1][1] / series[f"capacity/{w}/{t}"][-1][1] / MIB
+                     for t in tiers if series.get(f"capacity_bytes/{w}/{t}") and series[f"capacity/{w}/{t}"][-1][1]}
+        held = {t: {tt: v for tt, v in series.get(f"kv_blocks/{w}/{t}/cached", [])} for t in block_mib}
+        used = {t: {tt: v for tt, v in series.get(f"kv_blocks/{w}/{t}/in_use", [])} for t in block_mib}
+        peak, rows = dict.fromkeys(block_mib, 0.0), []
+        for t, rss in pts:
+            for tier in block_mib:
+                peak[tier] = max(peak[tier], held[tier].get(t, 0.0) + used[tier].get(t, 0.0))
+            rows.append((t, rss - sum(peak[tier] * block_mib[tier] for tier in block_mib)))
+        if block_mib:
+            out[f"rss_minus_kv_mib/worker {w}"] = rows
+    return out
+
+
+def idle_fds(series: dict[str, Points], limit: float = 0.05) -> dict[str, tuple[float, float, bool]]:
+    """For descriptor counts that follow the load (the router's): the first sample (before the
+    load) and the last (after the drain), ``(before, after, grew by more than limit)``. The
+    others are judged by their drift: the workers open their store connections after t = 0."""
+    return {k: (p[0][1], p[-1][1], p[-1][1] > p[0][1] * (1 + limit)) for k, p in sorted(series.items())
+            if k.startswith("fds/") and p and note_for(k) == LOAD["fds/router"]}
 
 
 @dataclass(frozen=True)
@@ -59,6 +96,10 @@ def note_for(name: str) -> str:
     """Why series ``name`` may grow by design ("" when it should stay flat)."""
     if name.startswith("kv_blocks/") and name.endswith("/in_use"):
         return LOAD["kv_blocks_in_use"]
+    if name.startswith("rss_mib/worker"):
+        return LOAD["rss_mib/worker"]
+    if name == "fds/router":
+        return LOAD["fds/router"]
     return next((why for prefix, why in BOUNDED.items() if name.startswith(prefix)), "")
 
 
@@ -79,7 +120,7 @@ def drifts(series: dict[str, Points], duration: float, warmup_frac: float, limit
     running; plotted, not judged), with its note."""
     early, late = windows(duration, warmup_frac)
     return {k: drift_of(p, early, late, limit, note_for(k)) for k, p in sorted(series.items())
-            if not k.startswith(("load/", "capacity/"))}
+            if not k.startswith(("load/", "capacity"))}
 
 
 def fill_times(series: dict[str, Points], full: float = 0.95) -> dict[str, float | None]:
@@ -94,12 +135,14 @@ def fill_times(series: dict[str, Points], full: float = 0.95) -> dict[str, float
     return out
 
 
-def verdict(d: dict[str, Drift], requests: dict) -> dict:
-    """Which flagged series have no bound by design (the goal: none), and lost requests (0)."""
+def verdict(d: dict[str, Drift], requests: dict, fds: dict[str, tuple[float, float, bool]] | None = None) -> dict:
+    """Which flagged series have no bound by design (the goal: none), descriptors left open at
+    idle (none), and lost requests (0)."""
     unbounded = sorted(k for k, x in d.items() if x.flagged and not x.note)
     bounded = sorted(k for k, x in d.items() if x.flagged and x.note)
-    return {"flagged_unbounded": unbounded, "flagged_bounded_by_design": bounded,
-            "lost": requests["lost"], "goal_met": not unbounded and requests["lost"] == 0}
+    fd_grew = sorted(k for k, (_, _, grew) in (fds or {}).items() if grew)
+    return {"flagged_unbounded": unbounded, "flagged_bounded_by_design": bounded, "fds_grown_at_idle": fd_grew,
+            "lost": requests["lost"], "goal_met": not unbounded and not fd_grew and requests["lost"] == 0}
 
 
 def as_json(d: dict[str, Drift]) -> dict[str, dict]:

@@ -58,6 +58,8 @@ def worker_gauges(worker: str, text: str) -> dict[str, float]:
     for s in samples(text):
         if s.name == "warmpath_kv_tier_blocks" and s.labels["state"] == "capacity":
             out[f"capacity/{worker}/{s.labels['tier']}"] = s.value
+        elif s.name == "warmpath_kv_tier_capacity_bytes":
+            out[f"capacity_bytes/{worker}/{s.labels['tier']}"] = s.value
         elif s.name == "warmpath_kv_tier_blocks":
             out[f"kv_blocks/{worker}/{s.labels['tier']}/{s.labels['state']}"] = s.value
         elif s.name in ("warmpath_num_requests_running", "warmpath_num_requests_waiting"):

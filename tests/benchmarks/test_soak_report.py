@@ -2,7 +2,8 @@
 
 import pytest
 
-from benchmarks.soak_report import Drift, drift_of, drifts, fill_times, mean_in, note_for, table, verdict, windows
+from benchmarks.soak_report import (Drift, drift_of, drifts, fill_times, idle_fds, mean_in, note_for, table, verdict,
+                                   windows, without_kv)
 
 T = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
 
@@ -48,7 +49,7 @@ def test_bounded_series_carry_their_reason_and_only_unbounded_growth_fails():
     assert [k for k, x in d.items() if x.flagged] == ["rss_mib/router", "sessions"]
     v = verdict(d, {"lost": 0})
     assert v == {"flagged_unbounded": ["rss_mib/router"], "flagged_bounded_by_design": ["sessions"],
-                 "lost": 0, "goal_met": False}
+                 "fds_grown_at_idle": [], "lost": 0, "goal_met": False}
     assert verdict(drifts({"sessions": up, "fds/router": flat}, 100, 0.2), {"lost": 0})["goal_met"]
     assert not verdict(drifts({"fds/router": flat}, 100, 0.2), {"lost": 1})["goal_met"]
     lines = table(d).splitlines()
@@ -63,3 +64,25 @@ def test_when_each_pool_filled():
          "capacity/p/L2": [(t, 0) for t in T]}       # no L2 at all: nothing to fill
     assert fill_times(s) == {"d/L1": 40, "d/L2": None}   # 95 of 100 first at t = 40
     assert "capacity/d/L1" not in drifts(s, 100, 0.2)
+
+
+def test_worker_rss_is_judged_without_the_kv_pool_it_committed():
+    # 2 MiB blocks; L1 holds 1, 3, then 2 blocks (its pages stay committed: peak 3), L2 0, 0, 4
+    mib = 1 << 20
+    s = {"rss_mib/worker w": [(0, 100), (10, 106), (20, 114)], "rss_mib/router": [(0, 50), (10, 50), (20, 50)],
+         "capacity/w/L1": [(0, 8)] * 3, "capacity_bytes/w/L1": [(0, 16 * mib)] * 3,
+         "capacity/w/L2": [(0, 8)] * 3, "capacity_bytes/w/L2": [(0, 16 * mib)] * 3,
+         "kv_blocks/w/L1/cached": [(0, 1), (10, 2), (20, 2)], "kv_blocks/w/L1/in_use": [(0, 0), (10, 1), (20, 0)],
+         "kv_blocks/w/L2/cached": [(0, 0), (10, 0), (20, 4)]}
+    assert without_kv(s) == {"rss_minus_kv_mib/worker w": [(0, 98.0), (10, 100.0), (20, 100.0)]}
+    assert note_for("rss_mib/worker w").startswith("includes the worker's KV pools")
+    assert note_for("rss_minus_kv_mib/worker w") == ""
+
+
+def test_router_descriptors_are_judged_at_idle():
+    s = {"fds/router": [(0, 20), (10, 34), (20, 20)], "fds/worker w": [(0, 40), (10, 47), (20, 47)],
+         "fds/x": [(0, 10), (20, 11)]}
+    assert idle_fds(s) == {"fds/router": (20, 20, False)}
+    assert idle_fds({"fds/router": [(0, 20), (20, 22)]}) == {"fds/router": (20, 22, True)}
+    v = verdict({}, {"lost": 0}, idle_fds({"fds/router": [(0, 20), (20, 22)]}))
+    assert v["fds_grown_at_idle"] == ["fds/router"] and not v["goal_met"]
