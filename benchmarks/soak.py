@@ -171,7 +171,8 @@ def report(a: argparse.Namespace, argv: list[str], res: dict) -> dict:
            "warmup_frac": a.warmup_frac, "limit": a.limit, "seed": a.seed, "verdict": v,
            "drift": as_json(d), "pool_full_at_s": filled, **{k: x for k, x in res.items() if k != "rows"}, "samples": res["rows"]}
     (a.out / f"{a.label}.json").write_text(json.dumps(out, indent=1) + "\n")
-    png = plot(series(res["rows"]), a.duration, a.warmup_frac, a.out / f"{a.label}.png",
+    whole = series(res["rows"])
+    png = plot(whole | without_kv(whole), a.duration, a.warmup_frac, a.out / f"{a.label}.png",
                f"soak: {a.topology} at {a.rate:g} sessions/s for {a.duration:g} s, sampled every {a.sample_s:g} s")
     print(table(d))
     for k, x in d.items():

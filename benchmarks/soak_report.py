@@ -167,7 +167,9 @@ def table(d: dict[str, Drift]) -> str:
     return "\n".join(lines)
 
 
-PANELS = (("rss_mib/", "RSS (MiB) per process"), ("fds/", "open file descriptors per process"),
+PANELS = (("rss_mib/", "RSS (MiB) per process"),
+          ("rss_minus_kv_mib/", "worker RSS less the KV pool pages committed so far (MiB)"),
+          ("fds/", "open file descriptors per process"),
           ("kv_blocks/", "KV blocks per worker / tier / state"), ("index/", "router KV index (block hashes)"),
           ("sessions", "router sessions"), ("load/", "load (router in flight, waiting)"))
 

@@ -203,8 +203,7 @@ def test_write_back_spills_the_full_l2s_victims_to_l3(smollm, reference, prompts
         assert fresh.generate([prompts["p"]], G)[0] == reference["p"]
         assert fresh.tiers.stats.loaded_tokens["L3"] > 0    # p's spilled blocks, verified and used
         eng.pool.check_integrity()
-        eng.close()
-        fresh.close()
+        eng.close(), fresh.close()
 
 
 def test_master_killed_then_back(smollm, prompts, reference):
