@@ -22,14 +22,11 @@ import argparse
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,7 +34,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.chaos_faults import KINDS, Faults, schedule  # noqa: E402
 from benchmarks.chaos_load import Load, dump_log, references, tally  # noqa: E402
 from benchmarks.chaos_report import after_load, goals, print_summary  # noqa: E402
+from benchmarks.cluster_procs import start_time, stop, tree, wait_ready  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
+
+
+def members(root: int) -> dict[int, int | None]:
+    """``root``'s process tree: pid -> start time (to find leftovers later, not reused PIDs)."""
+    return {p: start_time(p) for p in tree(root)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,55 +78,6 @@ def start(a: argparse.Namespace, token: str, log: Path) -> tuple[subprocess.Pope
     return proc, f"http://127.0.0.1:{port}"
 
 
-def wait_registered(proc: subprocess.Popen, base: str, auth: dict, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the cluster exited with code {proc.returncode}")
-        try:
-            if len(httpx.get(base + "/v1/cluster", timeout=5, headers=auth).json()["workers"]) == 3:
-                return
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"workers not registered after {timeout:.0f} s")
-
-
-def tree(pid: int) -> dict[int, str]:
-    """``pid`` and its descendants: PID -> command line (to find leftovers later)."""
-    out = {}
-    try:
-        root = psutil.Process(pid)
-        for p in [root, *root.children(recursive=True)]:
-            out[p.pid] = " ".join(p.cmdline())
-    except psutil.Error:
-        pass
-    return out
-
-
-def stop(proc: subprocess.Popen, seen: dict[int, str]) -> list[str]:
-    """SIGTERM the launcher (it stops its children), then SIGKILL anything of ``seen`` still
-    alive with the same command line; returns what had to be killed."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(1.0)
-    left = []
-    for pid, cmd in seen.items():
-        try:
-            p = psutil.Process(pid)
-            if p.status() != psutil.STATUS_ZOMBIE and " ".join(p.cmdline()) == cmd:
-                left.append(f"{pid} {cmd[:120]}")
-                p.kill()
-        except psutil.Error:
-            continue
-    return left
-
-
 def run(a: argparse.Namespace, proc: subprocess.Popen, base: str, auth: dict, seen: dict) -> dict:
     """The load with the faults; then the cluster's state after the load."""
     plan = schedule(a.faults, a.duration, a.seed)
@@ -133,7 +87,7 @@ def run(a: argparse.Namespace, proc: subprocess.Popen, base: str, auth: dict, se
     t0 = time.monotonic()
     try:
         for f in plan:
-            seen.update(tree(proc.pid))
+            seen.update(members(proc.pid))
             time.sleep(max(0.0, t0 + f.at - time.monotonic()))
             print(f"[{time.monotonic() - t0:6.1f} s] {f.kind} {f.target}", flush=True)
             try:
@@ -141,11 +95,11 @@ def run(a: argparse.Namespace, proc: subprocess.Popen, base: str, auth: dict, se
             except Exception as e:  # noqa: BLE001 - a fault that could not run is reported, not fatal
                 f.result = {"error": f"{type(e).__name__}: {e}"}
             print(f"[{time.monotonic() - t0:6.1f} s]   {json.dumps(f.result)}", flush=True)
-            seen.update(tree(proc.pid))
+            seen.update(members(proc.pid))
         load.thread.join(timeout=max(0.0, t0 + a.duration + 3 * a.timeout - time.monotonic()))
     finally:
         faults.resume_all()
-    seen.update(tree(proc.pid))
+    seen.update(members(proc.pid))
     res = {"faults": [{"kind": f.kind, "target": f.target, "at_s": f.at,
                        "fired_s": None if f.fired is None else round(f.fired - t0, 2), **f.result} for f in plan],
            "load_finished": not load.thread.is_alive(), "seconds": round(time.monotonic() - t0, 1)}
@@ -161,10 +115,10 @@ def main(argv=None) -> int:
     token = secrets.token_urlsafe(24)
     auth = {"Authorization": f"Bearer {token}"}
     proc, base = start(a, token, a.out / "chaos.log")
-    seen: dict[int, str] = {}
+    seen: dict[int, int | None] = {}
     try:
-        wait_registered(proc, base, auth)
-        seen.update(tree(proc.pid))
+        wait_ready(proc, base, auth, 3, 300)
+        seen.update(members(proc.pid))
         res = run(a, proc, base, auth, seen)
     finally:
         left = stop(proc, seen)

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from warmpath.bench.prom import sample_value  # noqa: E402
+from benchmarks.cluster_procs import cmdline, start_time, stop, tree, wait_ready  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
 
@@ -74,30 +74,6 @@ def _kib_fields(path: Path, keys: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def children() -> dict[int, list[int]]:
-    """ppid -> pids, for every process visible in /proc now."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            kids.setdefault(ppid, []).append(int(d.name))
-    return kids
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and every process below it."""
-    kids, out, todo = children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(sorted(kids.get(pid, [])))
-    return out
-
-
 def name_of(argv: list[str]) -> str:
     """A short name for a cluster process from its command line."""
     if argv and argv[0].endswith("mooncake_master"):
@@ -116,7 +92,7 @@ def sample(pid: int) -> dict | None:
     """RSS (status), PSS / USS (smaps_rollup) of one process, in bytes; None if it is gone."""
     d = Path(f"/proc/{pid}")
     try:
-        argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        argv = cmdline(pid)
         st = _kib_fields(d / "status", STATUS_KEYS)
         ro = _kib_fields(d / "smaps_rollup", ROLLUP_KEYS)
     except OSError:
@@ -184,46 +160,6 @@ def full_bound(rows: list[dict]) -> int:
         if "--segment-bytes" in r["argv"]:
             extra += int(r["argv"][r["argv"].index("--segment-bytes") + 1])
     return sum(r["rss"] for r in rows) + extra
-
-
-def wait_ready(proc: subprocess.Popen, base: str, auth: dict, n: int, timeout: float) -> None:
-    """Until the router lists ``n`` workers; raises if the launcher exits or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"warmpath serve exited with code {proc.returncode}")
-        try:
-            if len(httpx.get(base + "/v1/cluster", timeout=5, headers=auth).json()["workers"]) >= n:
-                return
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(1.0)
-    raise RuntimeError(f"workers not registered after {timeout:.0f} s")
-
-
-def start_time(pid: int) -> int | None:
-    """The start time of ``pid`` (clock ticks since boot), to tell it from a reused PID."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
-
-
-def stop(proc: subprocess.Popen, seen: dict[int, int]) -> None:
-    """SIGTERM the launcher's group and wait; then SIGKILL any process of its tree (``seen``:
-    pid -> start time) still alive."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(1.0)
-    for pid, t0 in seen.items():
-        if pid != proc.pid and start_time(pid) == t0:
-            os.kill(pid, signal.SIGKILL)
 
 
 def table(rows: list[dict]) -> str:

@@ -42,7 +42,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory import _git, start_time, stop, tree, wait_ready  # noqa: E402
+from benchmarks.cluster_procs import start_time, stop, tree, wait_ready  # noqa: E402
+from benchmarks.memory import _git  # noqa: E402
 from benchmarks.soak_load import LOST_HINT, encoder, prime, run_load, sessions  # noqa: E402
 from benchmarks.soak_report import as_json, drifts, fill_times, idle_fds, plot, table, verdict, without_kv  # noqa: E402
 from benchmarks.soak_sampler import Sampler, series  # noqa: E402
