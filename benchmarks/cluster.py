@@ -59,10 +59,14 @@ def flood(n: int, seed: int):
     return coding_agent(n, seed, primed=True, repo_seed=SEED, **{**AGENT, "warm_ratio": 0.5})
 
 
-def prime(url: str) -> None:
-    """Send each repository context once so its KV is in the cluster (L3) before measuring."""
+def prime(url: str, decode=None) -> None:
+    """Send each repository context once so its KV is in the cluster (L3) before measuring
+    (as text when ``decode`` is given: a peer router that takes no token ids)."""
     for ctx in repo_contexts(SEED, AGENT["repos"], AGENT["context"]):
-        r = httpx.post(url + "/v1/completions", json={"prompt": ctx + [1000, 1001], "max_tokens": 1}, timeout=300)
+        prompt = decode(ctx + [1000, 1001]) if decode else ctx + [1000, 1001]
+        model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        r = httpx.post(url + "/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 1},
+                       timeout=300)
         r.raise_for_status()
     time.sleep(1.0)
 
@@ -97,24 +101,61 @@ def scrape(url: str, headers: dict | None = None) -> dict:
     return {"kv_handoff_bytes": c["kv_handoff_bytes"], "ppd_decisions": c["ppd_decisions"],
             "retries": c["retries"], "routed": {w["worker_id"]: w["routed"] for w in c["workers"]},
             "l3": {w["worker_id"]: l3_totals(w["url"]) for w in c["workers"]},
-            "router_latency": c["latency"]}
+            "router_latency": c["latency"],
+            # the learnt model's |predicted - measured| / measured TTFT, median over its recent requests
+            "model_ttft_error_p50": c["model"]["ttft_error_p50"], "model_ttft_error_n": c["model"]["ttft_error_n"],
+            "model": c["model"]}
+
+
+class Config:
+    """One benchmarked configuration, started: ``TOPOLOGY[+POLICY][@PPD]`` under warmpath's
+    router (e.g. ``pd-2p1d+pd-kv``, ``cpd-1d@dynamic``), or ``peer:NAME[xN]``: N (default 3)
+    ``warmpath serve --topology single`` workers with the same flags behind a peer router
+    (``benchmarks/peers.py``: smg or vllm-router, ``cache_aware``), sent text prompts."""
+
+    def __init__(self, name: str, ppd: str | None, workers: list[str], router_argv: list[str]) -> None:
+        self.peer = name.startswith("peer:")
+        self.decode = None
+        if self.peer:
+            from peers import PEERS, Stack, default_root   # noqa: PLC0415 (benchmarks/ script)
+            peer, _, n = name.removeprefix("peer:").partition("x")
+            self.stack = Stack(int(n or 3), 1, Path("benchmarks/results/peer-logs") / peer,
+                               [w for w in workers if w not in ("--heartbeat-s", "2")])
+            try:
+                self.stack.start_workers()
+                self.url = self.stack.start_peer(PEERS[peer], default_root())
+            except BaseException:
+                self.stack.__exit__(None, None, None)
+                raise
+            self.headers = None
+            self.decode = functools.partial(load_tokenizer().decode, skip_special=False)
+            return
+        topo, _, mode = name.partition("@")
+        topo, _, policy = topo.partition("+")   # "pd-2p1d+pd-kv": the same workers under another policy
+        self.c = launcher.start(resolve(topo, ppd or mode or None, policy or None), "127.0.0.1", free_port(),
+                                workers, router_argv, None, 2.0, 1)
+        self.url, self.headers = self.c.url, self.c.headers
+
+    def scrape(self) -> dict:
+        return {} if self.peer else scrape(self.url, self.headers)
+
+    def stop(self) -> None:
+        self.stack.__exit__(None, None, None) if self.peer else self.c.stop()
 
 
 def run_topology(name: str, ppd: str | None, make, rates: list[float], duration: float, out: Path,
                  encode, calibration: str | None, workers: list[str] = WORKERS) -> dict:
     router_argv = ["--model", "smollm2"] + (["--calibration", calibration] if calibration else [])
-    topo, _, policy = name.partition("+")     # "pd-2p1d+pd-kv": the same workers under another policy
-    c = launcher.start(resolve(topo, ppd, policy or None), "127.0.0.1", free_port(), workers, router_argv,
-                       None, 2.0, 1)
-    label = name + (f"-{ppd}" if ppd else "")
+    c = Config(name, ppd, workers, router_argv)
+    label = Path(name.replace(":", "-")).stem + (f"-{ppd}" if ppd else "")
     async def sweep() -> dict:
-        target = OpenAITarget(c.url, timeout_s=180)
+        target = OpenAITarget(c.url, timeout_s=180, decode=c.decode)
         runs = {}
         try:
             for r in rates:
                 t0 = time.time()
                 res = await run_rate(target, make, r, duration, {}, seed=SEED, encode=encode, quiet=True)
-                res["cluster"] = scrape(c.url, c.headers)
+                res["cluster"] = c.scrape()
                 res["meets_slo"] = meets(res["classes"])
                 runs[r] = res
                 cl = res["classes"]
@@ -130,7 +171,7 @@ def run_topology(name: str, ppd: str | None, make, rates: list[float], duration:
 
     try:
         if make in (agent, flood):
-            prime(c.url)
+            prime(c.url, c.decode)
         runs = asyncio.run(sweep())
     finally:
         c.stop()
@@ -151,11 +192,30 @@ def sustained(runs: dict) -> float | None:
     return best
 
 
+def ppd_table(sums: dict, r: str) -> dict:
+    """Turn-2+ TTFT, TPOT, decisions and KV moved per PPD mode at rate ``r``, with x1's and
+    dynamic's change against x0."""
+    table = {m: {"turn2_ttft_p50_s": s["rates"][r]["turn2+"]["ttft_p50_s"],
+                 "turn2_ttft_p90_s": s["rates"][r]["turn2+"]["ttft_p90_s"],
+                 "tpot_s": s["rates"][r]["all"]["tpot_s"], "success": s["rates"][r]["all"]["success_rate"],
+                 "ppd_decisions": s["runs"][r]["cluster"]["ppd_decisions"],
+                 "kv_handoff_bytes": s["runs"][r]["cluster"]["kv_handoff_bytes"]} for m, s in sums.items()}
+    base = table["x0"]
+    for m in ("x1", "dynamic"):
+        table[m]["turn2_ttft_cut_vs_x0"] = 1 - table[m]["turn2_ttft_p50_s"] / base["turn2_ttft_p50_s"]
+        table[m]["tpot_change_vs_x0"] = table[m]["tpot_s"] / base["tpot_s"] - 1
+    return table
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="0.05,0.1,0.15,0.2")
     p.add_argument("--duration", type=float, default=90.0)
-    p.add_argument("--ppd-rate", type=float, default=0.05)
+    p.add_argument("--ppd-rates", default="0.05", help="part ppd: session rates")
+    p.add_argument("--ppd-configs", default="pd-2p1d", help="part ppd: topologies, each run x0 / x1 / dynamic")
+    p.add_argument("--ppd-calibration", choices=("calibrate", "none"), default="calibrate",
+                   help="part ppd: give the router `warmpath calibrate`'s table, or none (the online model only, "
+                        "as `warmpath serve` runs by default)")
     p.add_argument("--ppd-duration", type=float, default=150.0)
     p.add_argument("--flood-rate", type=float, default=0.2)
     p.add_argument("--parts", default="cpd,flood,ppd")
@@ -199,25 +259,19 @@ def main() -> int:
         print(json.dumps(result["flood"], indent=1))
     if "ppd" in a.parts:
         cal = a.out / "calibration.json"
-        if not cal.exists():
+        if a.ppd_calibration == "calibrate" and not cal.exists():
             subprocess.run([sys.executable, "-m", "warmpath.cli", "calibrate", "--threads", "1", "--out", str(cal)],
                            check=True)
         # conversations keep their whole history on the decode worker: give it room for them
         roomy = [x if x != "0.5" else "1.0" for x in WORKERS]
-        sums = {m: run_topology("pd-2p1d", m, conversations, [a.ppd_rate], a.ppd_duration, a.out, encode, str(cal),
-                                roomy) for m in ("x0", "x1", "dynamic")}
-        r = str(a.ppd_rate)
-        table = {m: {"turn2_ttft_p50_s": s["rates"][r]["turn2+"]["ttft_p50_s"],
-                     "turn2_ttft_p90_s": s["rates"][r]["turn2+"]["ttft_p90_s"],
-                     "tpot_s": s["rates"][r]["all"]["tpot_s"], "success": s["rates"][r]["all"]["success_rate"],
-                     "ppd_decisions": s["runs"][r]["cluster"]["ppd_decisions"],
-                     "kv_handoff_bytes": s["runs"][r]["cluster"]["kv_handoff_bytes"]} for m, s in sums.items()}
-        base = table["x0"]
-        for m in ("x1", "dynamic"):
-            table[m]["turn2_ttft_cut_vs_x0"] = 1 - table[m]["turn2_ttft_p50_s"] / base["turn2_ttft_p50_s"]
-            table[m]["tpot_change_vs_x0"] = table[m]["tpot_s"] / base["tpot_s"] - 1
-        result["ppd"] = table
-        print(json.dumps(table, indent=1))
+        ppd_rates = [float(x) for x in a.ppd_rates.split(",")]
+        result["ppd"] = {}
+        for topo in a.ppd_configs.split(","):
+            sums = {m: run_topology(topo, m, conversations, ppd_rates, a.ppd_duration, a.out, encode,
+                                    str(cal) if a.ppd_calibration == "calibrate" else None, roomy)
+                    for m in ("x0", "x1", "dynamic")}
+            result["ppd"][topo] = {str(r): ppd_table(sums, str(r)) for r in ppd_rates}
+        print(json.dumps(result["ppd"], indent=1))
     result_path.write_text(json.dumps(result, indent=1))
     print(f"wrote {result_path}")
     return 0

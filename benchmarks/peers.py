@@ -76,6 +76,11 @@ PEERS = {p.name: p for p in (Peer("smg", "smg", "1.13.0", "smg"),
                              Peer("vllm-router", "vllm-router", "0.1.17", "vllm-router"))}
 
 
+def default_root() -> Path:
+    """Where the peers are installed: ``$WARMPATH_PEERS`` or ``/root/peers``."""
+    return Path(os.environ.get("WARMPATH_PEERS", "/root/peers"))
+
+
 def install(peer: Peer, root: Path) -> dict:
     """``python3 -m venv ROOT/NAME && ROOT/NAME/bin/pip install --only-binary=:all: PKG==VER``
     (wheels only: a source build of these Rust crates is not attempted); skipped when the
@@ -189,7 +194,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("install", "check", "bench"))
     ap.add_argument("--peer", default="all", choices=("all", *PEERS))
-    ap.add_argument("--root", type=Path, default=Path(os.environ.get("WARMPATH_PEERS", "/root/peers")))
+    ap.add_argument("--root", type=Path, default=default_root())
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--worker-arg", action="append", default=["--kv-cache-gib", "0.25", "--l2-gib", "0.25"],
