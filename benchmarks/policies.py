@@ -10,8 +10,9 @@ highest session rate sustained (that rate and every lower one met the SLO), per 
 Part B, drift: 10% → 60% → 10% cold (a third of the run each) on 2 pre-prefill + 2 prefill
 + 2 decode workers on the simulated B200 / Llama-3.1-8B profile, elastic tiers on vs off:
 warm TTFT p90 per 20 s window and the role changes.
-Part C, decision time: the router's plan (hashing, KV index lookup, model, policy; the
-tokenizer excluded) at 2K / 32K / 128K-token prompts, p50 and p99.
+Part C, decision time (``benchmarks/decide.py``, also runnable alone): the router's plan
+(hashing, KV index lookup, model, policy; the tokenizer excluded) at 2K / 32K / 128K-token
+prompts, cold and follow-up turns, p50 and p99.
 
 SLO (stated before measuring, as ``benchmarks/cluster.py``): warm TTFT p90 ≤ 2 s, cold
 TTFT p90 ≤ 20 s, ≥ 99% of requests succeed. TTFT is timed from arrival.
@@ -33,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cluster as real  # noqa: E402  (the workload and SLO of the real benchmark)
+import decide  # noqa: E402  (part C)
 import sim_validation as val  # noqa: E402  (the validated CPU profile)
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
@@ -175,49 +177,6 @@ def plot_drift(drift: dict, phase_s: float, path: Path) -> None:
     plt.close(fig)
 
 
-def part_decide(iters: int = 200) -> dict:
-    import random
-
-    from warmpath.kv.events import BlockStored
-    from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
-    from warmpath.router.index import GlobalKVIndex
-    from warmpath.router.plan import Planner
-    from warmpath.router.policy import CPDPolicy
-    from warmpath.router.views import WorkerView
-
-    ns = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=16)
-    views = [WorkerView("c0", "pre-prefill"), WorkerView("p0", "prefill"), WorkerView("d0", "decode")]
-    out = {}
-    for n in (2048, 32768, 131072):
-        rng = random.Random(n)
-        ids = [rng.randrange(50000) for _ in range(n)]
-        hashes = hash_prefix_blocks(ns, ids)
-        index = GlobalKVIndex()
-        index.apply("p0", [BlockStored(hashes[: len(hashes) // 2], None, [], 16, "L1")], 0.0)
-        index.apply("c0", [BlockStored(hashes, None, [], 16, "L3")], 0.0)
-        planner = Planner(CPDPolicy())
-        times = []
-        for _ in range(iters):
-            t = time.perf_counter()
-            hs = tuple(hash_prefix_blocks(ns, ids))
-            rv = planner.request_view(n, hs, 16, None, None, 128)
-            snap = planner.snapshot(views, lambda w: index.lookup(w, hs, 0.0), None, 46080, 0.0)
-            planner.plan(rv, snap, arrival=False)
-            t1 = time.perf_counter()
-            snap = planner.snapshot(views, lambda w: index.lookup(w, hs, 0.0), None, 46080, 0.0)
-            planner.plan(rv, snap, arrival=False)
-            times.append((t1 - t, time.perf_counter() - t1))
-        with_hash = sorted(a for a, _ in times)
-        plan_only = sorted(b for _, b in times)
-        q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] * 1000  # noqa: E731
-        out[str(n)] = {"hash_index_plan_ms": {"p50": q(with_hash, 0.5), "p99": q(with_hash, 0.99)},
-                       "index_plan_ms": {"p50": q(plan_only, 0.5), "p99": q(plan_only, 0.99)}}
-        print(f"decide {n} tokens: hash+index+plan p50 {out[str(n)]['hash_index_plan_ms']['p50']:.3f} ms "
-              f"p99 {out[str(n)]['hash_index_plan_ms']['p99']:.3f} ms; index+plan p50 "
-              f"{out[str(n)]['index_plan_ms']['p50']:.3f} p99 {out[str(n)]['index_plan_ms']['p99']:.3f} ms", flush=True)
-    return out
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="share,drift,decide")
@@ -239,7 +198,7 @@ def main() -> int:
         res["drift"] = part_drift(a.drift_rate, a.drift_phase, 0)
         plot_drift(res["drift"], a.drift_phase, a.out.with_name(a.out.stem + "_drift.png"))
     if "decide" in a.parts:
-        res["decide"] = part_decide()
+        res["decide"] = decide.part_decide()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
     print(f"wrote {a.out}")

@@ -10,7 +10,6 @@ from typing import Awaitable
 from fastapi import Request
 from fastapi.responses import Response
 
-from warmpath.kv.hashing import hash_prefix_blocks
 from warmpath.models.tokenizer import ChatTemplateError
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.internal import MAX_PROMPT_IDS
@@ -99,6 +98,6 @@ class RequestHandler:
         ns = s.namespace.with_salt(body.cache_salt)
         sid = session_id(body.user, req.headers.get("x-session-id"), msgs)
         sess = s.sessions.touch(sid, arrival) if sid else None
-        rv = s.planner.request_view(len(ids), tuple(hash_prefix_blocks(ns, ids)), ns.block_size, sid, sess,
-                                    body.max_new_tokens or 128)
+        hashes = s.hash_cache.hashes(ns, ids, sid)   # = hash_prefix_blocks(ns, ids), the session's reused
+        rv = s.planner.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128)
         return rv, sess

@@ -5,6 +5,26 @@ Exact mode: per worker, the set of block hashes it holds in L1/L2 (from ``BlockS
 (no batch for ``stale_after_s`` while it still heartbeats), the router switches that worker
 to approximate mode: it assumes a worker holds what the router last sent it, for ``ttl_s``.
 
+Lookup by binary search. A worker *can* hold block i without block i-1 (L1/L2 evict single
+blocks, an L3 write can fail for one block of a chain, routed hints are capped oldest
+first), so "held" is not monotone along a chain and a plain binary search over it could skip
+a gap. The planner's prefix hit is the leading run, up to the first missing block (what an
+engine can reuse). So each worker (and L3) also has a *certified* set: hashes whose whole
+chain prefix a lookup has seen held. It is
+
+* a subset of the held set: a removal of a certified hash clears the certified set (stores
+  never do: a held block stays held until removed);
+* prefix-closed: a lookup adds ``hashes[v:n]`` only when ``hashes[:v]`` are certified and it
+  has just seen ``hashes[v:n]`` held. A block hash covers its parent's hash, so equal hashes
+  are equal chain prefixes at the same depth (up to xxh3-128 collisions, which the index's
+  hash keys assume away already).
+
+So "certified" is monotone along a request's chain: a binary search finds the certified run
+``v`` in O(log n) probes, and only blocks after it are checked one by one (at C speed), each
+certified then, once per certified-set lifetime. The result is the same leading run as
+checking every block (``tests/router/test_index_exact.py`` checks it against that).
+Memory: a certified set is never larger than its held set.
+
 NOTE: no torch, no I/O; ``now`` is passed in so the simulator can drive time.
 """
 
@@ -12,6 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import islice, takewhile
 
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.router.views import PrefixHit
@@ -26,6 +47,8 @@ class GlobalKVIndex:
     l3: set[bytes] = field(default_factory=set)
     approx: dict[str, dict[bytes, float]] = field(default_factory=lambda: defaultdict(dict))
     last_event: dict[str, float] = field(default_factory=dict)
+    certified: dict[str, set[bytes]] = field(default_factory=dict)   # per worker, ⊆ local (see above)
+    l3_certified: set[bytes] = field(default_factory=set)            # ⊆ l3
 
     def apply(self, worker: str, events: list, now: float) -> None:
         """Fold one batch of a worker's events into the index."""
@@ -42,12 +65,17 @@ class GlobalKVIndex:
                 for h in e.block_hashes:
                     if e.medium == "L3":
                         self.l3.discard(h)
+                        if h in self.l3_certified:
+                            self.l3_certified.clear()
                     elif h in held:
                         held[h].discard(e.medium)
                         if not held[h]:
                             del held[h]
+                            if h in self.certified.get(worker, ()):
+                                self.certified[worker].clear()
             elif isinstance(e, AllBlocksCleared):
                 held.clear()
+                self.certified.pop(worker, None)
 
     def note_routed(self, worker: str, hashes: tuple[bytes, ...], now: float) -> None:
         """The router sent these blocks to ``worker`` (used while its events are stale)."""
@@ -76,24 +104,52 @@ class GlobalKVIndex:
         self.local.pop(worker, None)
         self.approx.pop(worker, None)
         self.last_event.pop(worker, None)
+        self.certified.pop(worker, None)
 
     def is_stale(self, worker: str, now: float) -> bool:
         last = self.last_event.get(worker)
         return last is None or now - last > self.stale_after_s
 
     def lookup(self, worker: str, hashes: tuple[bytes, ...], now: float) -> PrefixHit:
-        """Leading blocks ``worker`` holds locally, then how many more are in L3."""
+        """Leading blocks ``worker`` holds locally, then how many more are in L3.
+
+        ``hashes``: a request's chain from its first block (``kv/hashing.py``)."""
         held = self.local.get(worker, {})
-        approx = self.approx.get(worker, {}) if self.is_stale(worker, now) else {}
-        n = 0
-        for h in hashes:
-            if h in held or approx.get(h, float("-inf")) >= now:   # any clock, negative times too
-                n += 1
-            else:
-                break
-        m = 0
-        for h in hashes[n:]:
-            if h not in self.l3:
-                break
-            m += 1
-        return PrefixHit(n, m)
+        cert = self.certified.get(worker, ())
+        v = _certified_run(cert, hashes)
+        if self.is_stale(worker, now):
+            approx = self.approx.get(worker, {})
+            n = v
+            for h in islice(hashes, v, None):
+                if h in held or approx.get(h, float("-inf")) >= now:   # any clock, negative times too
+                    n += 1
+                else:
+                    break
+        else:
+            n = _held_run(held, hashes, v)
+            if n > v:
+                self.certified.setdefault(worker, set()).update(hashes[v:n])
+        u = _certified_run(self.l3_certified, hashes)
+        a = _held_run(self.l3, hashes, u)
+        if a > u:
+            self.l3_certified.update(hashes[u:a])
+        return PrefixHit(n, (a if a >= n else _held_run(self.l3, hashes, n)) - n)
+
+
+def _certified_run(cert, hashes: tuple[bytes, ...]) -> int:
+    """Length of the leading run of ``hashes`` in the prefix-closed ``cert`` (binary search)."""
+    lo, hi = 0, len(hashes)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hashes[mid] in cert:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _held_run(held, hashes: tuple[bytes, ...], start: int) -> int:
+    """First index from ``start`` on whose hash is not in ``held`` (a C-level scan)."""
+    if start >= len(hashes) or hashes[start] not in held:
+        return start
+    return start + len(list(takewhile(held.__contains__, hashes[start:])))

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from warmpath.kv.events import KVEventSubscriber
+from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import KVNamespace
 from warmpath.models.tokenizer import TextTokenizer
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
@@ -57,6 +58,7 @@ class RouterState:
         self.registry = Registry(cfg.discovery)
         self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
         self.sessions = SessionTable(cfg.session_idle_s)
+        self.hash_cache = BlockHashCache()     # a session's next prompt rehashes only its new blocks
         self.admission = Admission(cfg.admission)
         self.metrics = RouterMetrics()
         self.namespace: KVNamespace | None = None

@@ -1,0 +1,108 @@
+"""Block hashes of recent prompts, reused for the next prompt that extends one of them.
+
+A follow-up turn of a chat or coding-agent session repeats the session's previous prompt
+(and its answer) as a prefix. :class:`BlockHashCache` remembers the last prompts' packed
+tokens and hash chains; for a new prompt it finds the longest common token prefix with the
+previous prompt of the same session (else with the last prompt that began with the same
+first block), takes the hashes of the fully common blocks from there and hashes only the
+blocks after them. The result is bit-identical to :func:`~warmpath.kv.hashing.hash_prefix_blocks`:
+a block's hash depends on the namespace and every token up to its end, and the reused blocks
+have exactly those tokens (compared, not assumed) under the same namespace.
+
+Memory: at most ``max_entries`` remembered prompts and ``max_tokens`` tokens in all (the
+least recently used go first); a prompt costs 4 bytes a token (packed ids) plus a tuple slot
+and, for hashes not shared with another entry, a 16-byte bytes object (~49 bytes) per block:
+about 7 bytes a token, ~30 MB at the default 4M tokens.
+
+NOTE: thread-safe (one lock around the table; hashing runs outside it). No torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from warmpath.kv.hashing import NO_PARENT, BlockHash, KVNamespace, hash_packed_blocks, pack_tokens
+
+
+@dataclass(frozen=True)
+class _Entry:
+    packed: bytes                       # the prompt's tokens, little-endian u32
+    hashes: tuple[BlockHash, ...]       # one per full block
+
+
+def common_blocks(a: bytes, b: bytes, block_size: int) -> int:
+    """Leading full blocks (of ``block_size`` u32 tokens) on which packed ``a`` and ``b``
+    agree token for token."""
+    step = 4 * block_size
+    n = min(len(a), len(b)) // step
+    if n == 0:
+        return 0
+    end = n * step
+    if a[:end] == b[:end]:             # the usual follow-up: one memcmp
+        return n
+    diff = np.frombuffer(a, np.uint32, end // 4) != np.frombuffer(b, np.uint32, end // 4)
+    return int(diff.argmax()) // block_size
+
+
+class BlockHashCache:
+    """``cache.hashes(ns, tokens, key)``: ``hash_prefix_blocks(ns, tokens)`` as a tuple,
+    reusing the blocks ``tokens`` shares with the session ``key``'s last prompt.
+
+    Args:
+        max_entries: prompts remembered (least recently used dropped first).
+        max_tokens: tokens remembered over all entries.
+    """
+
+    def __init__(self, max_entries: int = 1024, max_tokens: int = 1 << 22) -> None:
+        if max_entries <= 0 or max_tokens <= 0:
+            raise ValueError(f"max_entries and max_tokens must be > 0, got {max_entries}, {max_tokens}")
+        self.max_entries, self.max_tokens = max_entries, max_tokens
+        self._table: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._tokens = 0
+        self._lock = threading.Lock()
+        self.reused_blocks = 0          # blocks whose hash came from an earlier prompt
+        self.hashed_blocks = 0          # blocks hashed here
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def hashes(self, namespace: KVNamespace, tokens: Sequence[int], key: str | None = None) -> tuple[BlockHash, ...]:
+        """The block hash chain of ``tokens`` (every full block), remembered for the next
+        prompt of session ``key`` and for any later prompt with the same first block."""
+        packed = pack_tokens(tokens)
+        step = 4 * namespace.block_size
+        ns = namespace.digest
+        keys = [(ns, "first", packed[:step])] if len(packed) >= step else []
+        if key is not None:
+            keys.insert(0, (ns, "key", key))
+        with self._lock:
+            prev = next((e for e in map(self._table.get, keys) if e is not None), None)
+        k = common_blocks(packed, prev.packed, namespace.block_size) if prev is not None else 0
+        reused = prev.hashes[:k] if k else ()
+        new = hash_packed_blocks(namespace, packed[k * step:], reused[-1] if k else NO_PARENT)
+        out = reused + tuple(new)
+        entry = _Entry(packed, out)
+        with self._lock:
+            self.reused_blocks += k
+            self.hashed_blocks += len(new)
+            for kk in keys:
+                self._put(kk, entry)
+        return out
+
+    def _put(self, key: tuple, entry: _Entry) -> None:
+        old = self._table.pop(key, None)
+        if old is not None:
+            self._tokens -= len(old.packed) // 4
+        n = len(entry.packed) // 4
+        if n > self.max_tokens:
+            return                       # larger than the whole budget: not remembered
+        self._table[key] = entry         # inserted last: dict order is LRU order
+        self._tokens += n
+        while len(self._table) > self.max_entries or self._tokens > self.max_tokens:
+            _, gone = self._table.popitem(last=False)
+            self._tokens -= len(gone.packed) // 4
