@@ -85,8 +85,8 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
     bar.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks], fontsize=7)
     where = "exact" if result["operating_point"]["exact"] else "nearest cell"
     fig.suptitle(f"{TITLES[comparison]} (>1: {comparison.split('_vs_')[0]} better)\n"
-                 f"{textwrap.fill(result['metric'], 110)}\n"
-                 f"gold: {result['operating_point']['label']} ({where})", fontsize=7)
+                 f"{textwrap.fill(result['metric'], 100)}\n"
+                 + textwrap.fill(f"gold: {result['operating_point']['label']} ({where})", 100), fontsize=7)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
