@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     from warmpath.sim.cli import add_parser as add_sim
 
     from warmpath.sim.repro import add_parser as add_repro
+    from warmpath.sim.map_cli import add_parser as add_map
 
     from warmpath.cluster.store import add_parser as add_store
 
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bench(sub, fn=_bench)
     add_sim(sub)
     add_repro(sub)
+    add_map(sub)
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError

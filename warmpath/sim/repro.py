@@ -34,6 +34,7 @@ CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, t
 BLOG = {"2P1D": "0.75-0.8 QPS/GPU", "CPD-1D": "1.1-1.15 QPS/GPU", "gain": "+35-40%"}
 # PPD paper: H100, Llama-3.1-8B, 1P3D / 2P2D / 3P1D; turn-2 TTFT -48% to -73% for x=1.
 PPD_SPLITS = {"1P3D": (1, 3), "2P2D": (2, 2), "3P1D": (3, 1)}
+PPD_RATES = (4.0, 12.0, 24.0)          # sessions/s, the default sweep
 PAPER = {"x1_turn2_ttft_change": "-48% to -73%", "ppd_avg": "-68%",
          "bandwidth_sweep_ms": "PD 143.7 -> 170.6, PPD ~51"}
 
@@ -64,9 +65,15 @@ def _cpd_make(n: int, seed: int):
     return coding_agent(n, seed, gen=fast_tokens, **CPD_WORKLOAD)
 
 
+def cpd_setup(topology: Topology, in_flight: int = 24) -> SimSetup:
+    """The blog's cluster for ``topology``: B200, Llama-3.1-8B, prefill-type workers TP4 (one
+    per node), decode TP1 (four per node), ``in_flight`` admitted (``warmpath map`` too)."""
+    return SimSetup(topology, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
+                    admission=AdmissionConfig(in_flight, {"cold": 256, "warm": 256}))
+
+
 def _cpd_config(name: str, rates: list[float], duration: float, seed: int, in_flight: int = 24) -> dict:
-    s = SimSetup(CPD_CONFIGS[name], MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
-                 admission=AdmissionConfig(in_flight, {"cold": 256, "warm": 256}))
+    s = cpd_setup(CPD_CONFIGS[name], in_flight)
     summ = sweep(s, _cpd_make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
                  30.0, seed)
     summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
@@ -105,14 +112,21 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
                             "steady_s": a.duration}, "blog": BLOG, "table": table}
 
 
-def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int) -> dict:
+def ppd_setup(p: int, d: int, mode: str, nic_gbps: float | None = None) -> SimSetup:
+    """The paper's cluster: H100, Llama-3.1-8B, ``p`` prefill and ``d`` decode TP1 workers in
+    PPD ``mode``, the NIC at ``nic_gbps`` (default the profile's 400 Gb/s), the dynamic table
+    fitted from the roofline (``warmpath map`` too)."""
     hw, model = HARDWARE["h100"], MODELS["llama-3.1-8b"]
     if nic_gbps is not None:
         hw = replace(hw, nic_bytes_s=nic_gbps / 8 * 1e9)
     table, _ = ppd_table_for(hw, model)
     topo = Topology(f"{p}P{d}D-{mode}", "pd", {"prefill": p, "decode": d}, mode)
-    s = SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
-    summ = sweep(s, ppd_grid, [rate], duration, {}, topo.name, "ppd-grid", 0.0, seed)
+    return SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
+
+
+def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int) -> dict:
+    s = ppd_setup(p, d, mode, nic_gbps)
+    summ = sweep(s, ppd_grid, [rate], duration, {}, s.topology.name, "ppd-grid", 0.0, seed)
     c, run = summ["rates"][str(rate)], summ["runs"][str(rate)]
     return {"turn2_ttft_p50_s": c["turn2+"]["ttft_p50_s"], "turn2_ttft_p90_s": c["turn2+"]["ttft_p90_s"],
             "tpot_s": c["all"]["tpot_s"], "turn2_tpot_s": c["turn2+"]["tpot_s"], "success": c["all"]["success_rate"],
@@ -120,7 +134,7 @@ def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, dur
 
 
 def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
-    rates = [float(x) for x in a.rates.split(",")] if a.rates else [4.0, 12.0, 24.0]
+    rates = [float(x) for x in a.rates.split(",")] if a.rates else list(PPD_RATES)
     _, sm = ppd_table_for(HARDWARE["h100"], MODELS["llama-3.1-8b"])
     grid = [(split, p, d, mode, r) for r in rates for split, (p, d) in PPD_SPLITS.items()
             for mode in ("x0", "x1", "dynamic")]

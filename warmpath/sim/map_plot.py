@@ -1,0 +1,98 @@
+"""The heatmaps of ``warmpath map`` (``sim/map.py``): one PNG per comparison, a grid of
+facets (rows × columns of the first two dimensions), each a heatmap of the last two; colour
+is the gain on a log scale centred at 1.0 (diverging), each cell annotated, the seed's
+operating point outlined. Reads only ``map.json``'s content."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import Normalize  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+LABELS = {"answer": "answer tokens", "split": "P:D nodes", "cold_share": "cold share",
+          "cold_tokens": "cold document tokens", "link_gbps": "link Gb/s", "load": "sessions/s",
+          "history": "history tokens", "append": "append tokens"}
+TITLES = {"cpd_vs_pd": "CPD / PD sustained rate", "cpd_vs_pd-kv": "CPD / pd-kv sustained rate",
+          "dynamic_vs_x0": "PPD dynamic: turn-2+ TTFT p50 x=0 / dynamic",
+          "x1_vs_x0": "PPD x=1: turn-2+ TTFT p50 x=0 / x=1"}
+CLIP = 3.0                      # log2 of the largest gain (and 1 / it) the colours tell apart
+_SIGN = {"=": "", ">": ">", "<": "<", ">=": "≥", "<=": "≤"}
+
+
+def fmt_value(v) -> str:
+    """Axis labels: 65536 → 64K, 0.2 → 0.2, "2P1D" as is."""
+    if isinstance(v, str):
+        return v
+    if v >= 1024 and v % 1024 == 0:
+        return f"{int(v) // 1024}K"
+    return f"{v:g}"
+
+
+def cell_text(gain: dict) -> str:
+    """The annotation: ``1.50``, ``>2.00`` (a bound), ``n/a``."""
+    if gain["value"] is None:
+        return "n/a"
+    return f"{_SIGN[gain['bound']]}{gain['value']:.2f}"
+
+
+def _matrix(result: dict, comparison: str, row, col) -> list[list[dict]]:
+    (rd, cd, yd, xd) = [d["name"] for d in result["dims"]]
+    ys, xs = result["dims"][2]["values"], result["dims"][3]["values"]
+    found = {(c[yd], c[xd]): c["gain"][comparison] for c in result["cells"] if c[rd] == row and c[cd] == col}
+    return [[found[(y, x)] for x in xs] for y in ys]
+
+
+def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
+    """One figure: facets of heatmaps of ``cells[*].gain[comparison]``."""
+    rows, cols, ys, xs = (d["values"] for d in result["dims"])
+    names = [d["name"] for d in result["dims"]]
+    values = [g["value"] for c in result["cells"] for g in [c["gain"][comparison]] if g["value"]]
+    top = max([abs(math.log2(v)) for v in values] + [math.log2(1.25)])
+    lim = min(top, CLIP)        # beyond 8x the colour saturates; the annotation still says how far
+    norm, cmap = Normalize(-lim, lim), plt.get_cmap("RdBu").with_extremes(bad="lightgrey")
+    fig, axes = plt.subplots(len(rows), len(cols), squeeze=False, layout="constrained",
+                             figsize=(max(6.0, 1.5 + 1.1 * len(xs) * len(cols)), 1.2 + 1.0 * len(ys) * len(rows)))
+    op = result["operating_point"]["cell"]
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            ax, m = axes[i][j], _matrix(result, comparison, row, col)
+            data = [[math.log2(g["value"]) if g["value"] else float("nan") for g in line] for line in m]
+            im = ax.imshow(data, cmap=cmap, norm=norm, origin="lower", aspect="auto")
+            for y, line in enumerate(m):
+                for x, g in enumerate(line):
+                    dark = g["value"] and abs(math.log2(g["value"])) > 0.6 * lim
+                    ax.text(x, y, cell_text(g), ha="center", va="center", fontsize=8,
+                            color="white" if dark else "black")
+            if op[names[0]] == row and op[names[1]] == col:
+                y, x = ys.index(op[names[2]]), xs.index(op[names[3]])
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=3, ec="gold"))
+            ax.set_xticks(range(len(xs)), [fmt_value(v) for v in xs], fontsize=7)
+            ax.set_yticks(range(len(ys)), [fmt_value(v) for v in ys], fontsize=7)
+            ax.set_title(f"{LABELS[names[0]]} {fmt_value(row)}, {LABELS[names[1]]} {fmt_value(col)}", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel(LABELS[names[3]], fontsize=8)
+            if j == 0:
+                ax.set_ylabel(LABELS[names[2]], fontsize=8)
+    ticks = [t for t in range(-3, 4) if abs(t) <= lim] or [0]
+    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=ticks, label="gain", extend="both" if top > lim else "neither")
+    bar.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks], fontsize=7)
+    where = "exact" if result["operating_point"]["exact"] else "nearest cell"
+    fig.suptitle(f"{TITLES[comparison]} (>1: {comparison.split('_vs_')[0]} better)\n"
+                 f"{textwrap.fill(result['metric'], 100)}\n"
+                 + textwrap.fill(f"gold: {result['operating_point']['label']} ({where})", 100), fontsize=7)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_map(result: dict, out: Path) -> list[Path]:
+    """``<comparison>.png`` for every comparison of the map, under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [plot_comparison(result, name, out / f"{name}.png") for name in result["comparisons"]]
