@@ -144,7 +144,9 @@ class Config:
 
 
 def run_topology(name: str, ppd: str | None, make, rates: list[float], duration: float, out: Path,
-                 encode, calibration: str | None, workers: list[str] = WORKERS) -> dict:
+                 encode, calibration: str | None, workers: list[str] = WORKERS, seed: int = SEED) -> dict:
+    """One configuration, started once, at each rate in turn (``seed``: sessions and arrivals;
+    the repository contexts are always seed ``SEED``'s)."""
     router_argv = ["--model", "smollm2"] + (["--calibration", calibration] if calibration else [])
     c = Config(name, ppd, workers, router_argv)
     label = Path(name.replace(":", "-")).stem + (f"-{ppd}" if ppd else "")
@@ -154,7 +156,7 @@ def run_topology(name: str, ppd: str | None, make, rates: list[float], duration:
         try:
             for r in rates:
                 t0 = time.time()
-                res = await run_rate(target, make, r, duration, {}, seed=SEED, encode=encode, quiet=True)
+                res = await run_rate(target, make, r, duration, {}, seed=seed, encode=encode, quiet=True)
                 res["cluster"] = c.scrape()
                 res["meets_slo"] = meets(res["classes"])
                 runs[r] = res
@@ -221,6 +223,8 @@ def main() -> int:
     p.add_argument("--parts", default="cpd,flood,ppd")
     p.add_argument("--configs", default="cpd-1d,pd-2p1d",
                    help="part cpd: topologies to compare, TOPOLOGY[+POLICY] (e.g. pd-2p1d+pd-kv)")
+    p.add_argument("--seed", type=int, default=SEED,
+                   help="part cpd: seed of the sessions and arrivals (a repeat with other arrivals)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/cluster"))
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -233,7 +237,7 @@ def main() -> int:
     result["slo"] = {"warm_ttft_p90_s": SLO["warm"], "cold_ttft_p90_s": SLO["cold"], "success": 0.99}
     if "cpd" in a.parts:
         configs = a.configs.split(",")
-        sums = {t: run_topology(t, None, agent, rates, a.duration, a.out, encode, None) for t in configs}
+        sums = {t: run_topology(t, None, agent, rates, a.duration, a.out, encode, None, seed=a.seed) for t in configs}
         best = {t: sustained(s["runs"]) for t, s in sums.items()}
         top = str(max(rates))
         warm = {t: s["rates"][top]["warm"]["ttft_p50_s"] for t, s in sums.items()}
