@@ -48,13 +48,18 @@ def plot(result: dict, path: Path) -> Path:
     for y, r in zip(ys, rows):
         ax.barh(y, r["per_gpu"] or 0.0, color=COLORS.get(r["kind"], "tab:green"),
                 hatch="//" if r["stage"] == "screen" else None, edgecolor="black", linewidth=0.3)
+        if r.get("screen", {}).get("per_gpu") is not None:   # a finalist: what its screen said
+            ax.plot(r["screen"]["per_gpu"], y, "k|", markersize=12)
     ax.set_yticks(list(ys), [r["candidate"] + (" *" if r["candidate"] == result["recommended"] else "")
                              for r in rows], fontsize=7)
-    ax.set_xlabel(f"sustained load per GPU ({result.get('unit', '')}); hatched: screening sample only")
+    ax.set_xlabel(f"sustained load per GPU ({result.get('unit', '')}); hatched: screening sample only; "
+                  "| a finalist's screen")
     ax.set_title("warmpath plan (* recommended)")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items()], loc="lower right", fontsize=7)
+    kinds = {r["kind"] for r in rows}
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items() if k in kinds], loc="lower right",
+              fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
