@@ -144,3 +144,20 @@ def test_cli_unknown_hardware_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--gpus", "4", "--hardware", "h999", "--workload", "coding-agent", "--slo", "ttft_p90=2"])
     assert "--hardware: invalid choice: 'h999'" in capsys.readouterr().err
+
+
+def test_ppd_modes_only_where_sessions_have_turns_two_and_up(tmp_path):
+    import argparse
+
+    from warmpath.sim.plan_cli import add_parser, build
+
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    trace = tmp_path / "t.csv"
+    trace.write_text("0,100,4\n1,100,4\n")
+    common = ["plan", "--gpus", "2", "--slo", "ttft_p90=2"]
+    *_, cands, _, _, modes = build(p.parse_args([*common, "--workload", "ppd-grid"]))
+    assert modes == ("off", "x1", "dynamic") and [c.name for c in cands] == [
+        "replica 2r tp1", "replica 1r tp2", "pd 1p+1d tp1", "pd 1p+1d tp1 ppd-x1", "pd 1p+1d tp1 ppd-dynamic"]
+    *_, cands, _, _, modes = build(p.parse_args([*common, "--trace", str(trace)]))
+    assert modes == ("off",) and len(cands) == 3   # one-turn requests: PPD changes nothing
