@@ -118,7 +118,8 @@ def main(a: argparse.Namespace) -> int:
         row = next((r for r in result["rows"] if r["candidate"] == result[k]), None)
         print(f"{k.replace('_', '-')}: " + ("none met the SLO at the lowest load" if row is None else
               f"{row['candidate']} ({row['gpus']} GPUs): {row['per_gpu']:.3g} {unit}/GPU sustained "
-              f"(load {row['sustained_load']:.3g}, TTFT p90 {row['ttft_p90_s']:.3g} s, TPOT {row['tpot_s']:.3g} s)"))
+              f"(load {row['sustained_load']:.3g}, TTFT p90 {row['ttft_p90_s']:.3g} s, TPOT {row['tpot_s']:.3g} s)"
+              + (" - met every load of the grid: extend --grid" if row["all_grid_met"] else "")))
     print(f"{result['simulations']} simulations in {result['wall_s']:.0f} s (CPU: {prep_cpu:.0f} s loading, "
           f"{result['search_cpu_s']:.0f} s simulating over {cfg.jobs} job(s)); wrote {a.out}/plan.json, plan.csv, "
           f"plan.md, plan.png")
