@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     from warmpath.calibrate import add_parser as add_calibrate
     from warmpath.sim.cli import add_parser as add_sim
 
+    from warmpath.sim.plan_cli import add_parser as add_plan
     from warmpath.sim.repro import add_parser as add_repro
     from warmpath.sim.map_cli import add_parser as add_map
 
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     add_sim(sub)
     add_repro(sub)
     add_map(sub)
+    add_plan(sub)
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError

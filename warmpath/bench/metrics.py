@@ -120,3 +120,30 @@ def slo_met(summary: dict[str, dict], slo: dict[str, float], min_success: float 
         if val is None or val > limit:
             return False
     return True
+
+
+
+class SLOMissWatch:
+    """Whether a run can no longer pass :func:`slo_met`, however its other requests end, from
+    the records in so far (called with the growing list; each record is counted once), given
+    that it ends with at most ``most`` records: more failures than ``1 - min_success`` of
+    ``most``, or, for a ``ttft_pXX`` limit, more completed requests over it than ``1 - XX%``
+    of ``most`` plus two (the percentile's interpolation). Means and medians of what is still
+    running never stop a run early."""
+
+    QUANTILE = {"ttft": 90, "ttft_p50": 50, "ttft_p90": 90, "ttft_p99": 99}
+
+    def __init__(self, slo: dict[str, float], most: int, min_success: float = 0.99) -> None:
+        self.most, self.min_success, self.seen, self.failed = most, min_success, 0, 0
+        self.over = {k: 0 for k in slo if k in self.QUANTILE}
+        self.limits = {k: slo[k] for k in self.over}
+
+    def __call__(self, records: list[Record]) -> bool:
+        for r in records[self.seen:]:
+            self.failed += not r.ok
+            for k, limit in self.limits.items():
+                self.over[k] += bool(r.ok and r.ttft is not None and r.ttft > limit)
+        self.seen = len(records)
+        if self.failed > (1 - self.min_success) * self.most:
+            return True
+        return any(n >= (1 - self.QUANTILE[k] / 100) * self.most + 2 for k, n in self.over.items())

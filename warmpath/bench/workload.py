@@ -161,12 +161,16 @@ def mooncake_trace(path: Path, block_tokens_: int = 512, limit: int | None = Non
     """
     out = []
     scale = block_tokens_ / 512
+    blocks: dict[int, list[int]] = {}   # a shared hash_id's block is drawn once (and shared)
     with open(path) as f:
         for i, line in enumerate(f):
             if limit is not None and i >= limit:
                 break
             row = json.loads(line)
-            ids = [t for h in row["hash_ids"] for t in block_tokens(h, block_tokens_, salt)]
+            for h in row["hash_ids"]:
+                if h not in blocks:
+                    blocks[h] = block_tokens(h, block_tokens_, salt)
+            ids = [t for h in row["hash_ids"] for t in blocks[h]]
             n_in = max(1, min(len(ids), int(row["input_length"] * scale)))
             n_out = max(1, int(row["output_length"] * scale))
             if max_output:

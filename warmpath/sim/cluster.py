@@ -80,12 +80,15 @@ class Simulation:
         self._history: dict[str, list[int]] = {}
         self._hashes: dict[str, list[bytes]] = {}    # session -> block hashes of its history
         self.now = 0.0
+        self.stopped = False
 
     # -- event queue ---------------------------------------------------------
     def _at(self, t: float, fn, *args) -> None:
         heapq.heappush(self._heap, (t, next(self._tie), fn, args))
 
-    def run(self, sessions: list[Session]) -> list[Record]:
+    def run(self, sessions: list[Session], stop=None, every: int = 512) -> list[Record]:
+        """Every event; ``stop(records)``, asked every ``every`` events, ends the run early
+        (``self.stopped``: e.g. once an SLO can no longer be met)."""
         for s in sessions:
             self._history[s.sid] = list(s.prefix)
             self._at(s.start, self._arrive, s, 0)
@@ -93,6 +96,9 @@ class Simulation:
             self.now, _, fn, args = heapq.heappop(self._heap)
             self.stats.events += 1
             fn(*args)
+            if stop is not None and self.stats.events % every == 0 and stop(self.records):
+                self.stopped = True
+                break
         return self.records
 
     # -- client and router -----------------------------------------------------

@@ -104,9 +104,11 @@ def build(s: SimSetup) -> Simulation:
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
                   duration_s: float, slo: dict, ramp_s: float = 0.0, burstiness: float = 1.0,
-                  seed: int = 0, fixed_arrivals: bool = False) -> dict:
+                  seed: int = 0, fixed_arrivals: bool = False, stop=None) -> dict:
     """One rate point (sessions/s over the whole cluster): the bench's per-rate result.
-    ``fixed_arrivals``: the sessions carry their own start times (a trace)."""
+    ``fixed_arrivals``: the sessions carry their own start times (a trace). ``stop(records)``:
+    ends the run early when true (``Simulation.run``); the point then fails its SLO and
+    ``sim.stopped_at_s`` says when it stopped."""
     if fixed_arrivals:
         sessions = make(0, seed)
     else:
@@ -116,7 +118,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
             sess.start = t
     sim = build(setup)
     t0 = time.perf_counter()
-    records = sim.run(sessions)
+    records = sim.run(sessions, stop)
     wall = time.perf_counter() - t0
     makespan = sim.now if fixed_arrivals else max(sim.now, ramp_s + duration_s)
     classes = summarize(records, makespan, slo)
@@ -127,7 +129,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     return {"classes": classes, "duration_s": makespan, "sessions": len(sessions),
             "achieved_rps": classes["all"]["completed"] / makespan if makespan > 0 else 0.0,
             "tier_hit_ratio": {"all_tiers": hit / q if q else None},
-            "slo_met": slo_met(classes, slo), "ttft_from": ttft_from(setup.max_concurrency),
+            "slo_met": slo_met(classes, slo) and not sim.stopped, "ttft_from": ttft_from(setup.max_concurrency),
             "errors": sorted({r.error for r in records if r.error})[:5],
             "sim": {"events": sim.stats.events, "wall_s": wall,
                     "events_per_s": sim.stats.events / wall if wall > 0 else None,
@@ -135,6 +137,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
                     "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
                     "rejected": sim.stats.rejected, "routed": sim.stats.routed,
+                    "stopped_at_s": sim.now if sim.stopped else None,
                     "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()},
                     "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
 

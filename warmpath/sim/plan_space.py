@@ -1,0 +1,87 @@
+"""The topologies ``warmpath plan`` tries for a GPU budget (pure, no torch).
+
+A candidate is a deployment: replicas, a PD split (``xPyD``, optionally with a PPD mode) or a
+CPD split (pre-prefill + prefill + decode), and the tensor-parallel degree of each role's
+instances. Pre-prefill and prefill instances share one TP: the elastic CPD tiers move
+workers between those two roles (``router/elastic.py``), so they must be alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warmpath.cluster.topology import Topology
+
+KINDS = ("replica", "pd", "cpd")
+PLAN_PPD_MODES = ("off", "x1", "dynamic")
+_ROLES = {"replica": ("replica",), "pd": ("prefill", "decode"), "cpd": ("pre-prefill", "prefill", "decode")}
+_SHORT = {"replica": "r", "pre-prefill": "pp", "prefill": "p", "decode": "d"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """``counts`` and ``tps``: instances and GPUs per instance, in the order of the kind's roles."""
+
+    kind: str
+    counts: tuple[int, ...]
+    tps: tuple[int, ...]
+    ppd: str = "off"
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return _ROLES[self.kind]
+
+    @property
+    def gpus(self) -> int:
+        return sum(n * t for n, t in zip(self.counts, self.tps))
+
+    @property
+    def tp(self) -> dict[str, int]:
+        """GPUs per instance by role (``SimSetup.tp``)."""
+        return dict(zip(self.roles, self.tps))
+
+    @property
+    def name(self) -> str:
+        """E.g. ``replica 4r tp2``, ``pd 2p+6d tp1``, ``cpd 1pp+1p+2d tp4/1``, ``pd 1p+3d tp1 ppd-x1``."""
+        split = "+".join(f"{n}{_SHORT[r]}" for r, n in zip(self.roles, self.counts))
+        tp = f"tp{self.tps[0]}" if len(set(self.tps)) == 1 else f"tp{self.tps[0]}/{self.tps[-1]}"
+        return f"{self.kind} {split} {tp}" + ("" if self.ppd == "off" else f" ppd-{self.ppd}")
+
+    def topology(self) -> Topology:
+        return Topology(self.name, self.kind, dict(zip(self.roles, self.counts)), self.ppd)
+
+
+def _counts(weights: tuple[int, ...], lo: int, hi: int) -> list[tuple[int, ...]]:
+    """Every ``(n1, .., nk)`` with each ``n >= 1`` and ``lo <= sum(n * w) <= hi``, in lexicographic order."""
+    if not weights:
+        return [()]
+    rest = sum(weights[1:])
+    out = []
+    n = 1
+    while weights[0] * n + rest <= hi:
+        used = weights[0] * n
+        out += [(n, *tail) for tail in _counts(weights[1:], max(0, lo - used), hi - used)]
+        n += 1
+    return [c for c in out if lo <= sum(n * w for n, w in zip(c, weights)) <= hi]
+
+
+def candidates(gpus: int, tp_set: tuple[int, ...] = (1, 2, 4, 8), kinds: tuple[str, ...] = KINDS,
+               ppd_modes: tuple[str, ...] = ("off",), min_gpus: int | None = None,
+               fits=lambda tp: True) -> list[Candidate]:
+    """Every candidate using between ``min_gpus`` (default: all of them) and ``gpus`` GPUs,
+    TP degrees from ``tp_set`` where ``fits(tp)`` (the model fits ``tp`` GPUs with room for
+    KV), PPD modes on PD splits only; ordered by kind, TPs, counts, PPD mode."""
+    lo = gpus if min_gpus is None else min_gpus
+    tps = sorted(t for t in set(tp_set) if t <= gpus and fits(t))
+    out = []
+    for kind in kinds:
+        if kind not in _ROLES:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        # pre-prefill and prefill share a TP (elastic tiers swap workers between them)
+        shapes = [(t,) for t in tps] if kind == "replica" else (
+            [(tp, td) for tp in tps for td in tps] if kind == "pd" else [(tp, tp, td) for tp in tps for td in tps])
+        for shape in shapes:
+            for counts in _counts(shape, lo, gpus):
+                for mode in (ppd_modes if kind == "pd" else ("off",)):
+                    out.append(Candidate(kind, counts, shape, mode))
+    return out
