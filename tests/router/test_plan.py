@@ -91,18 +91,3 @@ def test_decode_for_keeps_the_session_else_least_loaded():
     planner = Planner(CPDPolicy())
     assert planner.decode_for(snapshot(planner, {}, "d1")) == "d1"
     assert planner.decode_for(snapshot(planner, {}, None)) == "d2"
-
-
-def test_ppd_remote_harm_is_the_delay_to_later_arrivals_at_the_prefill_worker():
-    """10 requests/s over 2 prefill workers: λ = 5/s each. The append's work c = 0.03 s
-    compute + 0.01 s load, 0.05 s queued ahead: 5 × 0.04 × (0.05 + 0.02) = 0.014 s of
-    delay to later requests, 14% of its 0.1 s TTFT."""
-    from warmpath.router.estimate import Estimate
-    from warmpath.router.plan import remote_harm
-    from warmpath.router.views import Snapshot
-
-    snap = Snapshot([WorkerView("p1", "prefill"), WorkerView("p2", "prefill"), WorkerView("d1", "decode")],
-                    arrivals_s={"cold": 4.0, "warm": 6.0})
-    e = Estimate(ttft_s=0.1, cached_tokens=0, queue_s=0.05, load_s=0.01, compute_s=0.03, handoff_s=0.0)
-    assert remote_harm(e, snap) == pytest.approx(0.14)
-    assert remote_harm(e, Snapshot(snap.workers)) == 0.0          # nothing arriving: no harm

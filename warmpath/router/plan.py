@@ -34,17 +34,6 @@ from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, Wo
 Lookup = Callable[[str], PrefixHit]      # worker id -> its cached prefix of the request
 
 
-def remote_harm(e, snap: Snapshot) -> float:
-    """What a remote append-prefill (estimate ``e``) costs later requests at its prefill
-    worker, relative to its own TTFT: arrivals there (λ, shared over the prefill-type
-    workers) while the queue ahead (q) drains wait its work (c) more, those during c wait
-    c/2: λ·c·(q + c/2) / TTFT."""
-    pool = snap.by_role("prefill", "pre-prefill")
-    lam = sum(snap.arrivals_s.values()) / max(1, len(pool))
-    c = e.compute_s + e.load_s
-    return lam * c * (e.queue_s + c / 2) / e.ttft_s if e.ttft_s > 0 else 0.0
-
-
 class Planner:
     """The policy, the PPD switch and the cold rule, applied the same way everywhere."""
 
@@ -100,7 +89,7 @@ class Planner:
         dw, pw = views[d.decode], views[d.prefill]
         remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
-                            ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0), remote_harm(remote, snap))
+                            ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0))
         if not (choice.local and allow_local):
             return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}")
         return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,

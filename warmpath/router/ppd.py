@@ -2,11 +2,7 @@
 
 ``x=0``: always through a prefill worker; ``x=1``: always local; ``dynamic``: score
 S = w_ttft·ΔTTFT − w_tpot·ΔTPOT, where ΔTTFT is the relative TTFT saved by going local and
-ΔTPOT the relative TPOT slowdown it causes on the decode worker: the append-prefill
-stretches one step of every sequence running there, so the request's own slowdown counts
-``running + 1`` times. Symmetrically, going remote delays the requests that reach the
-prefill worker while it computes (``remote_harm``, relative to the remote TTFT, from the
-caller), which counts as TTFT saved by going local. Local when S > 0. The two paths' TTFT/TPOT come
+ΔTPOT the relative TPOT slowdown it causes. Local when S > 0. The two paths' TTFT/TPOT come
 from, in order: what was observed on both paths in the request's bucket
 (:class:`PPDFeedback`, once each has ``min_samples``); else the table measured offline by
 ``warmpath calibrate`` (corrected with live queue times); else the router's online model
@@ -123,12 +119,9 @@ class PPDFeedback:
 
 
 def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView, remote_queue_s: float,
-           feedback: PPDFeedback | None = None, model_cell: Cell | None = None,
-           remote_harm: float = 0.0) -> PPDDecision:
+           feedback: PPDFeedback | None = None, model_cell: Cell | None = None) -> PPDDecision:
     """Whether turn ``req.turn`` (≥ 2) runs its append-prefill on ``decode``
-    (``model_cell``: the online model's estimate of both paths, queues included;
-    ``remote_harm``: the delay the remote path adds to later requests at the prefill worker,
-    relative to the remote TTFT)."""
+    (``model_cell``: the online model's estimate of both paths, queues included)."""
     if req.turn < 2:
         return PPDDecision(False, 0.0, "turn 1 always goes through prefill")
     if cfg.mode == "x0":
@@ -137,36 +130,26 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
         return PPDDecision(True, 0.0, "x=1")
     new = req.new_tokens if req.new_tokens is not None else req.num_tokens
     key = bucket_of(req.num_tokens, new, req.max_tokens, decode.running)
-    table_cell = table.cells.get(key)
     if feedback is not None:
         if (path := feedback.explore(key)) is not None:
             return PPDDecision(path == "local", 0.0, f"explore {path} (bucket {key})", key)
         if (cell := feedback.cell(key)) is not None:
-            # observed TTFTs; the TPOT cost from the table when it has the bucket: observed
-            # TPOTs cannot show it (local and remote requests share the slowed steps)
-            return _score(cfg, cell.ttft_local, cell.ttft_remote, table_cell or cell, key, "observed",
-                          decode.running, remote_harm)
-    if table_cell is not None:  # offline table, corrected with the live queues on both sides
+            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed")
+    cell = table.cells.get(key)
+    if cell is not None:  # offline table, corrected with the live queues on both sides
         local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
-        return _score(cfg, table_cell.ttft_local + local_q, table_cell.ttft_remote + remote_queue_s, table_cell,
-                      key, "table", decode.running, remote_harm)
+        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table")
     if model_cell is None:   # neither: a first-principles cell from the worker's speeds
         t_new = new / decode.prefill_tok_s
         model_cell = Cell(t_new, t_new + 0.05 + remote_queue_s, 0.0, 0.0)
-    return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model", decode.running,
-                  remote_harm)
+    return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model")
 
 
-def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str,
-           running: int = 0, remote_harm: float = 0.0) -> PPDDecision:
-    """``running``: sequences decoding on the worker, each slowed as much as the request;
-    ``remote_harm``: TTFT the remote path costs later requests at the prefill worker."""
-    d_ttft = ((ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0) + remote_harm
-    d_self = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
-    d_tpot = (running + 1) * d_self
+def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str) -> PPDDecision:
+    d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
+    d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
-    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f} incl. harm {remote_harm:+.2f}, dTPOT "
-                                 f"{d_tpot:+.2f} = {running + 1} x {d_self:+.3f}, {src}, bucket {key})", key)
+    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, {src}, bucket {key})", key)
 
 
 # Representative values of each bucket used to fill a table from a step model.
