@@ -7,6 +7,12 @@ repository contexts of 1,536 tokens, multi-turn sessions, new 2,048-token docume
 CPD: cost-based tiers), ``pd-2p1d`` (cache-blind PD), ``pd-2p1d`` under ``pd-kv`` (one pool,
 KV-aware cost: the Dynamo / llm-d style) and three prefix-aware replicas. For each: the
 highest session rate sustained (that rate and every lower one met the SLO), per seed.
+With ``--profile b200`` the same sweep runs on ``warmpath repro cpd``'s simulated cluster:
+B200, Llama-3.1-8B, 12 GPUs as CPD-1D (pre-prefill + prefill nodes of TP4, 4 TP1 decode
+instances), 2P1D (pd and pd-kv) or 3 TP4 replicas; its coding-agent workload (16 primed
+repositories of 64K tokens, 2K-token questions, 1-4 turns, new 64K-token documents,
+128-token answers); at most 64 in flight (the rest wait at the router, in TTFT); rates on a
+10% grid searched from a first guess (``sustained_from``).
 Part B, drift: 10% → 60% → 10% cold (a third of the run each) on 2 pre-prefill + 2 prefill
 + 2 decode workers on the simulated B200 / Llama-3.1-8B profile, elastic tiers on vs off:
 warm TTFT p90 per 20 s window and the role changes.
@@ -18,7 +24,7 @@ SLO (stated before measuring, as ``benchmarks/cluster.py``): warm TTFT p90 ≤ 2
 TTFT p90 ≤ 20 s, ≥ 99% of requests succeed. TTFT is timed from arrival.
 
     python benchmarks/policies.py [--parts share,drift,decide] [--seeds 3] [--duration 300]
-        [--out benchmarks/results/policies.json]
+        [--profile cpu|b200] [--shares 0,0.25] [--configs cpd,pd] [--out benchmarks/results/policies.json]
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.bench.metrics import summarize  # noqa: E402
 from warmpath.bench.workload import coding_agent, fast_tokens  # noqa: E402
 from warmpath.cluster.topology import Topology, resolve  # noqa: E402
+from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD  # noqa: E402
 from warmpath.sim.run import build  # noqa: E402
 
 SHARES = (0.0, 0.1, 0.25, 0.5, 0.75)
@@ -55,27 +62,71 @@ def workload(cold: float):
     return make
 
 
-def point(setup, make, rate: float, duration: float, seed: int) -> bool:
-    """One primed cluster at ``rate`` sessions/s: did it meet the SLO?"""
+def point(setup, make, rate: float, duration: float, seed: int, primes=None, log: list | None = None) -> bool:
+    """One primed cluster at ``rate`` sessions/s: did it meet the SLO? (``log``: gets the
+    point's per-class TTFT p90, success and per-worker busy share, to see what saturates.)"""
     sim = build(replace(setup, seed=seed))
-    sim.run(val.primes())
+    sim.run(primes() if primes else val.primes())
     start, seen = sim.now + 1.0, len(sim.records)
+    busy0 = {w.wid: w.busy_s for w in sim.workers.values()}
     times = arrival_times(ArrivalConfig(rate, duration, seed=seed))
     sessions = make(len(times), seed)
     for s, t in zip(sessions, times):
         s.start = start + t
     recs = sim.run(sessions)[seen:]
-    return real.meets(summarize(recs, max(sim.now - start, duration), {}))
+    span = max(sim.now - start, duration)
+    classes = summarize(recs, span, {})
+    ok = real.meets(classes)
+    if log is not None:
+        log.append({"rate": rate, "met": ok, "span_s": span,
+                    **{f"{c}_ttft_p90_s": classes[c]["ttft_p90_s"] for c in ("warm", "cold")},
+                    **{f"{c}_ttft_p50_s": classes[c]["ttft_p50_s"] for c in ("warm", "cold")},
+                    "success": classes["all"]["success_rate"], "tpot_s": classes["all"]["tpot_s"], "requests": classes["all"]["completed"],
+                    "busy": {w.wid: round((w.busy_s - busy0[w.wid]) / span, 3) for w in sim.workers.values()},
+                    "role_changes": [(round(t - start, 1), w, r) for t, w, r in sim.stats.role_changes
+                                     if t >= start]})
+    return ok
 
 
-def sustained(setup, make, duration: float, seed: int) -> float:
-    """The highest rate of :data:`RATES` met with every lower rate met too."""
+def sustained(setup, make, duration: float, seed: int, rates=RATES, primes=None, log=None) -> float:
+    """The highest rate of ``rates`` met with every lower rate met too."""
     best = 0.0
-    for r in RATES:
-        if not point(setup, make, r, duration, seed):
+    for r in rates:
+        if not point(setup, make, r, duration, seed, primes, log):
             break
         best = r
     return best
+
+
+def sustained_from(setup, make, duration: float, seed: int, rates, guess: float, step: int, primes=None,
+                   log=None) -> float:
+    """The highest rate of ``rates`` met, searched from ``guess``: up (or down) every
+    ``step``-th rate to the first change, then the rates between. Rates below the lowest one
+    tried are not simulated (assumed met), nor those between two met points."""
+    i = min(range(len(rates)), key=lambda k: abs(rates[k] - guess))
+    met = {}
+
+    def ok(k: int) -> bool:
+        if k not in met:
+            met[k] = point(setup, make, rates[k], duration, seed, primes, log)
+        return met[k]
+
+    if ok(i):
+        while i + step < len(rates) and ok(i + step):
+            i += step
+        hi = min(i + step, len(rates))
+    else:
+        hi = i
+        while hi - step >= 0 and not ok(hi - step):
+            hi -= step
+        i = hi - step
+        if i < 0:
+            return 0.0
+    for k in range(i + 1, hi):
+        if not ok(k):
+            break
+        i = k
+    return rates[i]
 
 
 def part_share(profile, seeds: int, duration: float) -> dict:
@@ -95,6 +146,83 @@ def part_share(profile, seeds: int, duration: float) -> dict:
                                               if isinstance(v, dict)) + f" | cpd/best {row['cpd_vs_best_baseline']}",
               flush=True)
     return out
+
+
+# --profile b200: `warmpath repro cpd`'s 12 GPUs (prefill-type nodes TP4, decode DP4 = 4 TP1
+# instances per node) and its coding-agent workload, with the share of new documents varied.
+B200_TP = {"pre-prefill": 4, "prefill": 4, "replica": 4}
+B200_CONFIGS = {"cpd": CPD_CONFIGS["CPD-1D"], "pd": CPD_CONFIGS["2P1D"],
+                "pd-kv": replace(CPD_CONFIGS["2P1D"], name="2P1D+pd-kv", policy="pd-kv"),
+                "replica": Topology("3R-TP4", "replica", {"replica": 3})}
+B200_AGENT = {k: v for k, v in CPD_WORKLOAD.items() if k != "warm_ratio"}
+B200_REPO_SEED = 11
+B200_IN_FLIGHT = 64
+# sessions/s over the 12 GPUs: 10% steps, searched every second one first (see sustained_from)
+B200_RATES = tuple(round(1.0 * 1.1 ** k, 2) for k in range(40))
+B200_GUESS = {0.0: 8.14, 0.1: 8.14, 0.25: 8.14, 0.5: 5.05, 0.75: 3.45}   # sessions/s, first tried
+
+
+def b200_setup(topo: Topology):
+    from warmpath.router.admission import AdmissionConfig
+    from warmpath.sim.profiles import HARDWARE, MODELS
+    from warmpath.sim.run import SimSetup
+
+    # 64 in flight (what the 4 decode GPUs' KV holds at 64K-token contexts: 4 x 1.2M tokens /
+    # 66K ~ 72), the rest wait at the router (in TTFT) and none is refused; L1 as the GPUs'
+    # memory holds (the simulator's default cap of 1M tokens per worker lifted); 256-token
+    # blocks (the prefix cache's granularity; 16 makes each point ~4x slower to simulate)
+    return SimSetup(topo, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp=B200_TP, max_kv_blocks=1 << 22,
+                    block_size=256, admission=AdmissionConfig(B200_IN_FLIGHT, {"cold": 4096, "warm": 4096}))
+
+
+def b200_primes():
+    from warmpath.bench.workload import Session, Turn, repo_contexts
+
+    ctxs = repo_contexts(B200_REPO_SEED, B200_AGENT["repos"], B200_AGENT["context"], fast_tokens)
+    return [Session(f"prime-{i}", [Turn(c[-1:] + [1000], 1)], prefix=c[:-1], start=0.5 * i)
+            for i, c in enumerate(ctxs)]
+
+
+def b200_workload(cold: float):
+    def make(n: int, seed: int):
+        return coding_agent(n, seed, primed=True, repo_seed=B200_REPO_SEED, gen=fast_tokens,
+                            **{**B200_AGENT, "warm_ratio": 1 - cold})
+    return make
+
+
+def part_share_b200(seeds: int, duration: float, shares=SHARES, configs=None, guess: dict | None = None,
+                    out_path: Path | None = None) -> dict:
+    """The cold-share sweep on the B200 profile; ``guess``: the first rate tried per share
+    (sessions/s, :func:`sustained_from`); ``out_path``: written after each share."""
+    out = {}
+    for cold in shares:
+        row = {}
+        for name in configs or B200_CONFIGS:
+            setup = b200_setup(B200_CONFIGS[name])
+            got, logs = [], []
+            for s in range(seeds):
+                log = []
+                got.append(sustained_from(setup, b200_workload(cold), duration, s, B200_RATES,
+                                          (guess or {}).get(cold, 4.0), 2, b200_primes, log))
+                logs.append(log)
+                print(f"  cold {cold:.0%} {name} seed {s}: {got[-1]} | " + "; ".join(
+                    f"{p['rate']} {'ok' if p['met'] else 'MISS'} w{_f(p['warm_ttft_p90_s'])} "
+                    f"c{_f(p['cold_ttft_p90_s'])}" for p in log), flush=True)
+            row[name] = {"runs": got, "median": statistics.median(got), "spread": [min(got), max(got)],
+                         "points": logs}
+        base = max((v["median"] for k, v in row.items() if k != "cpd"), default=0.0)
+        row["cpd_vs_best_baseline"] = row["cpd"]["median"] / base if base and "cpd" in row else None
+        out[str(cold)] = row
+        if out_path:
+            out_path.write_text(json.dumps(out, indent=1))
+        print(f"cold {cold:.0%}: " + ", ".join(f"{k} {v['median']} {v['spread']}" for k, v in row.items()
+                                              if isinstance(v, dict)) + f" | cpd/best {row['cpd_vs_best_baseline']}",
+              flush=True)
+    return out
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 DRIFT = Topology("cpd-2p2p2d", "cpd", {"pre-prefill": 2, "prefill": 2, "decode": 2})
@@ -185,10 +313,24 @@ def main() -> int:
     p.add_argument("--drift-rate", type=float, default=8.0, help="sessions/s in the drift run")
     p.add_argument("--drift-phase", type=float, default=120.0, help="seconds per phase of the drift run")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/policies.json"))
+    p.add_argument("--profile", choices=("cpu", "b200"), default="cpu",
+                   help="share part: this machine's validated CPU profile, or the simulated B200 cluster of "
+                        "`warmpath repro cpd` (12 GPUs, 64K-token contexts)")
+    p.add_argument("--shares", default=None, help="share part: cold shares to run (default 0,0.1,0.25,0.5,0.75)")
+    p.add_argument("--configs", default=None, help="share part, b200: configurations (default cpd,pd,pd-kv,replica)")
     a = p.parse_args()
     res = {"slo": {"warm_ttft_p90_s": real.SLO["warm"], "cold_ttft_p90_s": real.SLO["cold"], "success": 0.99},
            "command": " ".join(sys.argv)}
-    if "share" in a.parts:
+    if "share" in a.parts and a.profile == "b200":
+        shares = tuple(float(x) for x in a.shares.split(",")) if a.shares else SHARES
+        res["profile"] = {"hardware": "b200", "model": "llama-3.1-8b", "configs": {
+            k: {"workers": t.workers, "policy": t.policy, "tp": B200_TP} for k, t in B200_CONFIGS.items()},
+            "workload": {**B200_AGENT, "primed": True}, "max_in_flight": B200_IN_FLIGHT, "block_size": 256,
+            "rates": B200_RATES, "first_tried": B200_GUESS, "duration_s": a.duration}
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        res["share"] = part_share_b200(a.seeds, a.duration, shares, a.configs.split(",") if a.configs else None,
+                                       B200_GUESS, a.out.with_suffix(".partial.json"))
+    elif "share" in a.parts:
         prof = val.cpu_profile(Path("benchmarks/results/cluster/calibration_insitu.json"),
                                Path("benchmarks/results/cluster/calibration_traced.json"),
                                Path("benchmarks/results/request_overhead.json"),
