@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 TOPOLOGY ?= cpd-1d
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: setup setup-test serve test bench clean
 
