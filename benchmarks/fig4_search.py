@@ -32,6 +32,9 @@ SETS = {
     "8b-doc128k-cold40-a64": CPDAssumptions(doc_tokens=131072, cold_share=0.4, answer_tokens=64, **K),
     "8b-doc128k-cold25-a64": CPDAssumptions(doc_tokens=131072, cold_share=0.25, answer_tokens=64, **K),
     "8b-cold55-a64": CPDAssumptions(cold_share=0.55, answer_tokens=64, **K),
+    "8b-cold30-a64": CPDAssumptions(cold_share=0.3, answer_tokens=64, **K),
+    "8b-cold40-a32": CPDAssumptions(cold_share=0.4, answer_tokens=32, **K),
+    "8b-doc128k-cold15-a32": CPDAssumptions(doc_tokens=131072, cold_share=0.15, answer_tokens=32, **K),
     "70b-tp4-32k-a32": CPDAssumptions(model="llama-3.1-70b", decode_tp=4, context_tokens=32768, doc_tokens=32768,
                                       answer_tokens=32, **K),
     "70b-tp4-a64": CPDAssumptions(model="llama-3.1-70b", decode_tp=4, answer_tokens=64, **K),
@@ -58,9 +61,12 @@ def point(name: str, asm: CPDAssumptions, config: str, rate: float, duration: fl
 
 def table(rows: list[dict]) -> str:
     """Markdown: one line per set × rate, 2P1D and CPD-1D side by side."""
-    out = ["| set | target | 2P1D QPS/GPU | 2P1D TTFT p50 / p90 (s) | CPD-1D QPS/GPU | CPD-1D TTFT p50 / p90 (s) "
-           "| busy 2P1D (prefill / decode) | busy CPD-1D (pre-prefill / prefill / decode) |", "|" + "---|" * 8]
-    f = lambda x: "-" if x is None else f"{x:.2f}"                                     # noqa: E731
+    head = ("| set | target | 2P1D QPS/GPU | 2P1D TTFT p50 / p90 (s) | CPD-1D QPS/GPU | CPD-1D TTFT p50 / p90 (s) "
+            "| busy 2P1D (prefill / decode) | busy CPD-1D (pre-prefill / prefill / decode) |")
+    out = [head, "|" + "---|" * 8]
+
+    def f(x):
+        return "-" if x is None else f"{x:.2f}"
     keys = sorted({(r["set"], r["rate"]) for r in rows}, key=lambda k: (list(SETS).index(k[0]), k[1]))
     for k in keys:
         by = {r["config"]: r for r in rows if (r["set"], r["rate"]) == k}
