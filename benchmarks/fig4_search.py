@@ -2,7 +2,7 @@
 cluster, run point by point): 2P1D's plateau and TTFT p50 near saturation, then CPD-1D's
 plateau under the same assumptions, and which workers are busy (the binding queue).
 
-    python benchmarks/fig4_search.py --sets base8b,short-answer --rates 0.8,1.2,1.6 \\
+    python benchmarks/fig4_search.py --sets base8b,8b-cold40-a32 --rates 0.6,1.0 \\
         --duration 20 --ramp 10 --jobs 2 --out benchmarks/results/fig4_search.json
 
 Writes the JSON (one row per set × config × rate, appended as points finish, so a partial
