@@ -1,5 +1,6 @@
 """``warmpath sim`` and ``warmpath bench --sim`` write the bench's summary.json (same keys)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -123,3 +124,33 @@ def test_shared_flag_errors(tmp_path):
     assert main(["sim", "--workload", "coding-agent", "--max-concurrency", "0"]) == 2
     with pytest.raises(SystemExit):
         main(["sim", "--trace", str(tr), "--rates", "1", "--trace-speed", "2"])
+
+
+def test_repro_cpd_assumption_flags_and_validation():
+    import argparse
+
+    from warmpath.sim import repro
+    from warmpath.sim.repro import CPDAssumptions, assumptions_from_args
+    p = argparse.ArgumentParser()
+    repro.add_parser(p.add_subparsers())
+    a = p.parse_args(["repro", "cpd", "--model", "llama-3.1-70b", "--context-tokens", "32768", "--doc-tokens",
+                      "131072", "--question-tokens", "1024", "--cold-share", "0.4", "--answer-tokens", "64",
+                      "--decode-tp", "4", "--max-in-flight", "256", "--max-concurrency", "24", "--ramp", "10"])
+    asm = assumptions_from_args(a)
+    assert asm == CPDAssumptions("llama-3.1-70b", 32768, 131072, 1024, 0.4, 64, 4, 256, 24, 10.0)
+    wl = asm.workload()
+    assert (wl["context"], wl["doc_tokens"], wl["question"], wl["answer"]) == (32768, 131072, 1024, 64)
+    assert wl["warm_ratio"] == pytest.approx(0.6)
+    s = asm.setup("CPD-1D")
+    assert s.model.name == "llama-3.1-70b" and s.max_concurrency == 24 and s.admission.max_in_flight == 256
+    assert s.topology.workers == {"pre-prefill": 1, "prefill": 1, "decode": 1} and s.gpus == 12
+    d = assumptions_from_args(p.parse_args(["repro", "cpd"]))        # defaults: the repro as before
+    assert d == CPDAssumptions() and d.workload() == repro.CPD_WORKLOAD and d.max_concurrency is None
+    assert d.setup("2P1D").topology.workers == {"prefill": 2, "decode": 4} and d.setup("2P1D").gpus == 12
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.model = "x"
+    for kw, msg in ((dict(model="gpt-9"), "--model must be one of"), (dict(cold_share=1.0), "cold_share must be"),
+                    (dict(answer_tokens=0), "answer_tokens must be >= 1"), (dict(decode_tp=3), "decode_tp must be"),
+                    (dict(max_concurrency=0), "max_concurrency must be >= 1"), (dict(ramp_s=-1), "ramp_s must be")):
+        with pytest.raises(ValueError, match=msg):
+            CPDAssumptions(**kw)

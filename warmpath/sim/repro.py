@@ -1,7 +1,8 @@
 """``warmpath repro cpd|ppd``: the seeds' experiments, redrawn with the simulator.
 
 Assumptions the seeds leave open are set here and printed with the results: the model
-(Llama-3.1-8B for both), context and answer lengths, the warm/cold mix.
+(Llama-3.1-8B for both by default), context and answer lengths, the warm/cold mix; for
+``cpd`` each is a flag (:class:`CPDAssumptions`), as is a client-side concurrency cap.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from warmpath.bench.sweep import max_rate_from_sweep
@@ -31,6 +33,56 @@ CPD_CONFIGS = {
 }
 CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
                     answer=128)
+
+
+@dataclass(frozen=True)
+class CPDAssumptions:
+    """What ``repro cpd`` assumes where the blog is silent (defaults: :data:`CPD_WORKLOAD`).
+    ``decode_tp``: GPUs per decode instance (a node holds ``4 // decode_tp``; 70B needs > 1
+    to leave KV room). ``max_concurrency``: a client-side cap (requests wait in the client,
+    TTFT timed from the send) instead of / besides the router's ``max_in_flight``."""
+
+    model: str = "llama-3.1-8b"
+    context_tokens: int = CPD_WORKLOAD["context"]
+    doc_tokens: int = CPD_WORKLOAD["doc_tokens"]
+    question_tokens: int = CPD_WORKLOAD["question"]
+    cold_share: float = 0.2
+    answer_tokens: int = CPD_WORKLOAD["answer"]
+    decode_tp: int = 1
+    max_in_flight: int = 24
+    max_concurrency: int | None = None
+    ramp_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"repro cpd: --model must be one of {sorted(MODELS)}, got {self.model!r}")
+        for name in ("context_tokens", "doc_tokens", "question_tokens", "answer_tokens", "max_in_flight"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"repro cpd: {name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.cold_share < 1:
+            raise ValueError(f"repro cpd: cold_share must be in [0, 1), got {self.cold_share}")
+        if self.decode_tp not in (1, 2, 4):
+            raise ValueError(f"repro cpd: decode_tp must be 1, 2 or 4 (a 4-GPU node), got {self.decode_tp}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"repro cpd: max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.ramp_s < 0:
+            raise ValueError(f"repro cpd: ramp_s must be >= 0, got {self.ramp_s}")
+
+    def workload(self) -> dict:
+        return {**CPD_WORKLOAD, "context": self.context_tokens, "doc_tokens": self.doc_tokens,
+                "question": self.question_tokens, "warm_ratio": 1 - self.cold_share, "answer": self.answer_tokens}
+
+    def topology(self, name: str) -> Topology:
+        """``name`` of :data:`CPD_CONFIGS` with ``4 // decode_tp`` decode instances per node."""
+        t = CPD_CONFIGS[name]
+        return replace(t, workers={**t.workers, "decode": t.workers["decode"] // self.decode_tp})
+
+    def setup(self, name: str) -> SimSetup:
+        return replace(cpd_setup(self.topology(name), self.max_in_flight), model=MODELS[self.model],
+                       tp={"prefill": 4, "pre-prefill": 4, "decode": self.decode_tp},
+                       max_concurrency=self.max_concurrency)
+
+
 BLOG = {"2P1D": "0.75-0.8 QPS/GPU", "CPD-1D": "1.1-1.15 QPS/GPU", "gain": "+35-40%"}
 # PPD paper: H100, Llama-3.1-8B, 1P3D / 2P2D / 3P1D; turn-2 TTFT -48% to -73% for x=1.
 PPD_SPLITS = {"1P3D": (1, 3), "2P2D": (2, 2), "3P1D": (3, 1)}
@@ -48,6 +100,17 @@ def add_parser(sub) -> None:
     r.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
     r.add_argument("--max-in-flight", type=int, default=24, help="cpd: router admission limit (the blog's 24)")
     r.add_argument("--configs", default="2P1D,2P2D,CPD-1D,CPD-2D", help="cpd: which configurations")
+    d = CPDAssumptions()
+    r.add_argument("--model", default=d.model, help="cpd: model profile (sim/profiles.py)")
+    r.add_argument("--context-tokens", type=int, default=d.context_tokens, help="cpd: a repository's shared context")
+    r.add_argument("--doc-tokens", type=int, default=d.doc_tokens, help="cpd: a new (cold) document")
+    r.add_argument("--question-tokens", type=int, default=d.question_tokens, help="cpd: a question")
+    r.add_argument("--cold-share", type=float, default=d.cold_share, help="cpd: share of sessions on new documents")
+    r.add_argument("--answer-tokens", type=int, default=d.answer_tokens, help="cpd: tokens per answer")
+    r.add_argument("--decode-tp", type=int, default=d.decode_tp, help="cpd: GPUs per decode instance (1, 2, 4)")
+    r.add_argument("--max-concurrency", type=int, default=None,
+                   help="cpd: client-side cap (requests wait in the client; TTFT from the send)")
+    r.add_argument("--ramp", type=float, default=d.ramp_s, help="cpd: ramp seconds before the steady window")
     r.add_argument("--out", type=Path, default=None)
     r.set_defaults(fn=main)
 
@@ -61,10 +124,6 @@ def ppd_table_for(hw, model, tp: int = 1):
     return table_from_model(sm, model.kv_bytes_per_token, hw.nic_bytes_s, hw.nic_bytes_s), sm
 
 
-def _cpd_make(n: int, seed: int):
-    return coding_agent(n, seed, gen=fast_tokens, **CPD_WORKLOAD)
-
-
 def cpd_setup(topology: Topology, in_flight: int = 24) -> SimSetup:
     """The blog's cluster for ``topology``: B200, Llama-3.1-8B, prefill-type workers TP4 (one
     per node), decode TP1 (four per node), ``in_flight`` admitted (``warmpath map`` too)."""
@@ -72,23 +131,30 @@ def cpd_setup(topology: Topology, in_flight: int = 24) -> SimSetup:
                     admission=AdmissionConfig(in_flight, {"cold": 256, "warm": 256}))
 
 
-def _cpd_config(name: str, rates: list[float], duration: float, seed: int, in_flight: int = 24) -> dict:
-    s = cpd_setup(CPD_CONFIGS[name], in_flight)
-    summ = sweep(s, _cpd_make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
-                 30.0, seed)
+def _cpd_config(name: str, rates: list[float], duration: float, seed: int, asm: CPDAssumptions) -> dict:
+    s = asm.setup(name)
+    make = partial(coding_agent, gen=fast_tokens, **asm.workload())
+    summ = sweep(s, make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
+                 asm.ramp_s, seed)
     summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
     summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
     summ["max_rate_meeting_slo"] = max_rate_from_sweep({r: summ["runs"][str(r)] for r in rates})
     return summ
 
 
+def assumptions_from_args(a: argparse.Namespace) -> CPDAssumptions:
+    return CPDAssumptions(a.model, a.context_tokens, a.doc_tokens, a.question_tokens, a.cold_share, a.answer_tokens,
+                          a.decode_tp, a.max_in_flight, a.max_concurrency, a.ramp)
+
+
 def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
+    asm = assumptions_from_args(a)
     rates = [float(x) for x in a.rates.split(",")] if a.rates else [0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6]
     bad = set(a.configs.split(",")) - set(CPD_CONFIGS)
     if bad:
         raise ValueError(f"--configs: unknown {sorted(bad)}; choose from {list(CPD_CONFIGS)}")
     with ProcessPoolExecutor(a.jobs) as pool:
-        futs = {n: pool.submit(_cpd_config, n, rates, a.duration, a.seed, a.max_in_flight)
+        futs = {n: pool.submit(_cpd_config, n, rates, a.duration, a.seed, asm)
                 for n in a.configs.split(",")}
         res = {n: f.result() for n, f in futs.items()}
     for name, summ in res.items():
@@ -107,9 +173,9 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
     from warmpath.bench.plots import plot_summaries
 
     plot_summaries(res, out)
-    return {"assumptions": {"model": "llama-3.1-8b", "hardware": "b200", "workload": CPD_WORKLOAD,
-                            "slo": "TTFT p90 <= 2 s, 99% success", "max_in_flight": a.max_in_flight, "ramp_s": 30,
-                            "steady_s": a.duration}, "blog": BLOG, "table": table}
+    return {"assumptions": {**asdict(asm), "hardware": "b200", "workload": asm.workload(),
+                            "slo": "TTFT p90 <= 2 s, 99% success", "ttft_from": "send" if asm.max_concurrency
+                            else "arrival", "steady_s": a.duration}, "blog": BLOG, "table": table}
 
 
 def ppd_setup(p: int, d: int, mode: str, nic_gbps: float | None = None) -> SimSetup:
