@@ -102,9 +102,23 @@ def scrape(url: str, headers: dict | None = None) -> dict:
             "retries": c["retries"], "routed": {w["worker_id"]: w["routed"] for w in c["workers"]},
             "l3": {w["worker_id"]: l3_totals(w["url"]) for w in c["workers"]},
             "router_latency": c["latency"],
-            # the learnt model's |predicted - measured| / measured TTFT, median over its recent requests
-            "model_ttft_error_p50": c["model"]["ttft_error_p50"], "model_ttft_error_n": c["model"]["ttft_error_n"],
+            # what the learnt model believes, incl. ttft_error_p50: |predicted - measured| / measured
+            # TTFT, median over its recent requests
             "model": c["model"]}
+
+
+def without(argv: list[str], *flags: str) -> list[str]:
+    """``argv`` less each ``--flag VALUE`` pair named (a standalone worker has no router to
+    heartbeat to; the peer stack sets the threads itself)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in flags:
+            skip = True
+        else:
+            out.append(x)
+    return out
 
 
 class Config:
@@ -120,7 +134,7 @@ class Config:
             from peers import PEERS, Stack, default_root   # noqa: PLC0415 (benchmarks/ script)
             peer, _, n = name.removeprefix("peer:").partition("x")
             self.stack = Stack(int(n or 3), 1, Path("benchmarks/results/peer-logs") / peer,
-                               [w for w in workers if w not in ("--heartbeat-s", "2")])
+                               without(workers, "--heartbeat-s", "--threads"))
             try:
                 self.stack.start_workers()
                 self.url = self.stack.start_peer(PEERS[peer], default_root())
