@@ -1,37 +1,78 @@
-"""``warmpath calibrate``: measure this engine's step times (and, given a server's step trace,
-its steps under a served workload) and write the fitted step model and the PPD table that the
-router's dynamic mode and the simulator's CPU profile read."""
+"""``warmpath calibrate``: measure this engine's step times, then (unless ``--no-served``) the
+topology it will serve as ``warmpath serve`` starts it — steps under load, their scatter and
+contention, the per-request overhead and the store's CPU per transfer — and write the fitted
+step model, the PPD table and the simulator's CPU profile (``warmpath sim --hardware cpu``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
+import tempfile
 from pathlib import Path
 
 
 def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure step times; write the step model and PPD table")
     c.add_argument("--model", default="smollm2")
+    c.add_argument("--quantization", default="auto", help="as `warmpath serve` (auto: fp16w on CPU)")
     c.add_argument("--out", default="calibration.json")
     c.add_argument("--threads", type=int, default=None)
-    c.add_argument("--quick", action="store_true", help="fewer points (a smoke run)")
-    c.add_argument("--contexts", default="128,512",
+    c.add_argument("--quick", action="store_true", help="fewer points and no served phase (a smoke run)")
+    c.add_argument("--contexts", default="128,512,1600",
                    help="cached-context lengths to time steps at (cover the workload's: the fit extrapolates)")
     c.add_argument("--from-trace", default=None, metavar="PATH[,PATH]",
                    help="also fit served workloads' steps that ran alone: one run's --step-trace folder (or "
                         "file) per path; also measures how steps vary and slow each other (step_cv, contention)")
+    c.add_argument("--no-served", action="store_true", help="skip the served phase (isolated steps only)")
+    c.add_argument("--served-topology", default="cpd-1d", help="topology the served phase starts")
+    c.add_argument("--served-rates", default="0.1,0.2", help="coding-agent sessions/s of the served load")
+    c.add_argument("--served-duration", type=float, default=60.0, help="seconds of load at each served rate")
+    c.add_argument("--serve-args", default="", help="extra `warmpath serve` flags for the served phase")
     c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
     c.set_defaults(fn=main)
+
+
+def _traced(paths: list[str]):
+    """Each step-trace path's steps, and the profile of the steps that ran alone in them."""
+    from warmpath.engine.step_trace import profile_from_trace, read_step_trace
+
+    traced, runs = None, {}
+    for src in paths:
+        try:
+            runs[src] = read_step_trace(Path(src))
+            prof = profile_from_trace(runs[src])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"--from-trace {src}: not a step trace ({e})") from e
+        traced = prof if traced is None else traced.extend(prof)
+    if traced is not None and (not traced.prefill or not traced.decode):
+        raise ValueError(f"--from-trace {','.join(paths)}: no prefill or no decode steps that ran alone in it")
+    return traced, runs
+
+
+def _served(a: argparse.Namespace, workdir: Path) -> dict:
+    from warmpath.calibrate_served import ServedCalibrationConfig, run_served
+
+    try:
+        rates = tuple(float(x) for x in a.served_rates.split(","))
+    except ValueError as e:
+        raise ValueError(f"--served-rates: expected comma-separated sessions/s, got {a.served_rates!r}") from e
+    cfg = ServedCalibrationConfig(topology=a.served_topology, serve_args=tuple(shlex.split(a.serve_args)),
+                                  rates=rates, duration_s=a.served_duration)
+    print(f"served phase: {cfg.topology}, {cfg.sequential} requests one at a time, then "
+          f"{', '.join(f'{r:g}' for r in rates)} sessions/s for {cfg.duration_s:g} s each", flush=True)
+    return run_served(cfg, workdir, model=a.model)
 
 
 def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     import torch
 
-    from warmpath.engine.profile import profile_engine
-    from warmpath.engine.step_trace import profile_from_trace, read_step_trace, trace_variation
+    from warmpath.bench.workload import coding_agent
+    from warmpath.engine.profile import answer_roundtrip_miss, profile_engine
+    from warmpath.engine.step_trace import trace_variation
     from warmpath.models.loader import load_model
     from warmpath.router.ppd import table_from_model
 
@@ -41,32 +82,40 @@ def main(a: argparse.Namespace) -> int:
         raise ValueError(f"--contexts: expected comma-separated token counts, got {a.contexts!r}") from e
     if not contexts or min(contexts) < 1:
         raise ValueError(f"--contexts: token counts must be >= 1, got {a.contexts!r}")
-    traced, runs = None, {}
-    for src in (a.from_trace.split(",") if a.from_trace else []):
-        try:
-            runs[src] = read_step_trace(Path(src))
-            prof = profile_from_trace(runs[src])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"--from-trace {src}: not a step trace ({e})") from e
-        traced = prof if traced is None else traced.extend(prof)
-    if traced is not None and (not traced.prefill or not traced.decode):
-        raise ValueError(f"--from-trace {a.from_trace}: no prefill or no decode steps that ran alone in it")
+    traced, runs = _traced(a.from_trace.split(",") if a.from_trace else [])
     if a.threads:
         torch.set_num_threads(a.threads)
-    lm = load_model(a.model)
+    lm = load_model(a.model, quantization=a.quantization)
     if a.quick:
         prof = profile_engine(lm, contexts=(64, 256), tokens=(16, 64), batches=(1, 4), decode_steps=3)
     else:
         prof = profile_engine(lm, contexts=contexts)
+    first_turns = [(s.prefix + s.turns[0].new_tokens)[-96:] for s in coding_agent(24, seed=900_000)]
+    out: dict = {"model": lm.model_id, "quantization": a.quantization,
+                 "retokenize_miss": answer_roundtrip_miss(lm, first_turns, 64)}
+    with tempfile.TemporaryDirectory(prefix="warmpath-calibrate-") as tmp:
+        if not (a.quick or a.no_served):
+            served = _served(a, Path(tmp))
+            more, more_runs = _traced([served.pop("trace")])
+            traced = more if traced is None else traced.extend(more)
+            runs.update({"served": steps for steps in more_runs.values()})
+            out.update(request_overhead_s=served["request_overhead_s"], transfer_cpu=served["transfer_cpu"],
+                       served=served)
     if traced is not None:
-        print(f"from the trace: {len(traced.prefill)} prefill and {len(traced.decode)} decode steps")
+        print(f"from the traces: {len(traced.prefill)} prefill and {len(traced.decode)} decode steps that ran alone")
         prof = prof.extend(traced)
     model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
     table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
-    out = {"model": lm.model_id, "kv_bytes_per_token": kvb, "step_model": model.to_json(),
-           "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed},
-           "ppd_table": table.to_json()}
+    from warmpath.calibrate_served import served_engine
+    from warmpath.cli import serve_namespace
+    from warmpath.cluster.topology import resolve
+
+    sa = serve_namespace(["--topology", a.served_topology, "--model", a.model, *shlex.split(a.serve_args)])
+    out["engine"] = served_engine(sa, lm.config.max_position_embeddings, kvb * sa.block_size,
+                                  resolve(sa.topology, sa.ppd, sa.route_policy).size)
+    out.update(kv_bytes_per_token=kvb, step_model=model.to_json(), ppd_table=table.to_json(),
+               profile={"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed})
     if runs:   # how the served steps scatter around the fit, and slow each other (the CPU profile)
         var = {src: trace_variation(steps) for src, steps in runs.items()}
         for k in ("step_cv", "contention"):
@@ -79,5 +128,8 @@ def main(a: argparse.Namespace) -> int:
     d0, d1, d2 = model.decode_coef
     print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
     print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
+    for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
+        if out.get(k) is not None:
+            print(f"{k}: {out[k]:.4g}")
     print(f"wrote {a.out} ({len(table.cells)} PPD cells)")
     return 0

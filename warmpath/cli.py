@@ -165,7 +165,8 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``warmpath`` command line (every subcommand)."""
     from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES
     from warmpath.router.policy import POLICIES
 
@@ -231,7 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     add_repro(sub)
     add_map(sub)
     add_plan(sub)
-    a = p.parse_args(argv)
+    return p
+
+
+def serve_namespace(argv: list[str]) -> argparse.Namespace:
+    """``warmpath serve ARGV`` parsed, with a topology's ``--l3-gib auto`` sized as ``serve``
+    sizes it (for code that starts a cluster the way ``warmpath serve`` does)."""
+    from warmpath.cluster.topology import resolve
+
+    a = build_parser().parse_args(["serve", *argv])
+    if a.topology != "single":
+        a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError
 

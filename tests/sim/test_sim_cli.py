@@ -154,3 +154,34 @@ def test_repro_cpd_assumption_flags_and_validation():
                     (dict(max_concurrency=0), "max_concurrency must be >= 1"), (dict(ramp_s=-1), "ramp_s must be")):
         with pytest.raises(ValueError, match=msg):
             CPDAssumptions(**kw)
+
+
+def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path):
+    """A calibration with a served phase: its engine sizes, request overhead, transfer CPU and
+    re-tokenization miss are the CPU profile's defaults; flags still win; a GPU ignores them."""
+    import argparse
+
+    from warmpath.sim.cli import add_parser, setup_from_args
+
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({
+        "step_model": {"prefill_coef": [0.1, 1e-3, 0.0], "decode_coef": [0.05, 1e-3, 0.0]}, "ppd_table": {},
+        "request_overhead_s": 0.02, "transfer_cpu": 0.3, "retokenize_miss": 0.125,
+        "engine": {"l1_blocks": 512, "l2_blocks": 256, "l3_gib": 1.5, "block_size": 16, "max_num_seqs": 64,
+                   "max_num_batched_tokens": 512, "cores": 2}}))
+    base = ["sim", "--hardware", "cpu", "--model", "smollm2-135m", "--calibration", str(cal), "--workload",
+            "coding-agent"]
+    s = setup_from_args(p.parse_args(base))
+    # smollm2-135m: 2 · 30 layers · 3 kv heads · 64 dims · 4 bytes = 46,080 B/token; 16-token blocks
+    assert (s.kv_blocks, s.l2_gib, s.l3_gib, s.cpu_cores) == (512, 256 * 16 * 46080 / (1 << 30), 1.5, 2)
+    assert (s.scheduler.max_num_seqs, s.scheduler.max_num_batched_tokens) == (64, 512)
+    assert (s.request_overhead_s, s.transfer_cpu, s.retokenize_miss) == (0.02, 0.3, 0.125)
+    given = setup_from_args(p.parse_args([*base, "--cpu-cores", "4", "--l2-gib", "0", "--max-num-batched-tokens",
+                                          "2048", "--retokenize-miss", "0", "--request-overhead-s", "0.001"]))
+    assert (given.cpu_cores, given.l2_gib, given.scheduler.max_num_batched_tokens) == (4, 0, 2048)
+    assert (given.retokenize_miss, given.request_overhead_s) == (0.0, 0.001)
+    gpu = setup_from_args(p.parse_args(["sim", "--calibration", str(cal), "--workload", "coding-agent"]))
+    assert (gpu.kv_blocks, gpu.l2_gib, gpu.l3_gib, gpu.cpu_cores, gpu.transfer_cpu) == (None, 0, 4096.0, None, 0.0)
+    assert (gpu.scheduler.max_num_batched_tokens, gpu.retokenize_miss) == (8192, 0.125)

@@ -226,6 +226,11 @@ def run_forever(c: Cluster, model_id: str) -> int:
 
 def serve_cluster(a, model_id: str) -> int:
     """``warmpath serve --topology NAME`` from its parsed flags: start, print, wait, stop."""
+    return run_forever(start_from_args(a), model_id)
+
+
+def start_from_args(a) -> Cluster:
+    """Start the cluster ``warmpath serve --topology NAME`` describes (its parsed flags)."""
     from warmpath.cluster.topology import resolve
 
     topo = resolve(a.topology, a.ppd, getattr(a, "route_policy", None))
@@ -239,11 +244,10 @@ def serve_cluster(a, model_id: str) -> int:
         router_argv += ["--elastic", a.elastic]
     from warmpath.protocol.auth import api_keys, cluster_token
 
-    cluster = start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
-                    0 if a.no_l3 else a.l3_gib, a.threads,
-                    log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
-                    token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
-    return run_forever(cluster, model_id)
+    return start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
+                 0 if a.no_l3 else a.l3_gib, a.threads,
+                 log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
+                 token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
 
 
 def worker_argv(a) -> list[str]:
@@ -259,6 +263,7 @@ def worker_argv(a) -> list[str]:
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
     argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    argv += ["--step-trace", a.step_trace] if getattr(a, "step_trace", None) else []
     if a.override_generation_config:   # checked here already; the workers check it again
         argv += ["--override-generation-config", json.dumps(a.override_generation_config)]
     return argv

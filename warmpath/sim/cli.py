@@ -41,17 +41,20 @@ def add_parser(sub) -> None:
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
     s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
     s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
-    s.add_argument("--l2-gib", type=float, default=0.0)
+    s.add_argument("--l2-gib", type=float, default=None,
+                   help="L2 KV per worker (default: --hardware cpu as the calibration's served engine, else 0)")
     s.add_argument("--cpu-cores", type=int, default=None,
-                   help="--hardware cpu: cores the workers share (steps stretch when more run at once)")
+                   help="--hardware cpu: cores the workers share (steps stretch when more run at once; "
+                        "default: the calibration's machine)")
     s.add_argument("--request-overhead-s", type=float, default=None,
                    help="router + HTTP time per request before its first token (default: 0.012 s measured "
                         "on this machine for --hardware cpu, else 0)")
-    s.add_argument("--retokenize-miss", type=float, default=0.0,
+    s.add_argument("--retokenize-miss", type=float, default=None,
                    help="share of answers the clients send back as other token ids (re-tokenized text): "
-                        "the next turn recomputes them (0.25 measured for SmolLM2 here)")
+                        "the next turn recomputes them (default: the calibration's measurement, else 0)")
     s.add_argument("--max-in-flight", type=int, default=24)
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="prefill chunk (default: --hardware cpu as the calibration's served engine, else 8192)")
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
@@ -90,6 +93,8 @@ def setup_from_args(a: argparse.Namespace):
     topo = resolve(a.topology, a.ppd, a.route_policy)
     fitted = table = None
     variation: dict = {}
+    measured: dict = {}
+    engine: dict = {}
     if a.calibration is not None:
         try:
             cal = json.loads(a.calibration.read_text())
@@ -97,32 +102,42 @@ def setup_from_args(a: argparse.Namespace):
             # measured on served traces (`calibrate --from-trace`): steps' scatter and contention
             # (a contention measured below 0 is noise around none)
             variation = {k: max(0.0, float(cal[k])) for k in ("step_cv", "contention") if cal.get(k) is not None}
+            measured = {k: float(cal[k]) for k in ("request_overhead_s", "transfer_cpu", "retokenize_miss")
+                        if cal.get(k) is not None}
+            engine = cal.get("engine") or {}
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     if a.hardware == "cpu" and fitted is None:
         raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
     model = MODELS[a.model]
     hw = CPU if a.hardware == "cpu" else HARDWARE[a.hardware]
-    kv_blocks = int(a.kv_gib * GIB // (16 * model.kv_bytes_per_token)) if a.kv_gib else None
     from warmpath.engine.scheduler import SchedulerConfig
 
-    sched = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
-                            max_model_len=1 << 20)
+    cpu = a.hardware == "cpu"
+    eng = engine if cpu else {}   # the calibration's served engine: the CPU profile's defaults
+    block_bytes = 16 * model.kv_bytes_per_token
+    kv_blocks = int(a.kv_gib * GIB // block_bytes) if a.kv_gib else eng.get("l1_blocks")
+    l2_gib = a.l2_gib if a.l2_gib is not None else eng.get("l2_blocks", 0) * block_bytes / GIB
+    sched = SchedulerConfig(max_num_seqs=eng.get("max_num_seqs", 256), max_model_len=1 << 20,
+                            max_num_batched_tokens=a.max_num_batched_tokens or eng.get("max_num_batched_tokens", 8192))
+    cores = a.cpu_cores if a.cpu_cores is not None else eng.get("cores")
+    store = {"l3_gib": eng["l3_gib"]} if eng.get("l3_gib") else {}
     overhead = a.request_overhead_s
-    if overhead is None:
-        overhead = CPU_REQUEST_OVERHEAD_S if a.hardware == "cpu" else 0.0
+    if overhead is None:   # measured by the calibration's served phase, else this machine's
+        overhead = measured.get("request_overhead_s", CPU_REQUEST_OVERHEAD_S) if cpu else 0.0
     if overhead < 0:
         raise ValueError(f"--request-overhead-s must be >= 0, got {overhead}")
-    if not 0.0 <= a.retokenize_miss <= 1.0:
-        raise ValueError(f"--retokenize-miss must be in [0, 1], got {a.retokenize_miss}")
-    return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=a.l2_gib,
+    retok = a.retokenize_miss if a.retokenize_miss is not None else measured.get("retokenize_miss", 0.0)
+    if not 0.0 <= retok <= 1.0:
+        raise ValueError(f"--retokenize-miss must be in [0, 1], got {retok}")
+    return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=l2_gib,
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
-                    cpu_cores=a.cpu_cores if a.hardware == "cpu" else None, request_overhead_s=overhead,
-                    retokenize_miss=a.retokenize_miss,
+                    cpu_cores=cores if cpu else None, request_overhead_s=overhead,
+                    retokenize_miss=retok,
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
-                    transfer_cpu=CPU_TRANSFER_CORES if a.hardware == "cpu" else 0.0, seed=a.seed,
+                    transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
                     max_concurrency=getattr(a, "max_concurrency", None),
-                    **(variation if a.hardware == "cpu" else {}))
+                    **(variation if cpu else {}), **store)
 
 
 def main(a: argparse.Namespace) -> int:
