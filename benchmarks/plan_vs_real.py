@@ -148,26 +148,44 @@ def plan_candidates() -> dict:
 
 
 def simulate(real_runs: dict, prof, replicas: int, mode: str) -> dict:
-    """{config: [{rate: point}, ...]}: ``replicas`` simulated runs per real run (step scatter
-    seeds i * replicas + j), at the rates that run measured."""
+    """{config: {run: [{rate: point}, ...]}}: ``replicas`` simulated runs per real run (step
+    scatter seeds i * replicas + j), at the rates that run measured."""
     cands = plan_candidates()
-    out: dict = {c: [] for c in CONFIGS}
+    out: dict = {c: {} for c in CONFIGS}
     for i, (run, r) in enumerate(real_runs.items()):
         for cfg, pts in r["configs"].items():
             cand = cands[CONFIGS[cfg]]
+            got_runs = out[cfg][run] = []
             for j in range(replicas):
                 seed = i * replicas + j
                 if mode == "plan":
                     ev = evaluator(prof, seed, r["seed"])
                     got = {x: ev(cand, x / cand.gpus, True) for x in pts}
-                    out[cfg].append({x: point(g["slo_met"], {"warm": {"ttft_p90_s": g["warm_ttft_p90_s"]},
+                    got_runs.append({x: point(g["slo_met"], {"warm": {"ttft_p90_s": g["warm_ttft_p90_s"]},
                                                              "cold": {"ttft_p90_s": g["cold_ttft_p90_s"]}})
                                      for x, g in got.items()})
                 else:
                     setup = evaluator(prof, seed, r["seed"]).setup(cand)
                     cl = val.simulate_sweep(setup, r["rates"], 90.0, r["seed"])
-                    out[cfg].append({x: point(real.meets(cl[x]), cl[x]) for x in pts})
+                    got_runs.append({x: point(real.meets(cl[x]), cl[x]) for x in pts})
     return out
+
+
+def points(real_runs: dict, sims: dict) -> list[dict]:
+    """Every real point of GRID beside its simulations: met, warm / cold TTFT p90 (sim: the
+    share met and the medians)."""
+    rows = []
+    for cfg, by_run in sims.items():
+        for run, reps in by_run.items():
+            for x, p in sorted(real_runs[run]["configs"][cfg].items()):
+                if x not in GRID:
+                    continue
+                med = {k: statistics.median(r[x][k] or 0.0 for r in reps) for k in ("warm_p90_s", "cold_p90_s")}
+                rows.append({"config": cfg, "run": run, "rate": x, "real_met": p["met"],
+                             "real_warm_p90_s": p["warm_p90_s"], "real_cold_p90_s": p["cold_p90_s"],
+                             "sim_met_share": share([r[x]["met"] for r in reps]),
+                             "sim_warm_p90_s": med["warm_p90_s"], "sim_cold_p90_s": med["cold_p90_s"]})
+    return rows
 
 
 def compare(real_rank: list[str], sim_rank: list[str]) -> dict:
@@ -208,15 +226,22 @@ def main() -> int:
               f"{s['pass_share']:.3f}, headroom@0.25 {s['mean_headroom_025']:.2f}, met by rate {s['met_share_by_rate']}")
     for mode in ("plan", "sequential"):
         sims = simulate(runs, prof, a.replicas, mode)
-        scores = {c: score(v) for c, v in sims.items()}
+        scores = {c: score([r for reps in v.values() for r in reps]) for c, v in sims.items()}
         rank = ranking(scores)
-        out[mode] = {"scores": scores, "ranking": rank, **compare(real_rank, rank)}
+        pts = points(runs, sims)
+        out[mode] = {"scores": scores, "ranking": rank, **compare(real_rank, rank), "points": pts}
+        wrong = [p for p in pts if p["real_met"] != (p["sim_met_share"] >= 0.5)]
         print(f"simulated ({mode}, {a.replicas} per real run):", " > ".join(rank),
               f"| Kendall tau {out[mode]['kendall_tau']:.2f}, exact {out[mode]['exact']}")
         for c in rank:
             s = scores[c]
             print(f"  {c}: median sustained {s['median_sustained']}, pass share {s['pass_share']:.3f}, "
                   f"headroom@0.25 {s['mean_headroom_025']:.2f}, met by rate {s['met_share_by_rate']}")
+        print(f"  {len(wrong)} of {len(pts)} real points where most simulations disagree:")
+        for p in wrong:
+            print(f"    {p['config']} {p['run']} {p['rate']}: real {'met' if p['real_met'] else 'missed'} (warm "
+                  f"{p['real_warm_p90_s']:.2f} / cold {p['real_cold_p90_s']:.1f} s), sim met {p['sim_met_share']:.0%} "
+                  f"(warm {p['sim_warm_p90_s']:.2f} / cold {p['sim_cold_p90_s']:.1f} s)")
     out["plan_all"] = {str(s): plan_all(prof, s) for s in sorted({r["seed"] for r in runs.values()})}
     for s, r in out["plan_all"].items():
         print(f"plan() over {len(r['rows'])} candidates, workload seed {s}: recommended {r['recommended']}, "
