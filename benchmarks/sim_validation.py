@@ -62,17 +62,18 @@ def cluster_setup(topology: str, fitted: StepModel, hw, measured: dict) -> SimSe
                     cpu_cores=2, store_bytes_s=hw.nic_bytes_s, l3_gib=2.0, **measured)
 
 
-def simulate_sweep(setup: SimSetup, rates: list[float], duration: float) -> dict[float, dict]:
+def simulate_sweep(setup: SimSetup, rates: list[float], duration: float, seed: int = real.SEED) -> dict[float, dict]:
     """The real benchmark's procedure on one simulated cluster: prime the repository contexts,
     then each rate in the run's order, each after the previous one drained (the caches carry
-    over, as they did on the real cluster). Returns the bench summary's classes per rate."""
+    over, as they did on the real cluster). ``seed``: the run's ``--seed`` (arrivals; sessions
+    ``seed + int(rate * 1000)``). Returns the bench summary's classes per rate."""
     sim = build(setup)
     sim.run(primes())
     out = {}
     for rate in rates:
         start, seen = sim.now + 1.0, len(sim.records)
-        times = arrival_times(ArrivalConfig(rate, duration, seed=real.SEED))
-        sessions = real.agent(len(times), real.SEED + int(rate * 1000))
+        times = arrival_times(ArrivalConfig(rate, duration, seed=seed))
+        sessions = real.agent(len(times), seed + int(rate * 1000))
         for s, t in zip(sessions, times):
             s.start = start + t
         recs = sim.run(sessions)[seen:]

@@ -34,6 +34,30 @@ def test_candidates_of_four_gpus_by_hand():
                                                     {"pre-prefill": 1, "prefill": 1, "decode": 2})
 
 
+def test_ppd_on_cpd_and_the_pd_kv_policy_when_asked():
+    # 3 GPUs of TP 1: replica 3r; PD 1p+2d and 2p+1d, each under pd and pd-kv, PPD off and dynamic (8);
+    # CPD 1pp+1p+1d, PPD off and dynamic (2): the real cluster's cpd-1d, cpd-1d@dynamic, pd-2p1d+pd-kv, replica-3
+    cs = candidates(3, (1,), ppd_modes=("off", "dynamic"), ppd_kinds=("pd", "cpd"), pd_policies=("pd", "pd-kv"))
+    assert [c.name for c in cs] == [
+        "replica 3r tp1", "pd 1p+2d tp1", "pd 1p+2d tp1 ppd-dynamic", "pd 1p+2d tp1 pd-kv",
+        "pd 1p+2d tp1 pd-kv ppd-dynamic", "pd 2p+1d tp1", "pd 2p+1d tp1 ppd-dynamic", "pd 2p+1d tp1 pd-kv",
+        "pd 2p+1d tp1 pd-kv ppd-dynamic", "cpd 1pp+1p+1d tp1", "cpd 1pp+1p+1d tp1 ppd-dynamic"]
+    kv, dyn = cs[7].topology(), cs[10].topology()
+    assert (kv.policy, kv.workers, kv.ppd) == ("pd-kv", {"prefill": 2, "decode": 1}, "off")
+    assert (dyn.policy, dyn.workers, dyn.ppd) == ("cpd", {"pre-prefill": 1, "prefill": 1, "decode": 1}, "dynamic")
+    # the defaults are unchanged: PPD on PD only, the pd policy only
+    assert [c.name for c in candidates(3, (1,), ppd_modes=("off", "dynamic"))] == [
+        "replica 3r tp1", "pd 1p+2d tp1", "pd 1p+2d tp1 ppd-dynamic", "pd 2p+1d tp1", "pd 2p+1d tp1 ppd-dynamic",
+        "cpd 1pp+1p+1d tp1"]
+    with pytest.raises(ValueError, match="PPD applies to pd and cpd"):
+        candidates(3, (1,), ppd_kinds=("replica",))
+    with pytest.raises(ValueError, match="PD policies must be among pd, pd-kv"):
+        candidates(3, (1,), pd_policies=("cpd",))
+    from warmpath.sim.plan_cli import topology_json
+    row = {"kind": "pd", "policy": "pd-kv", "ppd": "off", "workers": {"prefill": 2, "decode": 1}}
+    assert json.loads(topology_json(row)) == {"policy": "pd-kv", "ppd": "off", "workers": {"prefill": 2, "decode": 1}}
+
+
 def _met_below(cap: float, seen: list | None = None):
     def at(x: float) -> dict:
         if seen is not None:
@@ -129,6 +153,8 @@ def test_sim_plan_is_deterministic_and_writes_its_files(tmp_path, capsys):
     (["--gpus", "4", "--grid", "2,1"], "--grid must be loads > 0 in ascending order"),
     (["--gpus", "4", "--tp-set", "1,x"], "--tp-set: expected comma-separated integers"),
     (["--gpus", "4", "--kinds", "pd,xpd"], "--kinds must be among replica, pd, cpd"),
+    (["--gpus", "4", "--ppd-kinds", "replica"], "--ppd-kinds must be among pd, cpd"),
+    (["--gpus", "4", "--pd-policies", "pd,cpd"], "--pd-policies must be among pd, pd-kv"),
     (["--gpus", "4", "--slo", "ttft_p42=1"], "--slo: expected KEY=SECONDS"),
     (["--gpus", "1", "--model", "llama-3.1-70b"], "no topology fits 1 GPUs"),
 ])

@@ -24,7 +24,7 @@ from typing import Callable
 
 from warmpath.bench.sweep import max_rate_from_sweep, search_max_rate
 from warmpath.cluster.topology import PPD_MODES
-from warmpath.sim.plan_space import KINDS, Candidate
+from warmpath.sim.plan_space import KINDS, PD_POLICIES, Candidate
 
 # (candidate, load, whole: the full trace / duration, else the screening sample) -> a point:
 # {"rate": cluster requests (sessions)/s, "slo_met", "ttft_p90_s", "tpot_s", "success_rate", "headroom", ...}
@@ -36,7 +36,9 @@ class PlanConfig:
     """The search. ``grid``: ascending loads (a trace: × its own rate; a workload: sessions/s
     per GPU). ``min_gpus``: smallest deployment tried (default ``gpus``: all of them).
     ``screen_requests`` / ``screen_duration_s``: the screening sample of a trace / workload (0:
-    no screening stage, every candidate on the whole load with bisection)."""
+    no screening stage, every candidate on the whole load with bisection). ``ppd_kinds``: the
+    kinds PPD modes are tried on (``pd``, ``cpd``); ``pd_policies``: PD routing policies tried
+    on PD splits (``pd``, ``pd-kv``)."""
 
     gpus: int
     grid: tuple[float, ...]
@@ -50,6 +52,8 @@ class PlanConfig:
     bisect: int = 2
     jobs: int = 1
     seed: int = 0
+    ppd_kinds: tuple[str, ...] = ("pd",)
+    pd_policies: tuple[str, ...] = ("pd",)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -64,6 +68,10 @@ class PlanConfig:
             raise ValueError(f"--kinds must be among {', '.join(KINDS)}, got {list(self.kinds)}")
         if not self.ppd_modes or set(self.ppd_modes) - set(PPD_MODES):
             raise ValueError(f"--ppd must be among {', '.join(PPD_MODES)}, got {list(self.ppd_modes)}")
+        if set(self.ppd_kinds) - {"pd", "cpd"}:
+            raise ValueError(f"--ppd-kinds must be among pd, cpd, got {list(self.ppd_kinds)}")
+        if not self.pd_policies or set(self.pd_policies) - set(PD_POLICIES):
+            raise ValueError(f"--pd-policies must be among {', '.join(PD_POLICIES)}, got {list(self.pd_policies)}")
         if self.screen_requests < 0 or self.screen_duration_s < 0:
             raise ValueError("--screen-requests and --screen-duration must be >= 0")
         if self.finalists < 1 or self.bisect < 0 or self.jobs < 1:
@@ -96,7 +104,7 @@ def sweep_candidate(evaluate: Evaluate, cand: Candidate, grid: tuple[float, ...]
     best, runs = search_load(lambda x: evaluate(cand, x, whole), grid, bisect)
     at = runs.get(best, {}) if best is not None else {}
     rate = at.get("rate")
-    return {"candidate": cand.name, "kind": cand.kind, "gpus": cand.gpus,
+    return {"candidate": cand.name, "kind": cand.kind, "policy": cand.topology().policy, "gpus": cand.gpus,
             "workers": dict(zip(cand.roles, cand.counts)), "tp": cand.tp, "ppd": cand.ppd,
             "stage": "full" if whole else "screen", "sustained_load": best, "sustained_rate": rate,
             "per_gpu": None if rate is None else rate / cand.gpus, "headroom": at.get("headroom"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from warmpath.bench.cli import add_shared_flags, check_shared_flags
 from warmpath.bench.workload import WORKLOADS
-from warmpath.sim.plan_space import KINDS, PLAN_PPD_MODES
+from warmpath.sim.plan_space import KINDS, PD_POLICIES, PLAN_PPD_MODES
 from warmpath.sim.profiles import HARDWARE, MODELS
 
 
@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
     s.add_argument("--kinds", default=",".join(KINDS), help="deployment kinds to try")
     s.add_argument("--ppd", default=",".join(PLAN_PPD_MODES),
                    help="PPD modes on PD splits (only tried when sessions have turns 2+)")
+    s.add_argument("--ppd-kinds", default="pd", help="kinds the PPD modes are tried on: pd, cpd (cpd-1d@dynamic)")
+    s.add_argument("--pd-policies", default="pd",
+                   help=f"routing policies tried on PD splits, among {','.join(PD_POLICIES)} (pd-kv: KV-aware pool)")
     s.add_argument("--grid", default=None,
                    help="ascending loads: a trace: multiples of its own rate (default GPUs/16 x 1,2,4,..,512); "
                         "a workload: sessions/s per GPU (default 0.05,0.1,..,12.8)")
@@ -78,7 +81,7 @@ def build(a: argparse.Namespace):
         [a.gpus / 16 * 2 ** i for i in range(10)] if a.trace else [0.05 * 2 ** i for i in range(9)])
     cfg = PlanConfig(a.gpus, tuple(grid), a.min_gpus, _ints(a.tp_set, "--tp-set"), tuple(a.kinds.split(",")),
                      tuple(a.ppd.split(",")), a.screen_requests, a.screen_duration, a.finalists, a.bisect, a.jobs,
-                     a.seed)
+                     a.seed, tuple(a.ppd_kinds.split(",")), tuple(a.pd_policies.split(",")))
     base = SimSetup(Topology("plan", "replica", {"replica": 1}), MODELS[a.model], HARDWARE[a.hardware],
                     block_size=a.block_size, admission=AdmissionConfig(a.max_in_flight),
                     scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
@@ -94,7 +97,8 @@ def build(a: argparse.Namespace):
                           ramp_s=a.ramp, screen_duration_s=a.screen_duration, seed=a.seed)
         unit = "sessions/s"
     modes = cfg.ppd_modes if ev.multi_turn else ("off",)
-    cands = candidates(cfg.gpus, cfg.tp_set, cfg.kinds, modes, cfg.min_gpus, lambda tp: fits(base, tp))
+    cands = candidates(cfg.gpus, cfg.tp_set, cfg.kinds, modes, cfg.min_gpus, lambda tp: fits(base, tp),
+                       cfg.ppd_kinds, cfg.pd_policies)
     return cfg, cands, ev, unit, modes
 
 
@@ -128,4 +132,4 @@ def main(a: argparse.Namespace) -> int:
 
 def topology_json(row: dict) -> str:
     """The row as a ``--topology FILE.json`` for ``warmpath sim`` / ``serve``."""
-    return json.dumps({"policy": row["kind"], "ppd": row["ppd"], "workers": row["workers"]})
+    return json.dumps({"policy": row.get("policy", row["kind"]), "ppd": row["ppd"], "workers": row["workers"]})

@@ -2,13 +2,18 @@
 
 A trace is replayed whole (or its first ``screen_requests``) at ``load``× its own arrival
 rate (``bench/replay.py``); a workload runs ``load`` sessions/s per GPU for ``duration_s`` (or
-``screen_duration_s``). Every run stops as soon as its SLO can no longer be met.
+``screen_duration_s``). Every run stops as soon as its SLO can no longer be met. To mirror a
+benchmark of the real cluster (``benchmarks/plan_vs_real.py``) a workload point can also be
+primed (``prime``), seeded as the benchmark seeds it (``workload_seed``), held to a TTFT p90
+per request class (``class_slo``: warm and cold) and run PPD ``dynamic`` without an offline
+table (``roofline_ppd=False``: the router's online model, as served without a calibration file).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from warmpath.bench.metrics import SLOMissWatch
 from warmpath.bench.replay import TracePoint, own_rate, replay
@@ -32,6 +37,13 @@ def headroom(classes: dict, slo: dict) -> float | None:
     return max(vals) if vals else None
 
 
+def class_headroom(classes: dict, class_slo: dict) -> float | None:
+    """The tightest class's TTFT p90 over its limit (``class_slo``: class -> seconds), over the
+    classes that completed a request; 1 = at the limit."""
+    vals = [classes[c]["ttft_p90_s"] / lim for c, lim in class_slo.items() if classes[c]["ttft_p90_s"] is not None]
+    return max(vals) if vals else None
+
+
 @functools.lru_cache(maxsize=None)
 def _ppd_table(hw, model, tp: int):
     from warmpath.sim.repro import ppd_table_for   # the roofline's PPD table (what `calibrate` measures)
@@ -41,7 +53,12 @@ def _ppd_table(hw, model, tp: int):
 
 @dataclass
 class SimEvaluator:
-    """``base``: every setting but the topology and TP. ``trace`` or ``make`` (workload sessions)."""
+    """``base``: every setting but the topology and TP. ``trace`` or ``make`` (workload sessions).
+    ``class_slo``: TTFT p90 limit per class (e.g. ``{"warm": 2, "cold": 20}``), met with ``slo``
+    (give ``{}`` for the success share alone); no early stop then. ``prime``: sessions run first
+    on each fresh cluster, outside the statistics. ``workload_seed``: arrivals seeded by it and
+    sessions by it + ``int(rate * 1000)`` (``bench/sweep.run_rate``); ``seed`` then seeds only
+    the step scatter. ``roofline_ppd``: PPD ``dynamic`` with the roofline's table (else none)."""
 
     base: SimSetup
     slo: dict
@@ -52,6 +69,10 @@ class SimEvaluator:
     screen_requests: int = 400
     screen_duration_s: float = 30.0
     seed: int = 0
+    class_slo: dict | None = None
+    prime: Callable[[], list[Session]] | None = None
+    workload_seed: int | None = None
+    roofline_ppd: bool = True
 
     def __post_init__(self) -> None:
         self.own = own_rate(self.trace) if self.trace is not None else None
@@ -64,7 +85,8 @@ class SimEvaluator:
         return any(len(s.turns) > 1 for s in self.make(20, self.seed))
 
     def setup(self, cand: Candidate) -> SimSetup:
-        table = _ppd_table(self.base.hardware, self.base.model, cand.tp["decode"]) if cand.ppd == "dynamic" else None
+        table = (_ppd_table(self.base.hardware, self.base.model, cand.tp["decode"])
+                 if cand.ppd == "dynamic" and self.roofline_ppd else None)
         return replace(self.base, topology=cand.topology(), tp=cand.tp, ppd_table=table, seed=self.seed)
 
     def __call__(self, cand: Candidate, load: float, whole: bool) -> dict:
@@ -77,17 +99,29 @@ class SimEvaluator:
                                 fixed_arrivals=True, stop=watch)
             rate, n = load * self.own, len(sessions)
         else:
-            watch = SLOMissWatch(self.slo, 0)
+            watch = None if self.class_slo else SLOMissWatch(self.slo, 0)
 
             def make(n: int, seed: int) -> list[Session]:
                 ss = self.make(n, seed)
-                watch.most = sum(len(s.turns) for s in ss)
+                if watch is not None:
+                    watch.most = sum(len(s.turns) for s in ss)
                 return ss
-            rate = load * cand.gpus
+            rate = round(load * cand.gpus, 9)   # float noise would change int(rate * 1000)
             dur = self.duration_s if whole else self.screen_duration_s
-            res = simulate_rate(setup, make, rate, dur, self.slo, self.ramp_s, seed=self.seed, stop=watch)
+            ws = self.workload_seed
+            res = simulate_rate(setup, make, rate, dur, self.slo, self.ramp_s, seed=self.seed if ws is None else ws,
+                                stop=watch, prime=self.prime() if self.prime else None,
+                                session_seed=None if ws is None else ws + int(rate * 1000))
             n = res["sessions"]
-        a = res["classes"]["all"]
-        return {"rate": rate, "slo_met": res["slo_met"], "ttft_p90_s": a["ttft_p90_s"], "tpot_s": a["tpot_s"],
-                "success_rate": a["success_rate"], "headroom": headroom(res["classes"], self.slo),
-                "stopped_at_s": res["sim"]["stopped_at_s"], "sessions": n, "events": res["sim"]["events"]}
+        cl = res["classes"]
+        a, met, head = cl["all"], res["slo_met"], headroom(cl, self.slo)
+        if self.class_slo:
+            h = class_headroom(cl, self.class_slo)
+            met = met and (h is None or h <= 1.0)
+            head = h if head is None else max(h or 0.0, head)
+        out = {"rate": rate, "slo_met": met, "ttft_p90_s": a["ttft_p90_s"], "tpot_s": a["tpot_s"],
+               "success_rate": a["success_rate"], "headroom": head,
+               "stopped_at_s": res["sim"]["stopped_at_s"], "sessions": n, "events": res["sim"]["events"]}
+        if self.class_slo:
+            out.update({f"{c}_ttft_p90_s": cl[c]["ttft_p90_s"] for c in self.class_slo})
+        return out

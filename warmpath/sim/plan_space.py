@@ -3,7 +3,9 @@
 A candidate is a deployment: replicas, a PD split (``xPyD``, optionally with a PPD mode) or a
 CPD split (pre-prefill + prefill + decode), and the tensor-parallel degree of each role's
 instances. Pre-prefill and prefill instances share one TP: the elastic CPD tiers move
-workers between those two roles (``router/elastic.py``), so they must be alike.
+workers between those two roles (``router/elastic.py``), so they must be alike. PPD modes
+apply to PD splits (``ppd_kinds`` adds CPD: ``cpd-1d@dynamic``), and a PD split may also run
+under another PD routing policy (``pd_policies``: ``pd-kv``, the KV-aware pool).
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ from warmpath.cluster.topology import Topology
 
 KINDS = ("replica", "pd", "cpd")
 PLAN_PPD_MODES = ("off", "x1", "dynamic")
+PD_POLICIES = ("pd", "pd-kv")
 _ROLES = {"replica": ("replica",), "pd": ("prefill", "decode"), "cpd": ("pre-prefill", "prefill", "decode")}
 _SHORT = {"replica": "r", "pre-prefill": "pp", "prefill": "p", "decode": "d"}
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """``counts`` and ``tps``: instances and GPUs per instance, in the order of the kind's roles."""
+    """``counts`` and ``tps``: instances and GPUs per instance, in the order of the kind's roles;
+    ``policy``: the routing policy (default: the kind's own, e.g. ``pd-kv`` on a PD split)."""
 
     kind: str
     counts: tuple[int, ...]
     tps: tuple[int, ...]
     ppd: str = "off"
+    policy: str = ""
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -42,13 +47,16 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        """E.g. ``replica 4r tp2``, ``pd 2p+6d tp1``, ``cpd 1pp+1p+2d tp4/1``, ``pd 1p+3d tp1 ppd-x1``."""
+        """E.g. ``replica 4r tp2``, ``pd 2p+6d tp1``, ``cpd 1pp+1p+2d tp4/1``, ``pd 1p+3d tp1 ppd-x1``,
+        ``pd 2p+1d tp1 pd-kv``."""
         split = "+".join(f"{n}{_SHORT[r]}" for r, n in zip(self.roles, self.counts))
         tp = f"tp{self.tps[0]}" if len(set(self.tps)) == 1 else f"tp{self.tps[0]}/{self.tps[-1]}"
-        return f"{self.kind} {split} {tp}" + ("" if self.ppd == "off" else f" ppd-{self.ppd}")
+        pol = "" if self.policy in ("", self.kind) else f" {self.policy}"
+        return f"{self.kind} {split} {tp}{pol}" + ("" if self.ppd == "off" else f" ppd-{self.ppd}")
 
     def topology(self) -> Topology:
-        return Topology(self.name, self.kind, dict(zip(self.roles, self.counts)), self.ppd)
+        """The simulator's (and ``warmpath serve``'s) topology: roles, policy, PPD mode."""
+        return Topology(self.name, self.policy or self.kind, dict(zip(self.roles, self.counts)), self.ppd)
 
 
 def _counts(weights: tuple[int, ...], lo: int, hi: int) -> list[tuple[int, ...]]:
@@ -67,10 +75,16 @@ def _counts(weights: tuple[int, ...], lo: int, hi: int) -> list[tuple[int, ...]]
 
 def candidates(gpus: int, tp_set: tuple[int, ...] = (1, 2, 4, 8), kinds: tuple[str, ...] = KINDS,
                ppd_modes: tuple[str, ...] = ("off",), min_gpus: int | None = None,
-               fits=lambda tp: True) -> list[Candidate]:
+               fits=lambda tp: True, ppd_kinds: tuple[str, ...] = ("pd",),
+               pd_policies: tuple[str, ...] = ("pd",)) -> list[Candidate]:
     """Every candidate using between ``min_gpus`` (default: all of them) and ``gpus`` GPUs,
     TP degrees from ``tp_set`` where ``fits(tp)`` (the model fits ``tp`` GPUs with room for
-    KV), PPD modes on PD splits only; ordered by kind, TPs, counts, PPD mode."""
+    KV), PPD modes on the kinds of ``ppd_kinds`` (PD and / or CPD splits), PD splits under each
+    policy of ``pd_policies``; ordered by kind, TPs, counts, policy, PPD mode."""
+    if set(ppd_kinds) - {"pd", "cpd"}:
+        raise ValueError(f"PPD applies to pd and cpd splits, got {list(ppd_kinds)}")
+    if not pd_policies or set(pd_policies) - set(PD_POLICIES):
+        raise ValueError(f"PD policies must be among {', '.join(PD_POLICIES)}, got {list(pd_policies)}")
     lo = gpus if min_gpus is None else min_gpus
     tps = sorted(t for t in set(tp_set) if t <= gpus and fits(t))
     out = []
@@ -82,6 +96,7 @@ def candidates(gpus: int, tp_set: tuple[int, ...] = (1, 2, 4, 8), kinds: tuple[s
             [(tp, td) for tp in tps for td in tps] if kind == "pd" else [(tp, tp, td) for tp in tps for td in tps])
         for shape in shapes:
             for counts in _counts(shape, lo, gpus):
-                for mode in (ppd_modes if kind == "pd" else ("off",)):
-                    out.append(Candidate(kind, counts, shape, mode))
+                for pol in (pd_policies if kind == "pd" else (kind,)):
+                    for mode in (ppd_modes if kind in ppd_kinds else ("off",)):
+                        out.append(Candidate(kind, counts, shape, mode, "" if pol == kind else pol))
     return out

@@ -104,23 +104,33 @@ def build(s: SimSetup) -> Simulation:
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
                   duration_s: float, slo: dict, ramp_s: float = 0.0, burstiness: float = 1.0,
-                  seed: int = 0, fixed_arrivals: bool = False, stop=None) -> dict:
+                  seed: int = 0, fixed_arrivals: bool = False, stop=None,
+                  prime: list[Session] | None = None, session_seed: int | None = None) -> dict:
     """One rate point (sessions/s over the whole cluster): the bench's per-rate result.
     ``fixed_arrivals``: the sessions carry their own start times (a trace). ``stop(records)``:
     ends the run early when true (``Simulation.run``); the point then fails its SLO and
-    ``sim.stopped_at_s`` says when it stopped."""
+    ``sim.stopped_at_s`` says when it stopped. ``prime``: sessions run to the end first
+    (e.g. ``benchmarks/cluster.py``'s priming), outside the statistics; the measured ones
+    start 1 s after them. ``session_seed``: the sessions' seed when not ``seed`` (the
+    arrivals keep ``seed``; ``bench/sweep.run_rate`` uses ``seed + int(rate * 1000)``)."""
     if fixed_arrivals:
         sessions = make(0, seed)
     else:
         times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
-        sessions = make(len(times), seed)
+        sessions = make(len(times), seed if session_seed is None else session_seed)
         for sess, t in zip(sessions, times):
             sess.start = t
     sim = build(setup)
+    start, seen = 0.0, 0
+    if prime:
+        sim.run(prime)
+        start, seen = sim.now + 1.0, len(sim.records)
+        for sess in sessions:
+            sess.start += start
     t0 = time.perf_counter()
-    records = sim.run(sessions, stop)
+    records = sim.run(sessions, None if stop is None else (lambda recs: stop(recs[seen:])))[seen:]
     wall = time.perf_counter() - t0
-    makespan = sim.now if fixed_arrivals else max(sim.now, ramp_s + duration_s)
+    makespan = sim.now - start if fixed_arrivals else max(sim.now - start, ramp_s + duration_s)
     classes = summarize(records, makespan, slo)
     q = sum(w.sched.prefix_query_tokens for w in sim.workers.values())
     hit = sum(w.sched.prefix_hit_tokens for w in sim.workers.values())
@@ -137,7 +147,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
                     "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
                     "rejected": sim.stats.rejected, "routed": sim.stats.routed,
-                    "stopped_at_s": sim.now if sim.stopped else None,
+                    "stopped_at_s": sim.now - start if sim.stopped else None,
                     "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()},
                     "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
 
