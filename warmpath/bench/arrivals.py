@@ -49,3 +49,10 @@ def arrival_times(cfg: ArrivalConfig) -> list[float]:
         if t >= total:
             return out
         out.append(t)
+
+
+def session_seed(seed: int, rate: float) -> int:
+    """The seed of the sessions of one open-loop rate point: new prompts at every rate (a
+    server that ran the previous point still holds its KV), the same in ``warmpath bench``
+    and ``warmpath bench --sim`` / ``warmpath sim`` (the arrivals keep ``seed``)."""
+    return seed + int(round(rate * 1000, 6))   # 0.57 * 1000 is 569.99...: rounded first

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import CLASSES, slo_met, summarize, ttft_from
 from warmpath.bench.runner import BenchTarget, Encoder, run
 from warmpath.bench.workload import Session
@@ -56,7 +56,7 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     else:
         times = arrival_times(ArrivalConfig(rate, duration_s, burstiness, ramp_s, seed))
         # new prompts at every rate point: a server that ran the previous point still holds its KV
-        sessions = make(len(times), seed + int(rate * 1000))
+        sessions = make(len(times), session_seed(seed, rate))
         for s, t in zip(sessions, times):
             s.start = t
     before = await target.server_metrics()

@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from warmpath.bench.arrivals import session_seed
 from warmpath.bench.metrics import SLOMissWatch
 from warmpath.bench.replay import TracePoint, own_rate, replay
 from warmpath.bench.workload import Session
@@ -57,7 +58,7 @@ class SimEvaluator:
     ``class_slo``: TTFT p90 limit per class (e.g. ``{"warm": 2, "cold": 20}``), met with ``slo``
     (give ``{}`` for the success share alone); no early stop then. ``prime``: sessions run first
     on each fresh cluster, outside the statistics. ``workload_seed``: arrivals seeded by it and
-    sessions by it + ``int(rate * 1000)`` (``bench/sweep.run_rate``); ``seed`` then seeds only
+    sessions by ``bench/arrivals.session_seed`` (as ``warmpath bench``); ``seed`` then seeds only
     the step scatter. ``roofline_ppd``: PPD ``dynamic`` with the roofline's table (else none)."""
 
     base: SimSetup
@@ -106,12 +107,12 @@ class SimEvaluator:
                 if watch is not None:
                     watch.most = sum(len(s.turns) for s in ss)
                 return ss
-            rate = round(load * cand.gpus, 9)   # float noise would change int(rate * 1000)
+            rate = round(load * cand.gpus, 9)
             dur = self.duration_s if whole else self.screen_duration_s
             ws = self.workload_seed
             res = simulate_rate(setup, make, rate, dur, self.slo, self.ramp_s, seed=self.seed if ws is None else ws,
                                 stop=watch, prime=self.prime() if self.prime else None,
-                                session_seed=None if ws is None else ws + int(rate * 1000))
+                                session_seed=None if ws is None else session_seed(ws, rate))
             n = res["sessions"]
         cl = res["classes"]
         a, met, head = cl["all"], res["slo_met"], headroom(cl, self.slo)

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import slo_met, summarize, ttft_from
 from warmpath.bench.replay import TracePoint, replay, sweep_fields
 from warmpath.bench.sweep import max_rate_from_sweep
@@ -112,7 +112,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     ``sim.stopped_at_s`` says when it stopped. ``prime``: sessions run to the end first
     (e.g. ``benchmarks/cluster.py``'s priming), outside the statistics; the measured ones
     start 1 s after them. ``session_seed``: the sessions' seed when not ``seed`` (the
-    arrivals keep ``seed``; ``bench/sweep.run_rate`` uses ``seed + int(rate * 1000)``)."""
+    arrivals keep ``seed``; ``sweep`` passes ``bench/arrivals.session_seed`` as ``warmpath bench`` does)."""
     if fixed_arrivals:
         sessions = make(0, seed)
     else:
@@ -163,7 +163,8 @@ def _summary(setup: SimSetup, runs: dict[float, dict], slo: dict, label: str, wo
 def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
           workload: str, ramp_s: float = 0.0, seed: int = 0) -> dict:
     """Every rate; the ``summary.json`` of ``warmpath bench`` (plus a ``sim`` block per run)."""
-    runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed) for r in rates}
+    runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed, session_seed=session_seed(seed, r))
+            for r in rates}
     return _summary(setup, runs, slo, label, workload)
 
 
