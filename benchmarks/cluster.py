@@ -278,7 +278,7 @@ def main() -> int:
     if "ppd" in a.parts:
         cal = a.out / "calibration.json"
         if a.ppd_calibration == "calibrate" and not cal.exists():
-            subprocess.run([sys.executable, "-m", "warmpath.cli", "calibrate", "--threads", "1", "--out", str(cal)],
+            subprocess.run([sys.executable, "-m", "warmpath.cli", "calibrate", "--threads", "1", "--no-served", "--out", str(cal)],
                            check=True)
         # conversations keep their whole history on the decode worker: give it room for them
         roomy = [x if x != "0.5" else "1.0" for x in WORKERS]

@@ -19,7 +19,9 @@ ALLOWED = {
     "bench": {"models", "protocol"},
     "sim": {"bench", "cluster", "engine", "kv", "router"},
     "cluster": {"kv", "procs", "protocol", "router"},
-    "calibrate": {"engine", "models", "router"},
+    "calibrate": {"bench", "calibrate_served", "engine", "models", "router"},
+    # the served phase starts a cluster as `warmpath serve` does and drives it with the bench
+    "calibrate_served": {"bench", "cli", "cluster", "engine", "kv", "models"},
 }
 
 

@@ -107,13 +107,10 @@ def main(a: argparse.Namespace) -> int:
     model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
     table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
-    from warmpath.calibrate_served import served_engine
-    from warmpath.cli import serve_namespace
-    from warmpath.cluster.topology import resolve
+    from warmpath.calibrate_served import served_engine_for
 
-    sa = serve_namespace(["--topology", a.served_topology, "--model", a.model, *shlex.split(a.serve_args)])
-    out["engine"] = served_engine(sa, lm.config.max_position_embeddings, kvb * sa.block_size,
-                                  resolve(sa.topology, sa.ppd, sa.route_policy).size)
+    out["engine"] = served_engine_for(a.served_topology, shlex.split(a.serve_args), a.model,
+                                      lm.config.max_position_embeddings, kvb)
     out.update(kv_bytes_per_token=kvb, step_model=model.to_json(), ppd_table=table.to_json(),
                profile={"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed})
     if runs:   # how the served steps scatter around the fit, and slow each other (the CPU profile)

@@ -115,9 +115,8 @@ def run_served(cfg: ServedCalibrationConfig, workdir: Path, model: str = "smollm
     """Start ``cfg.topology``, measure (module docstring), stop; returns the measurements and
     the step traces' folder (``workdir / "trace"``)."""
     from warmpath.bench.workload import coding_agent
-    from warmpath.cli import main as cli_main
+    from warmpath.cli import main as cli_main, serve_namespace
     from warmpath.cluster import launcher
-    from warmpath.cli import serve_namespace
     from warmpath.models.loader import load_tokenizer
     from warmpath.procs import free_port
 
@@ -169,3 +168,14 @@ def served_engine(a, max_position_embeddings: int, block_bytes: int, workers: in
     return {"l1_blocks": l1, "l2_blocks": l2, "l3_gib": l3, "block_size": a.block_size,
             "max_num_seqs": a.max_num_seqs, "max_num_batched_tokens": a.max_num_batched_tokens,
             "cores": os.cpu_count() or 1}
+
+
+def served_engine_for(topology: str, serve_args: list[str], model: str, max_position_embeddings: int,
+                      kv_bytes_per_token: int) -> dict:
+    """:func:`served_engine` of ``warmpath serve --topology TOPOLOGY --model MODEL SERVE_ARGS``."""
+    from warmpath.cli import serve_namespace
+    from warmpath.cluster.topology import resolve
+
+    a = serve_namespace(["--topology", topology, "--model", model, *serve_args])
+    return served_engine(a, max_position_embeddings, kv_bytes_per_token * a.block_size,
+                         resolve(a.topology, a.ppd, a.route_policy).size)

@@ -68,3 +68,35 @@ def test_calibrate_rejects_a_file_that_is_not_a_trace(tmp_path, capsys):
     bad.write_text('{"t0": 0}\n')
     assert main(["calibrate", "--from-trace", str(bad)]) == 2
     assert "--from-trace" in capsys.readouterr().err
+
+
+class _LastTokenLost:
+    """A tokenizer whose text round trip changes an answer's last token (and nothing else)."""
+
+    def decode(self, ids):
+        return list(ids)
+
+    def encode(self, text, add_special=False):
+        return [*text[:-1], -1]
+
+
+class _Exact(_LastTokenLost):
+    def encode(self, text, add_special=False):
+        return list(text)
+
+
+def test_answer_roundtrip_miss_checks_the_block_the_answer_starts(tiny):
+    """4-token answers. A 15-token prompt leaves 1 answer token in its block: the lost last
+    token is outside it (no miss); a 16-token prompt starts a new block holding all 4 (miss).
+    Two of each → 0.5; a lossless round trip → 0."""
+    import dataclasses
+
+    from warmpath.engine.profile import answer_roundtrip_miss
+
+    prompts = [list(range(3, 18)), list(range(20, 35)), list(range(3, 19)), list(range(40, 56))]
+    assert [len(p) % 16 for p in prompts] == [15, 15, 0, 0]
+    lossy = dataclasses.replace(tiny, tokenizer=_LastTokenLost())
+    assert answer_roundtrip_miss(lossy, prompts, 4) == 0.5
+    assert answer_roundtrip_miss(dataclasses.replace(tiny, tokenizer=_Exact()), prompts, 4) == 0.0
+    with pytest.raises(ValueError):
+        answer_roundtrip_miss(lossy, [], 4)
