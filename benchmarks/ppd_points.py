@@ -52,7 +52,7 @@ def report(rows: list[dict], out: Path) -> dict:
            "seed_vs_ours": cmp}
     (out / "repro.json").write_text(json.dumps(res, indent=1))
     (out / "compare.md").write_text(markdown(cmp))
-    ppd_figure(table, net, out / "ppd_vs_paper.png")
+    ppd_figure(table, net, out / "ppd_vs_paper.png", f"{NET_SPLIT}, {NET_RATE:g} sessions/s")
     return res
 
 

@@ -244,7 +244,7 @@ def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
         print(f"{g} Gb/s (rate {mid}): turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
     from warmpath.sim.repro_plot import ppd_figure
 
-    ppd_figure(res, sweep_bw, out / "ppd_vs_paper.png")
+    ppd_figure(res, sweep_bw, out / "ppd_vs_paper.png", f"2P2D, {mid:g} sessions/s")
     return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
                             "follow-up settings)", "rates_sessions_s": rates, "steady_s": a.duration,
                             "bandwidth_sweep_rate": mid, "step_model": sm.to_json(), "handoff": asdict(h),
@@ -286,7 +286,8 @@ def report_only(which: str, out: Path) -> int:
     else:
         sweep = result.get("bandwidth_sweep_turn2_ttft_p50_s")
         result["seed_vs_ours"] = ppd_rows(result["table"], sweep)
-        ppd_figure(result["table"], sweep, out / "ppd_vs_paper.png")
+        ppd_figure(result["table"], sweep, out / "ppd_vs_paper.png",
+                   f"2P2D, {result['assumptions'].get('bandwidth_sweep_rate')} sessions/s")
     (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "compare.md").write_text(markdown(result["seed_vs_ours"]))
     print(markdown(result["seed_vs_ours"]) + f"wrote {out / 'compare.md'}")

@@ -43,10 +43,11 @@ def cpd_figure(table: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def ppd_figure(table: dict, sweep: dict | None, path: Path) -> Path:
+def ppd_figure(table: dict, sweep: dict | None, path: Path, sweep_point: str = "") -> Path:
     """Left: turn-2 TTFT p50 change vs x=0 of x=1 and dynamic per split over the rates, with
     the paper's Table 1 range (−48…−73%) and PPD's −68% average. Right: the bandwidth sweep
-    (PD = x=0, PPD = dynamic, ms) with figure 5's PD 143.7–170.6 ms and PPD ≈ 51 ms."""
+    (PD = x=0, PPD = dynamic, ms; ``sweep_point`` names where ours ran) with figure 5's PD
+    143.7–170.6 ms and PPD ≈ 51 ms (1P3D, 1 QPS)."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     points = {k.rsplit("-", 1)[0] for k in table}
     splits = sorted({p.split("/")[1] for p in points})
@@ -66,9 +67,12 @@ def ppd_figure(table: dict, sweep: dict | None, path: Path) -> Path:
         for side in ("PD", "PPD"):
             a2.plot([float(g) for g in gs], [sweep[g][side] * 1e3 for g in gs], marker="o", label=f"ours {side}")
         a2.set_xscale("log")
+        a2.set_xticks([float(g) for g in gs], [f"{float(g):g}" for g in gs])
+        a2.minorticks_off()
     _band(a2, PPD["fig5_pd_turn2_ttft_ms"], "paper: PD (fig. 5, its bandwidths unstated)", "tab:blue")
     _band(a2, PPD["fig5_ppd_turn2_ttft_ms"], "paper: PPD ≈ 51 ms", "tab:orange")
-    a2.set(xlabel="NIC Gb/s", ylabel="turn-2 TTFT p50 (ms)", title="network sweep (paper fig. 5)")
+    a2.set(xlabel="NIC Gb/s", ylabel="turn-2 TTFT p50 (ms)",
+           title=f"network sweep{' at ' + sweep_point if sweep_point else ''} (paper fig. 5: 1P3D, 1 QPS)")
     for ax in (a1, a2):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
