@@ -42,7 +42,7 @@ class Assume:
     nic_gbps: float | None = None
 
 
-VLLM = PDHandoff(first_token="decode", recompute=True)      # the paper's baseline (vLLM P2P NCCL)
+VLLM = PDHandoff.named("vllm")      # the paper's baseline (vLLM P2P NCCL)
 SETS = {
     "base": Assume(),                                                   # warmpath's own handoff
     "ttft-at-D": Assume(PDHandoff(first_token="decode")),

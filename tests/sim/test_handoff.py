@@ -48,6 +48,13 @@ def test_kv_hashes_are_salted_per_request_for_follow_ups_only():
     assert set(a).isdisjoint(hashes) and set(a).isdisjoint(b) and a == h.kv_hashes("s-t1", 1, hashes)
 
 
+def test_named_handoffs():
+    assert PDHandoff.named("warmpath") == PDHandoff()
+    assert PDHandoff.named("vllm", 50) == PDHandoff(0.05, "decode", True)
+    with pytest.raises(ValueError):
+        PDHandoff.named("sglang")
+
+
 @pytest.mark.parametrize("kw", [dict(extra_s=-0.001), dict(first_token="router")])
 def test_rejects_bad_settings(kw):
     with pytest.raises(ValueError):

@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass
 
 FIRST_TOKEN = ("prefill", "decode")
+KINDS = ("warmpath", "vllm")   # the named handoffs of ``--pd-handoff``
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,15 @@ class PDHandoff:
             raise ValueError(f"handoff extra_s must be >= 0, got {self.extra_s}")
         if self.first_token not in FIRST_TOKEN:
             raise ValueError(f"handoff first_token must be one of {FIRST_TOKEN}, got {self.first_token!r}")
+
+    @classmethod
+    def named(cls, kind: str, extra_ms: float = 0.0) -> "PDHandoff":
+        """``warmpath`` (the defaults) or ``vllm`` (first token at the decode worker, turn 2+
+        recomputed), with ``extra_ms`` per handoff: ``--pd-handoff`` / ``--handoff-extra-ms``."""
+        if kind not in KINDS:
+            raise ValueError(f"handoff must be one of {KINDS}, got {kind!r}")
+        vllm = kind == "vllm"
+        return cls(extra_ms / 1e3, "decode" if vllm else "prefill", vllm)
 
     def kv_hashes(self, rid: str, turn: int, hashes: tuple[bytes, ...] | list[bytes]) -> list[bytes] | None:
         """The block hashes a remote turn's prefill and decode sequences use: ``None`` (the

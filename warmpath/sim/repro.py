@@ -20,7 +20,7 @@ from warmpath.cluster.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.admission import AdmissionConfig
 from warmpath.router.ppd import table_from_model
-from warmpath.sim.handoff import PDHandoff
+from warmpath.sim.handoff import KINDS, PDHandoff
 from warmpath.sim.profiles import HARDWARE, MODELS
 from warmpath.sim.repro_compare import cpd_rows, markdown, ppd_rows
 from warmpath.sim.run import SimSetup, sweep
@@ -113,7 +113,7 @@ def add_parser(sub) -> None:
     r.add_argument("--max-concurrency", type=int, default=None,
                    help="cpd: client-side cap (requests wait in the client; TTFT from the send)")
     r.add_argument("--ramp", type=float, default=d.ramp_s, help="cpd: ramp seconds before the steady window")
-    r.add_argument("--pd-handoff", choices=("warmpath", "vllm"), default="warmpath",
+    r.add_argument("--pd-handoff", choices=KINDS, default="warmpath",
                    help="ppd: vllm = the paper's baseline (TTFT at D's first token, P recomputes turn 2+)")
     r.add_argument("--handoff-extra-ms", type=float, default=0.0, help="ppd: fixed cost per P->D handoff")
     r.add_argument("--request-overhead-ms", type=float, default=0.0, help="ppd: router/HTTP time per request")
@@ -221,7 +221,7 @@ def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
             for mode in ("x0", "x1", "dynamic")]
     mid = rates[len(rates) // 2]
     bws = [(g, mode) for g in (25, 50, 100, 200, 400) for mode in ("x0", "dynamic")]
-    h = PDHandoff(a.handoff_extra_ms / 1e3, "decode" if a.pd_handoff == "vllm" else "prefill", a.pd_handoff == "vllm")
+    h = PDHandoff.named(a.pd_handoff, a.handoff_extra_ms)
     k = (a.duration, a.seed, h, a.request_overhead_ms / 1e3)
     with ProcessPoolExecutor(a.jobs) as pool:
         f1 = {(sp, m, r): pool.submit(_ppd_run, p, d, m, None, r, *k) for sp, p, d, m, r in grid}
