@@ -93,7 +93,7 @@ def summarize(records: list[Record], duration_s: float, slo: dict[str, float]) -
         out[c] = {
             "completed": len(ok), "failed": len(rs) - len(ok),
             "ttft_p50_s": percentile(ttfts, 50), "ttft_p90_s": percentile(ttfts, 90),
-            "ttft_p99_s": percentile(ttfts, 99),
+            "ttft_p99_s": percentile(ttfts, 99), "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else None,
             "tpot_s": sum(tpots) / len(tpots) if tpots else None,
             "itl_s": sum(itls) / len(itls) if itls else None,
             "e2e_p50_s": percentile([r.e2e for r in ok], 50),

@@ -37,6 +37,7 @@ class Req:
     hashes: list[bytes] | None = None    # block hashes of prompt + output once finished
     overlap: Overlap = Overlap(0, 1)     # its prefix overlap with earlier prompts, its turn
     client_wait: float = 0.0             # waiting in the client for a slot before its send
+    kv_hashes: list[bytes] | None = None  # a remote turn's own block hashes (sim/handoff.py), else rv's
 
 
 class SimClient:

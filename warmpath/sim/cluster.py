@@ -30,6 +30,7 @@ from warmpath.router.plan import Planner
 from warmpath.router.views import Decision
 from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
+from warmpath.sim.handoff import PDHandoff
 from warmpath.sim.store import SimStore
 from warmpath.sim.worker import SimWorker
 
@@ -56,14 +57,14 @@ class Simulation:
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
                  transfer_cpu: float = 0.0, contention: float = 0.0,
                  elastic: ElasticConfig = ElasticConfig(enabled=False),
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, handoff: PDHandoff = PDHandoff()) -> None:
         self.workers = {w.wid: w for w in workers}
         self.ns, self.store, self.index = namespace, store, index
         self.kvb = kv_bytes_per_token
         self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
         self._next_rebalance = 0.0
         self.admission = Admission(admission)
-        self.net = net_latency_s
+        self.net, self.handoff = net_latency_s + handoff.extra_s, handoff   # one P->D handoff's fixed cost
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
         self.transfer_cpu = transfer_cpu   # shared cores: the store's side of a transfer keeps this many busy
@@ -157,7 +158,8 @@ class Simulation:
         if d.prefill not in (None, d.decode):
             seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True), self.ns,
                            arrival_time=self.now)
-            seq.block_hashes = list(req.rv.block_hashes)
+            req.kv_hashes = self.handoff.kv_hashes(req.rid, req.turn, req.rv.block_hashes)
+            seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)
             self._submit(d.prefill, seq, req)
         elif self.overhead:   # the router's hop to the worker that computes it all
             self._at(self.now + self.overhead, self._submit, d.decode, self._decode_seq(req), req)
@@ -168,7 +170,7 @@ class Simulation:
         t = req.session.turns[req.turn]
         seq = Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
                        arrival_time=self.now)
-        seq.block_hashes = list(req.rv.block_hashes)   # the prompt's hashes, known already
+        seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)   # the prompt's hashes, known already
         return seq
 
     def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
@@ -229,7 +231,8 @@ class Simulation:
         del self._by_seq[seq.request_id]
         started = self.workers[req.decision.prefill].first_scheduled.get(seq.request_id, self.now)
         self.workers[req.decision.prefill].forget(seq.request_id)
-        req.first_at = self.now + self.net + self.overhead
+        at = self.now + self.net + self.overhead
+        req.first_at = at if self.handoff.first_token == "prefill" else None   # else the decode worker's
         req.cached = max(0, seq.num_cached_tokens)
         req.output = [seq.output_token_ids[-1]]
         bs, worker = self.ns.block_size, req.decision.prefill
@@ -239,20 +242,22 @@ class Simulation:
         self.planner.observe_prefill(PrefillObservation(
             worker, len(req.prompt), req.cached, seq.cached_by_tier["L3"],
             started - arrived, self.now - arrived, 0.0, 0.0, written,
-            req.first_at - arrived), self.workers[worker].view())
-        self._at(req.first_at, self._handoff, req)
+            at - arrived), self.workers[worker].view())
+        self._at(at, self._handoff, req)
 
     def _handoff(self, req: Req) -> None:
         seq = self._decode_seq(req)
         seq.output_token_ids.extend(req.output)
         if seq.params.max_tokens <= 1:
+            req.first_at = self.now if req.first_at is None else req.first_at
             return self._finish(req)
         self._submit(req.decision.decode, seq, req)
 
     def _decode_token(self, req: Req, seq: Sequence, finished: bool) -> None:
         if req.first_at is None:
             req.first_at = self.now
-            req.cached = max(0, seq.num_cached_tokens)
+            if not req.output:   # computed here from the start, not handed off
+                req.cached = max(0, seq.num_cached_tokens)
         if finished:
             req.output = list(seq.output_token_ids)
             req.hashes = seq.full_block_hashes()

@@ -20,7 +20,9 @@ from warmpath.cluster.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.admission import AdmissionConfig
 from warmpath.router.ppd import table_from_model
+from warmpath.sim.handoff import KINDS, PDHandoff
 from warmpath.sim.profiles import HARDWARE, MODELS
+from warmpath.sim.repro_compare import cpd_rows, markdown, ppd_rows
 from warmpath.sim.run import SimSetup, sweep
 from warmpath.sim.step_time import Roofline
 
@@ -111,7 +113,13 @@ def add_parser(sub) -> None:
     r.add_argument("--max-concurrency", type=int, default=None,
                    help="cpd: client-side cap (requests wait in the client; TTFT from the send)")
     r.add_argument("--ramp", type=float, default=d.ramp_s, help="cpd: ramp seconds before the steady window")
+    r.add_argument("--pd-handoff", choices=KINDS, default="warmpath",
+                   help="ppd: vllm = the paper's baseline (TTFT at D's first token, P recomputes turn 2+)")
+    r.add_argument("--handoff-extra-ms", type=float, default=0.0, help="ppd: fixed cost per P->D handoff")
+    r.add_argument("--request-overhead-ms", type=float, default=0.0, help="ppd: router/HTTP time per request")
     r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--report-only", action="store_true",
+                   help="redraw --out's repro.json: seed-vs-ours table (compare.md) and the seed figure")
     r.set_defaults(fn=main)
 
 
@@ -171,27 +179,34 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
         b, c = table[base]["max_qps_per_gpu"], table[cpd]["max_qps_per_gpu"]
         table[f"gain_{cpd}_vs_{base}"] = (c / b - 1) if b and c else None
     from warmpath.bench.plots import plot_summaries
+    from warmpath.sim.repro_plot import cpd_figure
 
     plot_summaries(res, out)
+    cpd_figure(table, out / "cpd_vs_blog.png")
     return {"assumptions": {**asdict(asm), "hardware": "b200", "workload": asm.workload(),
                             "slo": "TTFT p90 <= 2 s, 99% success", "ttft_from": "send" if asm.max_concurrency
-                            else "arrival", "steady_s": a.duration}, "blog": BLOG, "table": table}
+                            else "arrival", "steady_s": a.duration}, "blog": BLOG, "table": table,
+            "seed_vs_ours": cpd_rows(table)}
 
 
-def ppd_setup(p: int, d: int, mode: str, nic_gbps: float | None = None) -> SimSetup:
+def ppd_setup(p: int, d: int, mode: str, nic_gbps: float | None = None, handoff: PDHandoff = PDHandoff(),
+              overhead_s: float = 0.0) -> SimSetup:
     """The paper's cluster: H100, Llama-3.1-8B, ``p`` prefill and ``d`` decode TP1 workers in
     PPD ``mode``, the NIC at ``nic_gbps`` (default the profile's 400 Gb/s), the dynamic table
-    fitted from the roofline (``warmpath map`` too)."""
+    fitted from the roofline (``warmpath map`` too); ``handoff`` and ``overhead_s`` (router/HTTP
+    per request) default to warmpath's own."""
     hw, model = HARDWARE["h100"], MODELS["llama-3.1-8b"]
     if nic_gbps is not None:
         hw = replace(hw, nic_bytes_s=nic_gbps / 8 * 1e9)
     table, _ = ppd_table_for(hw, model)
     topo = Topology(f"{p}P{d}D-{mode}", "pd", {"prefill": p, "decode": d}, mode)
-    return SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}))
+    return SimSetup(topo, model, hw, ppd_table=table, admission=AdmissionConfig(256, {"cold": 1024, "warm": 1024}),
+                    handoff=handoff, request_overhead_s=overhead_s)
 
 
-def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int) -> dict:
-    s = ppd_setup(p, d, mode, nic_gbps)
+def _ppd_run(p: int, d: int, mode: str, nic_gbps: float | None, rate: float, duration: float, seed: int,
+             handoff: PDHandoff = PDHandoff(), overhead_s: float = 0.0) -> dict:
+    s = ppd_setup(p, d, mode, nic_gbps, handoff, overhead_s)
     summ = sweep(s, ppd_grid, [rate], duration, {}, s.topology.name, "ppd-grid", 0.0, seed)
     c, run = summ["rates"][str(rate)], summ["runs"][str(rate)]
     return {"turn2_ttft_p50_s": c["turn2+"]["ttft_p50_s"], "turn2_ttft_p90_s": c["turn2+"]["ttft_p90_s"],
@@ -206,9 +221,11 @@ def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
             for mode in ("x0", "x1", "dynamic")]
     mid = rates[len(rates) // 2]
     bws = [(g, mode) for g in (25, 50, 100, 200, 400) for mode in ("x0", "dynamic")]
+    h = PDHandoff.named(a.pd_handoff, a.handoff_extra_ms)
+    k = (a.duration, a.seed, h, a.request_overhead_ms / 1e3)
     with ProcessPoolExecutor(a.jobs) as pool:
-        f1 = {(sp, m, r): pool.submit(_ppd_run, p, d, m, None, r, a.duration, a.seed) for sp, p, d, m, r in grid}
-        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, mid, a.duration, a.seed) for g, m in bws}
+        f1 = {(sp, m, r): pool.submit(_ppd_run, p, d, m, None, r, *k) for sp, p, d, m, r in grid}
+        f2 = {(g, m): pool.submit(_ppd_run, 2, 2, m, g, mid, *k) for g, m in bws}
         res = {f"{r}/{sp}-{m}": f.result() for (sp, m, r), f in f1.items()}
         bw = {k: f.result() for k, f in f2.items()}
     for r in rates:
@@ -225,10 +242,15 @@ def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
                 for g in (25, 50, 100, 200, 400)}
     for g, row in sweep_bw.items():
         print(f"{g} Gb/s (rate {mid}): turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
+    from warmpath.sim.repro_plot import ppd_figure
+
+    ppd_figure(res, sweep_bw, out / "ppd_vs_paper.png", f"2P2D, {mid:g} sessions/s")
     return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
                             "follow-up settings)", "rates_sessions_s": rates, "steady_s": a.duration,
-                            "bandwidth_sweep_rate": mid, "step_model": sm.to_json()},
-            "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw}
+                            "bandwidth_sweep_rate": mid, "step_model": sm.to_json(), "handoff": asdict(h),
+                            "request_overhead_s": a.request_overhead_ms / 1e3},
+            "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw,
+            "seed_vs_ours": ppd_rows(res, sweep_bw)}
 
 
 def _f(x) -> str:
@@ -238,13 +260,35 @@ def _f(x) -> str:
 def main(a: argparse.Namespace) -> int:
     out = a.out or Path(f"repro_{a.which}")
     out.mkdir(parents=True, exist_ok=True)
+    if a.report_only:
+        return report_only(a.which, out)
     result = repro_cpd(a, out) if a.which == "cpd" else repro_ppd(a, out)
     (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "compare.md").write_text(markdown(result["seed_vs_ours"]))
     if a.which == "cpd":
         for k, v in result["table"].items():
             print(k, v if k.startswith("gain") else f"max QPS/GPU {v['max_qps_per_gpu']}")
     else:
         print(json.dumps(result["table"], indent=1))
-    print(f"wrote {out / 'repro.json'}")
+    print(markdown(result["seed_vs_ours"]) + f"wrote {out / 'repro.json'}, {out / 'compare.md'} and the figures")
     return 0
 
+
+
+def report_only(which: str, out: Path) -> int:
+    """Rewrite ``compare.md``, the seed figure and ``seed_vs_ours`` from ``out/repro.json``."""
+    from warmpath.sim.repro_plot import cpd_figure, ppd_figure
+
+    result = json.loads((out / "repro.json").read_text())
+    if which == "cpd":
+        result["seed_vs_ours"] = cpd_rows(result["table"])
+        cpd_figure(result["table"], out / "cpd_vs_blog.png")
+    else:
+        sweep = result.get("bandwidth_sweep_turn2_ttft_p50_s")
+        result["seed_vs_ours"] = ppd_rows(result["table"], sweep)
+        ppd_figure(result["table"], sweep, out / "ppd_vs_paper.png",
+                   f"2P2D, {result['assumptions'].get('bandwidth_sweep_rate')} sessions/s")
+    (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "compare.md").write_text(markdown(result["seed_vs_ours"]))
+    print(markdown(result["seed_vs_ours"]) + f"wrote {out / 'compare.md'}")
+    return 0

@@ -23,6 +23,7 @@ from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.sim.cluster import Simulation
+from warmpath.sim.handoff import PDHandoff
 from warmpath.sim.profiles import HardwareProfile, ModelProfile
 from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
 from warmpath.sim.store import SharedLink, SimStore
@@ -64,6 +65,7 @@ class SimSetup:
     step_cv: float = 0.0                  # step-to-step variation of step times (seeded, mean 1)
     seed: int = 0                         # of that variation
     max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
+    handoff: PDHandoff = PDHandoff()      # how a P->D handoff works (warmpath's, or the PPD paper's vLLM)
 
     @property
     def gpus(self) -> int:
@@ -99,7 +101,7 @@ def build(s: SimSetup) -> Simulation:
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
                       s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
                       ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
-                      s.max_concurrency)
+                      s.max_concurrency, s.handoff)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
