@@ -70,6 +70,8 @@ PUBLIC = [
     ("min_p -0.1", "POST", TEXT, {"json": text(min_p=-0.1)}, 400, "min_p"),
     ("min_p string", "POST", CHAT, {"json": chat(min_p="0.1")}, 400, "min_p"),
     ("repetition_penalty 0", "POST", CHAT, {"json": chat(repetition_penalty=0)}, 400, "repetition_penalty"),
+    # found by the fuzzer: a denormal penalty divided the logits into inf and the sampler failed (500)
+    ("repetition_penalty 5e-324", "POST", CHAT, {"json": chat(repetition_penalty=5e-324)}, 400, "repetition_penalty"),
     ("repetition_penalty -1", "POST", TEXT, {"json": text(repetition_penalty=-1)}, 400, "repetition_penalty"),
     ("repetition_penalty 11", "POST", CHAT, {"json": chat(repetition_penalty=11)}, 400, "repetition_penalty"),
     ("repetition_penalty 1e999", "POST", CHAT, {"content": b'{"messages": [{"role": "user", "content": "x"}], '

@@ -48,7 +48,8 @@ def test_fuzzed_requests_get_no_5xx_and_disturb_nothing(tmp_path):
             wait_idle(worker)
             leave_before_answer(target, AUTH, generating([worker]))
             wait_idle(worker)
-        assert [(r.server, r.failures) for r in runs if r.failures] == []
+        failed = [(r.server, r.failures) for r in runs if r.failures]
+        assert failed == [], json.dumps(failed, indent=1, default=str)   # in full: the answer body too
         assert [r.sent >= n for r, n in zip(runs, (CASES, CASES, 10))] == [True] * 3
         assert wrong == []
         assert canary.runs >= 1 and canary.wrong == []

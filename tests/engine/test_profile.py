@@ -71,7 +71,7 @@ def test_calibrate_rejects_a_file_that_is_not_a_trace(tmp_path, capsys):
 
 
 class _LastTokenLost:
-    """A tokenizer whose text round trip changes an answer's last token (and nothing else)."""
+    """A client's tokenizer whose text round trip changes an answer's last token (only)."""
 
     def decode(self, ids):
         return list(ids)
@@ -89,14 +89,11 @@ def test_answer_roundtrip_miss_checks_the_block_the_answer_starts(tiny):
     """4-token answers. A 15-token prompt leaves 1 answer token in its block: the lost last
     token is outside it (no miss); a 16-token prompt starts a new block holding all 4 (miss).
     Two of each → 0.5; a lossless round trip → 0."""
-    import dataclasses
-
     from warmpath.engine.profile import answer_roundtrip_miss
 
     prompts = [list(range(3, 18)), list(range(20, 35)), list(range(3, 19)), list(range(40, 56))]
     assert [len(p) % 16 for p in prompts] == [15, 15, 0, 0]
-    lossy = dataclasses.replace(tiny, tokenizer=_LastTokenLost())
-    assert answer_roundtrip_miss(lossy, prompts, 4) == 0.5
-    assert answer_roundtrip_miss(dataclasses.replace(tiny, tokenizer=_Exact()), prompts, 4) == 0.0
+    assert answer_roundtrip_miss(tiny, prompts, 4, tokenizer=_LastTokenLost()) == 0.5
+    assert answer_roundtrip_miss(tiny, prompts, 4, tokenizer=_Exact()) == 0.0
     with pytest.raises(ValueError):
-        answer_roundtrip_miss(lossy, [], 4)
+        answer_roundtrip_miss(tiny, [], 4, tokenizer=_Exact())

@@ -77,6 +77,8 @@ def test_a_tiny_temperature_samples_the_argmax_instead_of_failing():
                                     ({"min_p": -0.1}, "min_p"), ({"min_p": 1.5}, "min_p"),
                                     ({"min_p": float("nan")}, "min_p"), ({"repetition_penalty": 0}, "repetition_penalty"),
                                     ({"repetition_penalty": -1}, "repetition_penalty"),
+                                    ({"repetition_penalty": 5e-324}, "repetition_penalty"),
+                                    ({"repetition_penalty": 10.5}, "repetition_penalty"),
                                     ({"repetition_penalty": float("inf")}, "repetition_penalty"),
                                     ({"repetition_penalty": float("nan")}, "repetition_penalty")])
 def test_params_validation(kw, msg):

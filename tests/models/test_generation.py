@@ -66,7 +66,7 @@ def test_override_flag_parsing():
     for text, needle in [("{temperature: 1}", "not JSON"), ("[1]", "JSON object"),
                          ('{"temp": 1}', "unknown keys ['temp']"), ('{"temperature": 3}', "temperature must be in"),
                          ('{"top_p": 0}', "top_p must be in (0, 1]"), ('{"min_p": "0.1"}', "min_p must be a finite"),
-                         ('{"repetition_penalty": 0}', "repetition_penalty must be in (0, 10.0]"),
+                         ('{"repetition_penalty": 0}', "repetition_penalty must be in [0.1, 10]"),
                          ('{"top_k": 1.5}', "top_k must be an integer"), ('{"max_new_tokens": 0}', "max_new_tokens"),
                          ('{"temperature": true}', "temperature must be a finite")]:
         with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace("[", r"\[")):
@@ -118,6 +118,7 @@ def test_gguf_general_sampling_keys_become_the_generation_config(tmp_path):
 def test_the_api_and_the_defaults_share_their_bounds():
     assert (gen.MAX_TEMPERATURE, gen.MAX_REPETITION_PENALTY) == (openai.MAX_TEMPERATURE,
                                                                  openai.MAX_REPETITION_PENALTY)
+    assert gen.MIN_REPETITION_PENALTY == openai.MIN_REPETITION_PENALTY == 0.1
     assert gen.SAMPLING_KEYS == openai.SAMPLING_DEFAULTED
     with pytest.raises(ValueError, match="repetition_penalty must be in"):
         GenerationDefaults(repetition_penalty=11.0)

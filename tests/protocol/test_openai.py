@@ -27,6 +27,7 @@ def first_error(cls, body) -> APIError:
     ({"messages": [{"role": "user"}]}, "messages[0]"),
     ({"min_p": 1.01}, "min_p"), ({"min_p": -0.01}, "min_p"), ({"min_p": float("nan")}, "min_p"),
     ({"repetition_penalty": 0}, "repetition_penalty"), ({"repetition_penalty": 10.5}, "repetition_penalty"),
+    ({"repetition_penalty": 5e-324}, "repetition_penalty"), ({"repetition_penalty": 0.09}, "repetition_penalty"),
     ({"repetition_penalty": float("inf")}, "repetition_penalty"), ({"repetition_penalty": "1.1"}, "repetition_penalty"),
     ({"temperature": "0.2"}, "temperature"), ({"top_k": True}, "top_k"),
 ])

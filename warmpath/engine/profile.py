@@ -74,23 +74,24 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
 
 
 def answer_roundtrip_miss(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int,
-                          block_size: int = 16) -> float:
+                          block_size: int = 16, tokenizer=None) -> float:
     """Share of greedy answers to ``prompts`` whose text, encoded again, does not give back the
     generated ids through the KV block the answer starts in: a client that sends answers back
-    as text (``warmpath bench``, chat clients) loses that answer's KV on the next turn."""
+    as text (``warmpath bench``, chat clients) loses that answer's KV on the next turn.
+    ``tokenizer``: the client's (default: the model's)."""
     if not prompts:
         raise ValueError("answer_roundtrip_miss: no prompts")
-    tok = loaded.tokenizer
+    tok = tokenizer or loaded.tokenizer
+    ks = [block_size - len(p) % block_size for p in prompts]   # answer tokens in its first block
     blocks = len(prompts) * (-(-(max(map(len, prompts)) + max_tokens) // block_size) + 1)
     eng = LLMEngine(EngineConfig(num_blocks=blocks, block_size=block_size,
                                  scheduler=SchedulerConfig(max_num_seqs=len(prompts),
                                                            max_num_batched_tokens=8192)), loaded=loaded)
     try:
-        answers = eng.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
+        answers = eng.generate([list(p) for p in prompts], SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
     finally:
         eng.close()
     miss = 0
-    for prompt, ids in zip(prompts, answers):
-        k = block_size - len(prompt) % block_size
+    for k, ids in zip(ks, answers):
         miss += tok.encode(tok.decode(ids), add_special=False)[:k] != ids[:k]
     return miss / len(prompts)

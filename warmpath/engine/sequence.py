@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from warmpath.kv.hashing import BlockHash, KVNamespace, digest_prefix_blocks, hash_prefix_blocks
+from warmpath.models.generation import MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 <= self.min_p <= 1:   # NaN fails too
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        if not 0 < self.repetition_penalty < float("inf"):   # NaN fails too
-            raise ValueError(f"repetition_penalty must be > 0 and finite, got {self.repetition_penalty}")
+        if not MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY:   # NaN fails too
+            raise ValueError(f"repetition_penalty must be in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}] "
+                             f"(a tiny one divides logits into inf), got {self.repetition_penalty}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
 

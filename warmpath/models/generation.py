@@ -33,6 +33,7 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 CONFIG_KEYS = SAMPLING_KEYS + ("max_new_tokens",)
 MAX_TEMPERATURE = 2.0            # as the API's own bound
 MAX_REPETITION_PENALTY = 10.0    # as the API's own bound (1.0-1.3 is the useful range)
+MIN_REPETITION_PENALTY = 1 / MAX_REPETITION_PENALTY
 NEUTRAL: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
                                    "repetition_penalty": 1.0}
 # llama.cpp's GGUF metadata keys (gguf.constants.Keys.General.SAMPLING_*) → HF names
@@ -54,11 +55,11 @@ def _check(key: str, v: Any, where: str) -> float | int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{where}: {key} must be a finite number, got {v!r}")
     ok = {"temperature": 0 <= v <= MAX_TEMPERATURE, "top_p": 0 < v <= 1, "min_p": 0 <= v <= 1,
-          "repetition_penalty": 0 < v <= MAX_REPETITION_PENALTY,
+          "repetition_penalty": MIN_REPETITION_PENALTY <= v <= MAX_REPETITION_PENALTY,
           "top_k": isinstance(v, int) and v >= -1, "max_new_tokens": isinstance(v, int) and v >= 1}[key]
     if not ok:
         rule = {"temperature": f"in [0, {MAX_TEMPERATURE}]", "top_p": "in (0, 1]", "min_p": "in [0, 1]",
-                "repetition_penalty": f"in (0, {MAX_REPETITION_PENALTY}]", "top_k": "an integer >= -1",
+                "repetition_penalty": f"in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}]", "top_k": "an integer >= -1",
                 "max_new_tokens": "an integer >= 1"}[key]
         raise ValueError(f"{where}: {key} must be {rule}, got {v!r}")
     return max(0, v) if key == "top_k" else v

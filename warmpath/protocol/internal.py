@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from warmpath.protocol.openai import INT32_MAX, MAX_REPETITION_PENALTY, MAX_TEMPERATURE, SamplingFields, TokenId
+from warmpath.protocol.openai import (INT32_MAX, MAX_REPETITION_PENALTY, MAX_TEMPERATURE, MIN_REPETITION_PENALTY,
+                                      SamplingFields, TokenId)
 
 MAX_PROMPT_IDS = 1 << 21
 PromptIds = Annotated[list[TokenId], Field(min_length=1, max_length=MAX_PROMPT_IDS)]
@@ -111,7 +112,7 @@ class SamplingDefaults(BaseModel):
     top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
     top_k: int = Field(ge=0, le=INT32_MAX)
     min_p: float = Field(ge=0, le=1, allow_inf_nan=False)
-    repetition_penalty: float = Field(gt=0, le=MAX_REPETITION_PENALTY, allow_inf_nan=False)
+    repetition_penalty: float = Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False)
     max_tokens: int = Field(ge=1, le=INT32_MAX)
     sources: dict[Annotated[str, StringConstraints(max_length=32)],
                   Annotated[str, StringConstraints(max_length=256)]] = Field({}, max_length=8)

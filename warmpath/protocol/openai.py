@@ -26,6 +26,7 @@ MAX_STOP_TOKEN_IDS = 64
 
 MAX_TEMPERATURE = 2.0
 MAX_REPETITION_PENALTY = 10.0   # 1.0-1.3 is the useful range; beyond 10 is a mistake
+MIN_REPETITION_PENALTY = 1 / MAX_REPETITION_PENALTY   # its mirror (and 5e-324 divides logits into inf)
 SAMPLING_DEFAULTED = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
@@ -72,7 +73,7 @@ class SamplingFields(BaseModel):
     top_p: float | None = _finite(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="0 or -1: off")
     min_p: float | None = _finite(None, ge=0, le=1)
-    repetition_penalty: float | None = _finite(None, gt=0, le=MAX_REPETITION_PENALTY)
+    repetition_penalty: float | None = _finite(None, ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)
     seed: Seed | None = None
     stop: StopStr | Annotated[list[StopStr], Field(max_length=MAX_STOP)] | None = None
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)] = []
