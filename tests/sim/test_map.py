@@ -10,7 +10,7 @@ import pytest
 from warmpath.cli import main
 import warmpath.sim.map as map_mod
 from warmpath.sim.map import MapConfig, cpd_topology, grid, operating_point, quick, run_map, sustained_gain, ttft_gain
-from warmpath.sim.map_plot import arm_text, cell_text, facet_title, fmt_seconds, fmt_value, settings_text
+from warmpath.sim.map_plot import arm_text, cell_text, colorbar_ticks, facet_title, fmt_seconds, fmt_value, settings_text
 
 RATES = (0.2, 0.4, 0.6, 0.8)
 
@@ -61,6 +61,9 @@ def test_annotations_keep_three_figures_and_show_the_grid_cut():
     ppd = {"kind": "ppd", "comparisons": {"x1_vs_x0": ["x1", "x0"]}}
     cell = {"arms": {"x1": {"turn2_ttft_p50_s": 0.028}, "x0": {"turn2_ttft_p50_s": 1.49}}}
     assert arm_text(ppd, cell, "x1_vs_x0") == "28 ms vs 1.49 s"
+    # the colour bar always marks more than 1x: powers of 2 from 2x on, finer steps below
+    assert colorbar_ticks(3.0) == [1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8] and colorbar_ticks(1.0) == [1 / 2, 1, 2]
+    assert colorbar_ticks(0.585) == [2 / 3, 0.8, 1, 1.25, 1.5] and colorbar_ticks(0.33) == [0.8, 1, 1.25]
     assert facet_title("link_gbps", 400.0) == "400 Gb/s link" and facet_title("answer", 128) == "128-token answers"
     assert facet_title("split", "2P1D") == "2P1D nodes (P:D)" and facet_title("load", 12.0) == "12 sessions/s"
     text = settings_text({"kind": "cpd", "config": {"duration_s": 20.0, "ramp_s": 10.0, "seed": 0,
@@ -168,6 +171,9 @@ def test_an_interrupted_map_resumes_from_its_cell_cache(tmp_path, monkeypatch):
     assert again["cells"] == full["cells"]
     calls.clear()
     assert run_map(cfg, cache=cache)["reused_runs"] == 6 and calls == []       # the torn line did not spoil the rest
-    # another config (here the seed) reuses nothing
+    # a grown grid reuses the runs it shares; other settings (here the seed) reuse nothing
+    calls.clear()
+    assert run_map(replace(cfg, histories=(512, 2048, 4096)), cache=cache)["reused_runs"] == 6
+    assert calls == [(4096, "x0"), (4096, "x1"), (4096, "dynamic")]
     calls.clear()
     assert run_map(replace(cfg, seed=1), cache=cache)["reused_runs"] == 0 and len(calls) == 6

@@ -228,9 +228,14 @@ def ppd_run(cfg: MapConfig, cell: dict, mode: str) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
+GRID_FIELDS = ("cold_shares", "cold_tokens", "answers", "splits", "histories", "appends", "links_gbps", "loads")
+
+
 def _task_key(cfg: MapConfig, cell: dict, arm: str) -> str:
-    """What a finished run depends on (the whole config, the cell, the arm), as one string."""
-    return json.dumps({"config": asdict(cfg), "cell": cell, "arm": arm}, sort_keys=True)
+    """What a finished run depends on, as one string: the config but its grid axes (a run
+    sees only its own cell, so a grown grid reuses the runs it shares), the cell, the arm."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in GRID_FIELDS}
+    return json.dumps({"config": settings, "cell": cell, "arm": arm}, sort_keys=True)
 
 
 def load_cache(path: Path | None) -> dict[str, dict]:
@@ -252,7 +257,7 @@ def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=N
     """Every cell × policy (CPD) or mode (PPD), ``jobs`` in parallel; ``map.json``'s content
     (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone). With ``cache``,
     each finished run is appended to it as a JSON line and runs already there for the same
-    config are reused, so an interrupted map resumes where it stopped. ``progress(line)``
+    settings are reused, so an interrupted (or grown) map resumes where it stopped. ``progress(line)``
     hears about every run as it finishes."""
     cells = grid(cfg)
     arms = ("cpd", "pd", "pd-kv") if cfg.kind == "cpd" else ("x0", "x1", "dynamic")

@@ -85,6 +85,13 @@ def settings_text(result: dict) -> str:
     return f"H100 Llama-3.1-8B, {c['ppd_split']} TP1 workers; 2-turn sessions, {c['ppd_answer']}-token answers; {run}"
 
 
+def colorbar_ticks(lim: float) -> list[float]:
+    """The gains to mark on a colour bar spanning ``2 ** ±lim``: powers of 2 once it reaches
+    2×, else the finer steps within it (so a bar up to 1.5× still shows more than 1×)."""
+    steps = (1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8) if lim >= 1 - 1e-9 else (2 / 3, 0.8, 1, 1.25, 1.5)
+    return [v for v in steps if abs(math.log2(v)) <= lim + 1e-9]
+
+
 def _matrix(result: dict, row, col) -> list[list[dict]]:
     """The cells of one facet, rows by y value, columns by x value."""
     (rd, cd, yd, xd) = [d["name"] for d in result["dims"]]
@@ -127,10 +134,10 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
                 ax.set_xlabel(LABELS[names[3]], fontsize=8)
             if j == 0:
                 ax.set_ylabel(LABELS[names[2]], fontsize=8)
-    ticks = [t for t in range(-3, 4) if abs(t) <= lim] or [0]
-    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=ticks, label="gain (log scale)",
+    ticks = colorbar_ticks(lim)
+    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=[math.log2(v) for v in ticks], label="gain (log scale)",
                        extend="both" if top > lim else "neither")
-    bar.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks], fontsize=7)
+    bar.ax.set_yticklabels([f"{v:.3g}×" for v in ticks], fontsize=7)
     where = "exact" if result["operating_point"]["exact"] else "nearest cell"
     new, base = result["comparisons"][comparison]
     fig.suptitle(f"{TITLES[comparison]} (>1: {new} better; small print: {new} vs {base})\n"
