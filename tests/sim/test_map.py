@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from warmpath.cli import main
+import warmpath.sim.map as map_mod
 from warmpath.sim.map import MapConfig, cpd_topology, grid, operating_point, quick, run_map, sustained_gain, ttft_gain
-from warmpath.sim.map_plot import cell_text, fmt_value
+from warmpath.sim.map_plot import arm_text, cell_text, colorbar_ticks, facet_title, fmt_seconds, fmt_value, settings_text
 
 RATES = (0.2, 0.4, 0.6, 0.8)
 
@@ -45,6 +46,29 @@ def test_sustained_gain_and_its_bounds():
     assert sustained_gain(0.8, 0.8, RATES)["value"] is None
     assert [cell_text(sustained_gain(*p, RATES)) for p in ((0.6, 0.4), (0.4, None), (None, 0.8), (0.8, 0.4),
                                                            (None, None))] == ["1.50", ">2.00", "<0.25", "≥2.00", "n/a"]
+
+
+def test_annotations_keep_three_figures_and_show_the_grid_cut():
+    g = lambda v, b="=": {"value": v, "bound": b, "note": ""}      # noqa: E731
+    assert [cell_text(g(v)) for v in (1.004, 9.99, 13.44, 203.31, 1352.85)] == ["1.00", "9.99", "13.4", "203", "1353"]
+    assert cell_text(g(120.0, ">")) == ">120"
+    assert [fmt_seconds(s) for s in (0.028, 0.1234, 1.49, 37.71, None)] == ["28 ms", "123 ms", "1.49 s", "37.7 s", "-"]
+    cpd = {"kind": "cpd", "config": {"rates": [0.2, 0.4, 0.8]}, "comparisons": {"cpd_vs_pd": ["cpd", "pd"]}}
+    arms = lambda a, b: {"arms": {"cpd": {"sustained": a}, "pd": {"sustained": b}}}   # noqa: E731
+    # not even the lowest rate: below it; the highest: at least it
+    assert arm_text(cpd, arms(0.4, None), "cpd_vs_pd") == "0.4 vs <0.2"
+    assert arm_text(cpd, arms(0.8, 0.4), "cpd_vs_pd") == "≥0.8 vs 0.4"
+    ppd = {"kind": "ppd", "comparisons": {"x1_vs_x0": ["x1", "x0"]}}
+    cell = {"arms": {"x1": {"turn2_ttft_p50_s": 0.028}, "x0": {"turn2_ttft_p50_s": 1.49}}}
+    assert arm_text(ppd, cell, "x1_vs_x0") == "28 ms vs 1.49 s"
+    # the colour bar always marks more than 1x: powers of 2 from 2x on, finer steps below
+    assert colorbar_ticks(3.0) == [1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8] and colorbar_ticks(1.0) == [1 / 2, 1, 2]
+    assert colorbar_ticks(0.585) == [2 / 3, 0.8, 1, 1.25, 1.5] and colorbar_ticks(0.33) == [0.8, 1, 1.25]
+    assert facet_title("link_gbps", 400.0) == "400 Gb/s link" and facet_title("answer", 128) == "128-token answers"
+    assert facet_title("split", "2P1D") == "2P1D nodes (P:D)" and facet_title("load", 12.0) == "12 sessions/s"
+    text = settings_text({"kind": "cpd", "config": {"duration_s": 20.0, "ramp_s": 10.0, "seed": 0,
+                                                    "context_tokens": 65536, "max_in_flight": 24}})
+    assert "64K-token warm repositories, 24 admitted in flight" in text and "20 s simulated per point after a 10 s ramp" in text
 
 
 def test_ttft_gain_is_baseline_over_mode():
@@ -91,7 +115,9 @@ def test_tiny_cpd_map_end_to_end(tmp_path, capsys):
     assert main(["map", "cpd", "--quick", "--cold-shares", "0.5", "--jobs", "2", "--out", str(out)]) == 0
     m = json.loads((out / "map.json").read_text())
     assert (out / "cpd_vs_pd.png").stat().st_size > 0 and (out / "cpd_vs_pd-kv.png").stat().st_size > 0
-    assert set(m) == {"kind", "config", "metric", "slo", "dims", "comparisons", "operating_point", "cells", "wall_s"}
+    assert set(m) == {"kind", "config", "metric", "slo", "dims", "comparisons", "operating_point", "cells", "wall_s",
+                      "reused_runs"}
+    assert m["reused_runs"] == 0 and len((out / "cells.jsonl").read_text().splitlines()) == 3   # one per policy
     assert m["slo"] == {"ttft_p90": 2.0, "min_success": 0.99} and "TTFT p90 <= 2.0 s with >= 99% success" in m["metric"]
     assert m["dims"] == [{"name": "answer", "values": [32]}, {"name": "split", "values": ["2P1D"]},
                          {"name": "cold_share", "values": [0.5]}, {"name": "cold_tokens", "values": [2048]}]
@@ -121,3 +147,33 @@ def test_tiny_ppd_map_end_to_end(tmp_path):
     assert _without_walls(again["cells"]) == _without_walls(m["cells"])
     assert main(["map", "ppd", "--quick", "--histories", "16"]) == 2              # not above the 32-token answer
     assert main(["map", "cpd", "--quick", "--rates", "x"]) == 2
+
+
+def test_an_interrupted_map_resumes_from_its_cell_cache(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(cfg, cell, mode):                      # a stand-in for the simulation: what it ran, in order
+        calls.append((cell["history"], mode))
+        return {"turn2_ttft_p50_s": cell["history"] / 1000 / (1 + len(mode)), "success_rate": 1.0,
+                "ppd_local": 0, "ppd_remote": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(map_mod, "ppd_run", fake)
+    cfg, cache, heard = quick("ppd"), tmp_path / "out" / "cells.jsonl", []
+    full = run_map(cfg, cache=cache, progress=heard.append)
+    assert len(calls) == 6 and full["reused_runs"] == 0 and heard[0].startswith("[1/6] link_gbps=25.0")
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 6
+    # killed after 4 runs, mid-way through writing the 5th
+    cache.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
+    calls.clear()
+    again = run_map(cfg, cache=cache)
+    assert calls == [(2048, "x1"), (2048, "dynamic")] and again["reused_runs"] == 4
+    assert again["cells"] == full["cells"]
+    calls.clear()
+    assert run_map(cfg, cache=cache)["reused_runs"] == 6 and calls == []       # the torn line did not spoil the rest
+    # a grown grid reuses the runs it shares; other settings (here the seed) reuse nothing
+    calls.clear()
+    assert run_map(replace(cfg, histories=(512, 2048, 4096)), cache=cache)["reused_runs"] == 6
+    assert calls == [(4096, "x0"), (4096, "x1"), (4096, "dynamic")]
+    calls.clear()
+    assert run_map(replace(cfg, seed=1), cache=cache)["reused_runs"] == 0 and len(calls) == 6

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import math
 import random
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -227,20 +228,81 @@ def ppd_run(cfg: MapConfig, cell: dict, mode: str) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
-def run_map(cfg: MapConfig, jobs: int = 1) -> dict:
+GRID_FIELDS = ("cold_shares", "cold_tokens", "answers", "splits", "histories", "appends", "links_gbps", "loads")
+
+
+def _task_key(cfg: MapConfig, cell: dict, arm: str) -> str:
+    """What a finished run depends on, as one string: the config but its grid axes (a run
+    sees only its own cell, so a grown grid reuses the runs it shares), the cell, the arm."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in GRID_FIELDS}
+    return json.dumps({"config": settings, "cell": cell, "arm": arm}, sort_keys=True)
+
+
+def load_cache(path: Path | None) -> dict[str, dict]:
+    """``cells.jsonl``: one line per finished (cell, arm) run, keyed by :func:`_task_key`;
+    a torn last line (a run killed mid-write) is skipped."""
+    found: dict[str, dict] = {}
+    if path is None or not path.exists():
+        return found
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+            found[rec["key"]] = rec["result"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=None) -> dict:
     """Every cell × policy (CPD) or mode (PPD), ``jobs`` in parallel; ``map.json``'s content
-    (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone)."""
+    (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone). With ``cache``,
+    each finished run is appended to it as a JSON line and runs already there for the same
+    settings are reused, so an interrupted (or grown) map resumes where it stopped. ``progress(line)``
+    hears about every run as it finishes."""
     cells = grid(cfg)
     arms = ("cpd", "pd", "pd-kv") if cfg.kind == "cpd" else ("x0", "x1", "dynamic")
     fn = cpd_sweep if cfg.kind == "cpd" else ppd_run
     t0 = time.perf_counter()
     tasks = [(i, arm) for i in range(len(cells)) for arm in arms]
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            futs = [pool.submit(fn, cfg, cells[i], arm) for i, arm in tasks]
-            done = [f.result() for f in futs]
-    else:
-        done = [fn(cfg, cells[i], arm) for i, arm in tasks]
+    keys = {t: _task_key(cfg, cells[t[0]], t[1]) for t in tasks}
+    cached = load_cache(cache)
+    results = {t: cached[keys[t]] for t in tasks if keys[t] in cached}
+    todo = [t for t in tasks if t not in results]
+    sink = None
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        torn = cache.exists() and cache.stat().st_size and not cache.read_bytes().endswith(b"\n")
+        sink = cache.open("a")
+        if torn:                                    # end the torn line, so the next one parses
+            sink.write("\n")
+
+    def finished(t: tuple, res: dict) -> None:
+        results[t] = res
+        if sink is not None:
+            sink.write(json.dumps({"key": keys[t], "result": res}) + "\n")
+            sink.flush()
+        if progress is not None:
+            i, arm = t
+            what = (f"sustained {res['sustained']}" if cfg.kind == "cpd"
+                    else f"turn-2+ TTFT p50 {res['turn2_ttft_p50_s']}")
+            progress(f"[{len(results)}/{len(tasks)}] " + " ".join(f"{k}={v}" for k, v in cells[i].items())
+                     + f" {arm}: {what} ({res['wall_s']:.0f} s; {time.perf_counter() - t0:.0f} s elapsed)")
+
+    if progress is not None and results:
+        progress(f"reusing {len(results)} of {len(tasks)} runs from {cache}")
+    try:
+        if jobs > 1 and todo:
+            with ProcessPoolExecutor(jobs) as pool:
+                futs = {pool.submit(fn, cfg, cells[i], arm): (i, arm) for i, arm in todo}
+                for f in as_completed(futs):
+                    finished(futs[f], f.result())
+        else:
+            for i, arm in todo:
+                finished((i, arm), fn(cfg, cells[i], arm))
+    finally:
+        if sink is not None:
+            sink.close()
+    done = [results[t] for t in tasks]
     for (i, arm), res in zip(tasks, done):
         cells[i].setdefault("arms", {})[arm] = res
     for c in cells:
@@ -256,5 +318,6 @@ def run_map(cfg: MapConfig, jobs: int = 1) -> dict:
             "slo": {**CPD_SLO, "min_success": min_success} if cfg.kind == "cpd" else None,
             "dims": [{"name": d, "values": list(v)} for d, v in cfg.axes().items()],
             "comparisons": {k: list(v) for k, v in COMPARISONS[cfg.kind].items()},
-            "operating_point": operating_point(cfg), "cells": cells, "wall_s": time.perf_counter() - t0}
+            "operating_point": operating_point(cfg), "cells": cells, "wall_s": time.perf_counter() - t0,
+            "reused_runs": len(tasks) - len(todo)}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def add_parser(sub) -> None:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--jobs", type=int, default=2, help="simulations in parallel")
     m.add_argument("--out", type=Path, default=None, help="default map_<kind>")
+    m.add_argument("--fresh", action="store_true",
+                   help="ignore <out>/cells.jsonl (finished runs, reused by default so a stopped map resumes)")
     m.set_defaults(fn=main)
 
 
@@ -56,13 +59,17 @@ def main(a: argparse.Namespace) -> int:
         raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
     cfg = config_from_args(a)
     out = a.out or Path(f"map_{cfg.kind}")
-    result = run_map(cfg, a.jobs)
+    cache = out / "cells.jsonl"
+    if a.fresh and cache.exists():
+        cache.unlink()
+    result = run_map(cfg, a.jobs, cache=cache, progress=lambda line: print(line, file=sys.stderr, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     (out / "map.json").write_text(json.dumps(result, indent=1))
     figures = plot_map(result, out)
     for c in result["cells"]:
         print(" ".join(f"{k}={c[k]}" for k in cfg.axes()), "|",
               ", ".join(f"{k} {cell_text(g)}" for k, g in c["gain"].items()), flush=True)
-    print(f"{len(result['cells'])} cells in {result['wall_s']:.0f} s; wrote {out / 'map.json'}, "
+    reused = f" ({result['reused_runs']} runs reused from {cache})" if result["reused_runs"] else ""
+    print(f"{len(result['cells'])} cells in {result['wall_s']:.0f} s{reused}; wrote {out / 'map.json'}, "
           + ", ".join(str(f) for f in figures))
     return 0

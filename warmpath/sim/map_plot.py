@@ -36,16 +36,67 @@ def fmt_value(v) -> str:
 
 
 def cell_text(gain: dict) -> str:
-    """The annotation: ``1.50``, ``>2.00`` (a bound), ``n/a``."""
+    """The annotation: ``1.50``, ``>2.00`` (a bound), ``13.4``, ``1353``, ``n/a``."""
     if gain["value"] is None:
         return "n/a"
-    return f"{_SIGN[gain['bound']]}{gain['value']:.2f}"
+    v = gain["value"]
+    return f"{_SIGN[gain['bound']]}{v:.0f}" if v >= 99.5 else f"{_SIGN[gain['bound']]}{v:.{1 if v >= 9.995 else 2}f}"
 
 
-def _matrix(result: dict, comparison: str, row, col) -> list[list[dict]]:
+def fmt_seconds(s: float | None) -> str:
+    """A TTFT: ``28 ms``, ``1.49 s``, ``37.7 s``, ``-`` (none)."""
+    if s is None:
+        return "-"
+    if s < 0.9995:
+        return f"{s * 1000:.3g} ms"
+    return f"{s:.3g} s"
+
+
+def arm_text(result: dict, cell: dict, comparison: str) -> str:
+    """The two measurements behind a gain, new then baseline: CPD's sustained sessions/s per
+    GPU with the grid's cut shown (``<0.2``: not even the lowest rate; ``≥0.8``: the highest,
+    may go higher), PPD's turn-2+ TTFT p50."""
+    new, base = result["comparisons"][comparison]
+    if result["kind"] == "cpd":
+        rates = result["config"]["rates"]
+
+        def one(v):
+            return f"<{min(rates):g}" if v is None else f"≥{v:g}" if v == max(rates) else f"{v:g}"
+        return f"{one(cell['arms'][new]['sustained'])} vs {one(cell['arms'][base]['sustained'])}"
+    return (f"{fmt_seconds(cell['arms'][new]['turn2_ttft_p50_s'])} vs "
+            f"{fmt_seconds(cell['arms'][base]['turn2_ttft_p50_s'])}")
+
+
+def facet_title(dim: str, v) -> str:
+    """A facet's value with its unit: ``128-token answers``, ``2P1D nodes (P:D)``, ``50 Gb/s link``."""
+    return {"answer": "{}-token answers", "split": "{} nodes (P:D)", "cold_share": "{} cold",
+            "cold_tokens": "{}-token cold documents", "link_gbps": "{} Gb/s link", "load": "{} sessions/s",
+            "history": "{}-token history", "append": "{}-token append"}[dim].format(fmt_value(v))
+
+
+def settings_text(result: dict) -> str:
+    """The simulation's settings, for the figure's title (``map.json``'s ``config`` has all)."""
+    c = result["config"]
+    run = f"{c['duration_s']:g} s simulated per point after a {c['ramp_s']:g} s ramp, seed {c['seed']}"
+    if result["kind"] == "cpd":
+        return (f"B200 Llama-3.1-8B, TP4 prefill-type nodes, 4 TP1 decoders per D node; "
+                f"{fmt_value(c['context_tokens'])}-token warm repositories, {c['max_in_flight']} admitted in flight; "
+                f"{run}")
+    return f"H100 Llama-3.1-8B, {c['ppd_split']} TP1 workers; 2-turn sessions, {c['ppd_answer']}-token answers; {run}"
+
+
+def colorbar_ticks(lim: float) -> list[float]:
+    """The gains to mark on a colour bar spanning ``2 ** ±lim``: powers of 2 once it reaches
+    2×, else the finer steps within it (so a bar up to 1.5× still shows more than 1×)."""
+    steps = (1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8) if lim >= 1 - 1e-9 else (2 / 3, 0.8, 1, 1.25, 1.5)
+    return [v for v in steps if abs(math.log2(v)) <= lim + 1e-9]
+
+
+def _matrix(result: dict, row, col) -> list[list[dict]]:
+    """The cells of one facet, rows by y value, columns by x value."""
     (rd, cd, yd, xd) = [d["name"] for d in result["dims"]]
     ys, xs = result["dims"][2]["values"], result["dims"][3]["values"]
-    found = {(c[yd], c[xd]): c["gain"][comparison] for c in result["cells"] if c[rd] == row and c[cd] == col}
+    found = {(c[yd], c[xd]): c for c in result["cells"] if c[rd] == row and c[cd] == col}
     return [[found[(y, x)] for x in xs] for y in ys]
 
 
@@ -62,30 +113,35 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
     op = result["operating_point"]["cell"]
     for i, row in enumerate(rows):
         for j, col in enumerate(cols):
-            ax, m = axes[i][j], _matrix(result, comparison, row, col)
+            ax, cm = axes[i][j], _matrix(result, row, col)
+            m = [[c["gain"][comparison] for c in line] for line in cm]
             data = [[math.log2(g["value"]) if g["value"] else float("nan") for g in line] for line in m]
             im = ax.imshow(data, cmap=cmap, norm=norm, origin="lower", aspect="auto")
             for y, line in enumerate(m):
                 for x, g in enumerate(line):
                     dark = g["value"] and abs(math.log2(g["value"])) > 0.6 * lim
-                    ax.text(x, y, cell_text(g), ha="center", va="center", fontsize=8,
+                    ax.text(x, y + 0.05, cell_text(g), ha="center", va="bottom", fontsize=9, weight="bold",
                             color="white" if dark else "black")
+                    ax.text(x, y - 0.05, arm_text(result, cm[y][x], comparison), ha="center", va="top",
+                            fontsize=6.5, color="white" if dark else "black")
             if op[names[0]] == row and op[names[1]] == col:
                 y, x = ys.index(op[names[2]]), xs.index(op[names[3]])
                 ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=3, ec="gold"))
             ax.set_xticks(range(len(xs)), [fmt_value(v) for v in xs], fontsize=7)
             ax.set_yticks(range(len(ys)), [fmt_value(v) for v in ys], fontsize=7)
-            ax.set_title(f"{LABELS[names[0]]} {fmt_value(row)}, {LABELS[names[1]]} {fmt_value(col)}", fontsize=8)
+            ax.set_title(f"{facet_title(names[0], row)}, {facet_title(names[1], col)}", fontsize=8)
             if i == len(rows) - 1:
                 ax.set_xlabel(LABELS[names[3]], fontsize=8)
             if j == 0:
                 ax.set_ylabel(LABELS[names[2]], fontsize=8)
-    ticks = [t for t in range(-3, 4) if abs(t) <= lim] or [0]
-    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=ticks, label="gain", extend="both" if top > lim else "neither")
-    bar.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks], fontsize=7)
+    ticks = colorbar_ticks(lim)
+    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=[math.log2(v) for v in ticks], label="gain (log scale)",
+                       extend="both" if top > lim else "neither")
+    bar.ax.set_yticklabels([f"{v:.3g}×" for v in ticks], fontsize=7)
     where = "exact" if result["operating_point"]["exact"] else "nearest cell"
-    fig.suptitle(f"{TITLES[comparison]} (>1: {comparison.split('_vs_')[0]} better)\n"
-                 f"{textwrap.fill(result['metric'], 100)}\n"
+    new, base = result["comparisons"][comparison]
+    fig.suptitle(f"{TITLES[comparison]} (>1: {new} better; small print: {new} vs {base})\n"
+                 f"{textwrap.fill(result['metric'], 100)}\n{textwrap.fill(settings_text(result), 100)}\n"
                  + textwrap.fill(f"gold: {result['operating_point']['label']} ({where})", 100), fontsize=7)
     fig.savefig(path, dpi=110)
     plt.close(fig)
