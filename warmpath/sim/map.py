@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import json
 import math
 import random
 import re
@@ -29,6 +28,7 @@ from warmpath.bench.metrics import slo_met
 from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, coding_agent, fast_tokens
 from warmpath.cluster.topology import Topology
+from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
 from warmpath.sim.profiles import HARDWARE
 from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, cpd_setup, ppd_setup
 from warmpath.sim.run import simulate_rate
@@ -228,31 +228,6 @@ def ppd_run(cfg: MapConfig, cell: dict, mode: str) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
-GRID_FIELDS = ("cold_shares", "cold_tokens", "answers", "splits", "histories", "appends", "links_gbps", "loads")
-
-
-def _task_key(cfg: MapConfig, cell: dict, arm: str) -> str:
-    """What a finished run depends on, as one string: the config but its grid axes (a run
-    sees only its own cell, so a grown grid reuses the runs it shares), the cell, the arm."""
-    settings = {k: v for k, v in asdict(cfg).items() if k not in GRID_FIELDS}
-    return json.dumps({"config": settings, "cell": cell, "arm": arm}, sort_keys=True)
-
-
-def load_cache(path: Path | None) -> dict[str, dict]:
-    """``cells.jsonl``: one line per finished (cell, arm) run, keyed by :func:`_task_key`;
-    a torn last line (a run killed mid-write) is skipped."""
-    found: dict[str, dict] = {}
-    if path is None or not path.exists():
-        return found
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-            found[rec["key"]] = rec["result"]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return found
-
-
 def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=None) -> dict:
     """Every cell × policy (CPD) or mode (PPD), ``jobs`` in parallel; ``map.json``'s content
     (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone). With ``cache``,
@@ -264,23 +239,16 @@ def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=N
     fn = cpd_sweep if cfg.kind == "cpd" else ppd_run
     t0 = time.perf_counter()
     tasks = [(i, arm) for i in range(len(cells)) for arm in arms]
-    keys = {t: _task_key(cfg, cells[t[0]], t[1]) for t in tasks}
+    keys = {t: task_key(asdict(cfg), cells[t[0]], t[1]) for t in tasks}
     cached = load_cache(cache)
     results = {t: cached[keys[t]] for t in tasks if keys[t] in cached}
     todo = [t for t in tasks if t not in results]
-    sink = None
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        torn = cache.exists() and cache.stat().st_size and not cache.read_bytes().endswith(b"\n")
-        sink = cache.open("a")
-        if torn:                                    # end the torn line, so the next one parses
-            sink.write("\n")
+    sink = open_cache(cache) if cache is not None else None
 
     def finished(t: tuple, res: dict) -> None:
         results[t] = res
         if sink is not None:
-            sink.write(json.dumps({"key": keys[t], "result": res}) + "\n")
-            sink.flush()
+            append(sink, keys[t], res)
         if progress is not None:
             i, arm = t
             what = (f"sustained {res['sustained']}" if cfg.kind == "cpd"
