@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from warmpath.bench.metrics import ttft_from
 from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
 from warmpath.cluster.topology import Topology
@@ -179,14 +180,11 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
         b, c = table[base]["max_qps_per_gpu"], table[cpd]["max_qps_per_gpu"]
         table[f"gain_{cpd}_vs_{base}"] = (c / b - 1) if b and c else None
     from warmpath.bench.plots import plot_summaries
-    from warmpath.sim.repro_plot import cpd_figure
 
     plot_summaries(res, out)
-    cpd_figure(table, out / "cpd_vs_blog.png")
     return {"assumptions": {**asdict(asm), "hardware": "b200", "workload": asm.workload(),
-                            "slo": "TTFT p90 <= 2 s, 99% success", "ttft_from": "send" if asm.max_concurrency
-                            else "arrival", "steady_s": a.duration}, "blog": BLOG, "table": table,
-            "seed_vs_ours": cpd_rows(table)}
+                            "slo": "TTFT p90 <= 2 s, 99% success", "ttft_from": ttft_from(asm.max_concurrency),
+                            "steady_s": a.duration}, "blog": BLOG, "table": table}
 
 
 def ppd_setup(p: int, d: int, mode: str, nic_gbps: float | None = None, handoff: PDHandoff = PDHandoff(),
@@ -242,15 +240,11 @@ def repro_ppd(a: argparse.Namespace, out: Path) -> dict:
                 for g in (25, 50, 100, 200, 400)}
     for g, row in sweep_bw.items():
         print(f"{g} Gb/s (rate {mid}): turn-2 TTFT p50 PD {_f(row['PD'])} PPD {_f(row['PPD'])}", flush=True)
-    from warmpath.sim.repro_plot import ppd_figure
-
-    ppd_figure(res, sweep_bw, out / "ppd_vs_paper.png", f"2P2D, {mid:g} sessions/s")
     return {"assumptions": {"model": "llama-3.1-8b", "hardware": "h100", "workload": "ppd-grid (2 first-turn x 9 "
                             "follow-up settings)", "rates_sessions_s": rates, "steady_s": a.duration,
                             "bandwidth_sweep_rate": mid, "step_model": sm.to_json(), "handoff": asdict(h),
                             "request_overhead_s": a.request_overhead_ms / 1e3},
-            "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw,
-            "seed_vs_ours": ppd_rows(res, sweep_bw)}
+            "paper": PAPER, "table": res, "bandwidth_sweep_turn2_ttft_p50_s": sweep_bw}
 
 
 def _f(x) -> str:
@@ -261,10 +255,15 @@ def main(a: argparse.Namespace) -> int:
     out = a.out or Path(f"repro_{a.which}")
     out.mkdir(parents=True, exist_ok=True)
     if a.report_only:
-        return report_only(a.which, out)
-    result = repro_cpd(a, out) if a.which == "cpd" else repro_ppd(a, out)
+        result = json.loads((out / "repro.json").read_text())
+    else:
+        result = repro_cpd(a, out) if a.which == "cpd" else repro_ppd(a, out)
+    seed_report(a.which, result, out)
     (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "compare.md").write_text(markdown(result["seed_vs_ours"]))
+    if a.report_only:
+        print(markdown(result["seed_vs_ours"]) + f"wrote {out / 'compare.md'}")
+        return 0
     if a.which == "cpd":
         for k, v in result["table"].items():
             print(k, v if k.startswith("gain") else f"max QPS/GPU {v['max_qps_per_gpu']}")
@@ -274,21 +273,15 @@ def main(a: argparse.Namespace) -> int:
     return 0
 
 
-
-def report_only(which: str, out: Path) -> int:
-    """Rewrite ``compare.md``, the seed figure and ``seed_vs_ours`` from ``out/repro.json``."""
+def seed_report(which: str, result: dict, out: Path) -> None:
+    """``result["seed_vs_ours"]`` and the seed figure from its table (a run, or ``--report-only``
+    on ``out/repro.json``)."""
     from warmpath.sim.repro_plot import cpd_figure, ppd_figure
 
-    result = json.loads((out / "repro.json").read_text())
     if which == "cpd":
         result["seed_vs_ours"] = cpd_rows(result["table"])
         cpd_figure(result["table"], out / "cpd_vs_blog.png")
     else:
-        sweep = result.get("bandwidth_sweep_turn2_ttft_p50_s")
+        sweep, mid = result.get("bandwidth_sweep_turn2_ttft_p50_s"), result["assumptions"].get("bandwidth_sweep_rate")
         result["seed_vs_ours"] = ppd_rows(result["table"], sweep)
-        ppd_figure(result["table"], sweep, out / "ppd_vs_paper.png",
-                   f"2P2D, {result['assumptions'].get('bandwidth_sweep_rate')} sessions/s")
-    (out / "repro.json").write_text(json.dumps(result, indent=1, default=str))
-    (out / "compare.md").write_text(markdown(result["seed_vs_ours"]))
-    print(markdown(result["seed_vs_ours"]) + f"wrote {out / 'compare.md'}")
-    return 0
+        ppd_figure(result["table"], sweep, out / "ppd_vs_paper.png", "" if mid is None else f"2P2D, {mid:g} sessions/s")
