@@ -64,9 +64,9 @@ MODES = ("x0", "x1", "dynamic")
 
 def point(name: str, a: Assume, mode: str, rate: float, duration: float, seed: int, split: str = "1P3D") -> dict:
     """One run: turn-2+ TTFT p50 / mean / p90 and TPOT (seconds), local/remote counts."""
-    s = ppd_setup(*PPD_SPLITS[split], mode, a.nic_gbps)
-    hw = s.hardware if a.step_overhead_s is None else replace(s.hardware, step_overhead_s=a.step_overhead_s)
-    s = replace(s, hardware=hw, handoff=a.handoff, request_overhead_s=a.overhead_s)
+    s = ppd_setup(*PPD_SPLITS[split], mode, a.nic_gbps, a.handoff, a.overhead_s)
+    if a.step_overhead_s is not None:
+        s = replace(s, hardware=replace(s.hardware, step_overhead_s=a.step_overhead_s))
     t = time.time()
     run = simulate_rate(s, partial(ppd_grid, scale=a.scale), rate, duration, {}, seed=seed)
     c = run["classes"]
