@@ -30,20 +30,19 @@ import argparse
 import asyncio
 import functools
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import httpx
-from httpx_sse import aconnect_sse
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cluster as real  # noqa: E402  (the cluster benchmark's workload and worker flags)
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
+from warmpath.calibrate_served import cpu_seconds, request_once, tier_seconds  # noqa: E402
 from warmpath.bench.prom import sample_value  # noqa: E402
 from warmpath.cluster import launcher  # noqa: E402
 from warmpath.cluster.topology import resolve  # noqa: E402
@@ -56,39 +55,8 @@ from warmpath.models.loader import load_tokenizer  # noqa: E402
 ENCODE = functools.partial(load_tokenizer().encode, add_special=False)
 
 
-def timing(header: str) -> dict[str, float]:
-    """``Server-Timing`` header → seconds per stage."""
-    out = {}
-    for part in filter(None, (x.strip() for x in header.split(","))):
-        name, _, dur = part.partition(";dur=")
-        out[name] = float(dur) / 1000
-    return out
-
-
 async def one(http: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: int, sid: str) -> dict:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "user": sid, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first, usage, text = None, {}, []
-    async with aconnect_sse(http, "POST", url + "/v1/completions", json=body) as es:
-        r = es.response
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {await r.aread()!r}")
-        stages = timing(r.headers.get("server-timing", ""))
-        async for ev in es.aiter_sse():
-            if ev.data == "[DONE]":
-                break
-            ch = json.loads(ev.data)
-            if ch.get("error"):
-                raise RuntimeError(f"stream error: {ch['error']}")
-            got = "".join(c.get("text") or "" for c in ch.get("choices") or [])
-            if first is None and got:
-                first = time.perf_counter() - t0
-            text.append(got)
-            usage = ch.get("usage") or usage
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return {"prompt_tokens": len(prompt), "cached_tokens": cached, "client_ttft_s": first,
-            "tier": r.headers.get("x-warmpath-route"), "text": "".join(text), **stages}
+    return await request_once(http, url, prompt, max_tokens, sid)
 
 
 async def session(http, url: str, s, gap: float, rows: list, t_start: float) -> None:
@@ -121,12 +89,6 @@ async def drive(c, sessions, rate: float, gap: float, warmup: bool = True) -> tu
         return rows, u0, usage(c), time.perf_counter() - t0
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (all its threads)."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def busy_s(url: str) -> float:
     """A worker's engine busy seconds (its /metrics)."""
     v = sample_value(httpx.get(url + "/metrics", timeout=10).text, "warmpath_engine_busy_seconds_total")
@@ -139,7 +101,7 @@ def usage(c) -> dict[str, float]:
     """CPU seconds per process of the cluster, the client, and the workers' engine busy seconds."""
     pids = {n: p.pid for n, p in c.procs.items()}
     pids.update(mooncake_master=c.service.master_proc.pid, mooncake_holder=c.service.holder_proc.pid)
-    out = {f"cpu:{n}": cpu_s(pid) for n, pid in pids.items()}
+    out = {f"cpu:{n}": cpu_seconds(pid) for n, pid in pids.items()}
     out["cpu:client"] = time.process_time()
     for w in httpx.get(c.url + "/v1/cluster", timeout=10, headers=c.headers).json()["workers"]:
         out[f"busy:{w['worker_id']}"] = busy_s(w["url"])
@@ -166,13 +128,6 @@ def stretch(steps: dict[str, list[dict]], fitted: StepModel) -> dict:
                              "median_ratio_to_model": statistics.median(x for x, _ in g)}
                          for k, g in sorted(groups.items())} for kind, groups in by.items()}
     return out
-
-
-def holder_share(steps: dict[str, list[dict]], holder_cpu_s: float) -> float:
-    """Cores the Mooncake segment holder keeps busy while workers move KV (its CPU seconds over
-    the workers' KV-tier seconds in the trace): the simulator's ``transfer_cpu``."""
-    tiers = sum(s.get("tiers_s", 0.0) for ss in steps.values() for s in ss)
-    return holder_cpu_s / tiers if tiers > 0 else 0.0
 
 
 def put_fit(rows: list[dict], block_bytes: int = 16 * 46080) -> dict:
@@ -285,7 +240,8 @@ def main() -> int:
         fitted = StepModel.from_json(json.loads(a.calibration.read_text())["step_model"])
         steps = read_step_trace(a.step_trace)
         out["steps_by_overlap"] = stretch(steps, fitted)
-        out["cpu_s"]["holder_cores_per_transfer"] = holder_share(steps, spent["cpu:mooncake_holder"])
+        tiers = tier_seconds(steps)   # cores the holder keeps busy per second of KV transfer
+        out["cpu_s"]["holder_cores_per_transfer"] = spent["cpu:mooncake_holder"] / tiers if tiers > 0 else 0.0
     a.out.write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
     return 0

@@ -23,8 +23,9 @@ def test_overhead_is_the_median_of_client_ttft_less_the_workers_time():
 
 
 def test_tier_seconds_sums_every_workers_tier_work():
-    steps = {"a": [{"tiers_s": 0.25}, {}], "b": [{"tiers_s": 0.5}, {"tiers_s": 0.125}]}
+    steps = {"a": [{"t0": 1.0, "tiers_s": 0.25}, {"t0": 2.0}], "b": [{"t0": 3.0, "tiers_s": 0.5}, {"t0": 4.0, "tiers_s": 0.125}]}
     assert tier_seconds(steps) == 0.875
+    assert tier_seconds(steps, since=3.0) == 0.625      # the steps that began at 3 s or later
 
 
 def test_config_refuses_what_it_cannot_measure():

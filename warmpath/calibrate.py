@@ -98,7 +98,7 @@ def main(a: argparse.Namespace) -> int:
             served = _served(a, Path(tmp))
             more, more_runs = _traced([served.pop("trace")])
             traced = more if traced is None else traced.extend(more)
-            runs.update({"served": steps for steps in more_runs.values()})
+            runs["served"] = next(iter(more_runs.values()))
             out.update(request_overhead_s=served["request_overhead_s"], transfer_cpu=served["transfer_cpu"],
                        served=served)
     if traced is not None:

@@ -62,9 +62,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tier_seconds(steps: dict[str, list[dict]]) -> float:
-    """The workers' KV-tier seconds (L3 loads and puts at the ends of their steps)."""
-    return sum(s.get("tiers_s", 0.0) for ss in steps.values() for s in ss)
+def tier_seconds(steps: dict[str, list[dict]], since: float = float("-inf")) -> float:
+    """The workers' KV-tier seconds (L3 loads and puts at the ends of their steps), of the
+    steps that began at ``since`` or later (``time.monotonic()``, the traces' clock)."""
+    return sum(s.get("tiers_s", 0.0) for ss in steps.values() for s in ss if s["t0"] >= since)
 
 
 def overhead_of(rows: list[dict]) -> float | None:
@@ -74,38 +75,52 @@ def overhead_of(rows: list[dict]) -> float | None:
     return max(0.0, statistics.median(got)) if got else None
 
 
-async def _one(http, url: str, prompt: list[int], max_tokens: int, sid: str, headers: dict) -> dict:
-    from httpx_sse import aconnect_sse
+async def request_once(http, url: str, prompt: list[int], max_tokens: int, sid: str,
+                       headers: dict | None = None) -> dict:
+    """One greedy streamed ``/v1/completions`` request: its client TTFT, the router's
+    ``Server-Timing`` stages, the cached tokens it reported, its route and its answer's text."""
     import json
 
+    from httpx_sse import aconnect_sse
+
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "user": sid}
-    t0, first, text = time.perf_counter(), None, []
-    async with aconnect_sse(http, "POST", url + "/v1/completions", json=body, headers=headers) as es:
-        if es.response.status_code != 200:
-            raise RuntimeError(f"served calibration: HTTP {es.response.status_code}: {await es.response.aread()!r}")
-        stages = server_timing(es.response.headers.get("server-timing", ""))
+            "ignore_eos": True, "user": sid, "stream_options": {"include_usage": True}}
+    t0, first, usage, text = time.perf_counter(), None, {}, []
+    async with aconnect_sse(http, "POST", url + "/v1/completions", json=body, headers=headers or {}) as es:
+        r = es.response
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {await r.aread()!r}")
+        stages = server_timing(r.headers.get("server-timing", ""))
         async for ev in es.aiter_sse():
             if ev.data == "[DONE]":
                 break
-            got = "".join(c.get("text") or "" for c in json.loads(ev.data).get("choices") or [])
+            ch = json.loads(ev.data)
+            if ch.get("error"):
+                raise RuntimeError(f"stream error: {ch['error']}")
+            got = "".join(c.get("text") or "" for c in ch.get("choices") or [])
             if first is None and got:
                 first = time.perf_counter() - t0
             text.append(got)
-    return {"prompt_tokens": len(prompt), "client_ttft_s": first, "text": "".join(text), **stages}
+            usage = ch.get("usage") or usage
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return {"prompt_tokens": len(prompt), "cached_tokens": cached, "client_ttft_s": first,
+            "tier": r.headers.get("x-warmpath-route"), "text": "".join(text), **stages}
 
 
-async def _sequential(url: str, sessions, encode, headers: dict) -> list[dict]:
+async def _sequential(url: str, sessions, encode, headers: dict, limit: int) -> list[dict]:
+    """The sessions' turns one at a time (answers re-tokenized into the history), ``limit`` in all."""
     import httpx
 
     rows: list[dict] = []
     async with httpx.AsyncClient(timeout=600) as http:
-        await _one(http, url, [1, 2, 3, 4], 2, "calibrate-warmup", headers)
+        await request_once(http, url, [1, 2, 3, 4], 2, "calibrate-warmup", headers)
         for s in sessions:
             hist = list(s.prefix)
             for t in s.turns:
+                if len(rows) == limit:
+                    return rows
                 hist += t.new_tokens
-                row = await _one(http, url, list(hist), t.max_tokens, s.sid, headers)
+                row = await request_once(http, url, list(hist), t.max_tokens, s.sid, headers)
                 hist += encode(row.pop("text"))
                 rows.append(row)
     return rows
@@ -127,12 +142,11 @@ def run_served(cfg: ServedCalibrationConfig, workdir: Path, model: str = "smollm
     try:
         tok = load_tokenizer()
         encode = lambda text: tok.encode(text, add_special=False)   # noqa: E731
-        n = -(-cfg.sequential // 2)
-        sessions = [s for s in coding_agent(n, seed=cfg.seed, scale=cfg.scale)][:cfg.sequential]
+        sessions = coding_agent(cfg.sequential, seed=cfg.seed, scale=cfg.scale)   # >= 1 turn each
         auth = {"Authorization": f"Bearer {c.api_keys[0]}"} if c.api_keys else {}
-        rows = asyncio.run(_sequential(c.url, sessions, encode, auth))[:cfg.sequential]
+        rows = asyncio.run(_sequential(c.url, sessions, encode, auth, cfg.sequential))
         holder = c.service.holder_proc.pid if c.service and c.service.holder_proc else None
-        h0, t_before = (cpu_seconds(holder) if holder else 0.0), _tiers_now(trace_dir)
+        h0, load_t0 = (cpu_seconds(holder) if holder else 0.0), time.monotonic()   # the traces' clock
         for i, rate in enumerate(cfg.rates):
             argv = ["--log-level", "WARNING", "bench", "--url", c.url, "--workload", "coding-agent",
                     "--rate", str(rate), "--duration", str(cfg.duration_s), "--seed", str(cfg.seed + 1 + i),
@@ -142,16 +156,12 @@ def run_served(cfg: ServedCalibrationConfig, workdir: Path, model: str = "smollm
             if cli_main(argv) != 0:
                 raise RuntimeError(f"served calibration: the load at {rate:g}/s failed")
         holder_s = (cpu_seconds(holder) - h0) if holder else 0.0
-        tiers = _tiers_now(trace_dir) - t_before
     finally:
         c.stop()
+    tiers = tier_seconds(read_step_trace(trace_dir), since=load_t0)
     return {"topology": cfg.topology, "requests": rows, "request_overhead_s": overhead_of(rows),
             "transfer_cpu": holder_s / tiers if tiers > 0 else None, "holder_cpu_s": holder_s,
             "tier_s": tiers, "trace": str(trace_dir)}
-
-
-def _tiers_now(trace_dir: Path) -> float:
-    return tier_seconds(read_step_trace(trace_dir)) if trace_dir.exists() else 0.0
 
 
 def served_engine(a, max_position_embeddings: int, block_bytes: int, workers: int) -> dict:

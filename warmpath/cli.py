@@ -18,10 +18,8 @@ def _serve(a: argparse.Namespace) -> int:
         raise ValueError(f"--worker-id must be 1-64 of A-Z a-z 0-9 . _ -, got {a.worker_id!r}")
     if a.cmd == "serve" and a.topology != "single":
         from warmpath.cluster.launcher import serve_cluster
-        from warmpath.cluster.topology import resolve
 
-        a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
-        return serve_cluster(a, _model_id(a.model))
+        return serve_cluster(_size_cluster_store(a), _model_id(a.model))
     import uvicorn
 
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
@@ -238,11 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_namespace(argv: list[str]) -> argparse.Namespace:
     """``warmpath serve ARGV`` parsed, with a topology's ``--l3-gib auto`` sized as ``serve``
     sizes it (for code that starts a cluster the way ``warmpath serve`` does)."""
+    a = build_parser().parse_args(["serve", *argv])
+    return _size_cluster_store(a) if a.topology != "single" else a
+
+
+def _size_cluster_store(a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` with ``--l3-gib`` resolved for its topology's workers (``auto``: their L1s)."""
     from warmpath.cluster.topology import resolve
 
-    a = build_parser().parse_args(["serve", *argv])
-    if a.topology != "single":
-        a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
+    a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
     return a
 
 
