@@ -218,9 +218,13 @@ def test_master_killed_then_back(smollm, prompts, reference):
         assert b.generate([prompts["p"]], G)[0] == reference["p"]
         assert b.tiers.l3.stats.fallbacks >= 1
         assert b.tiers.stats.loaded_tokens["L3"] == 0
-        svc.start_master()  # same ports; the store restarts empty
+        # same ports; the store restarts empty. A new master knows no segment, so the holder
+        # remounts too (the launcher's own path); a fixed sleep here lost the race under load
+        assert svc.restart_dead() == ["master", "holder"]
         import time
-        time.sleep(1.0)
+        deadline = time.monotonic() + 15
+        while not b.tiers.l3.probe() and time.monotonic() < deadline:   # b's client reconnects
+            time.sleep(0.2)
         assert b.tiers.l3.probe()
         c = engine(smollm, l3=l3cfg(svc), write="write-through")
         assert c.generate([prompts["q"]], G)[0] == reference["q"]
