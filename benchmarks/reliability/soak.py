@@ -39,6 +39,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common.results import read_json
 from benchmarks.reliability.cluster_procs import start_time, stop, tree, wait_ready
 from benchmarks.reliability.memory import _git
 from benchmarks.reliability.soak_load import LOST_HINT, encoder, prime, run_load, sessions
@@ -78,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=600.0, help="how long startup may take")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
     p.add_argument("--reanalyse", type=Path, default=None, metavar="JSON",
-                   help="no run: the verdict again from a result file's samples")
+                   help="no run: the verdict again from a result file's samples (.json or .json.gz)")
     p.add_argument("--block-bytes", type=int, default=737_280, help="with --reanalyse, for files without "
                    "capacity_bytes: bytes of one KV block (SmolLM2-135M float32, 16 tokens: 737,280)")
     a = p.parse_args(argv)
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.reanalyse:        # the verdict again from a run's samples (same flags as the run)
-        old = json.loads(a.reanalyse.read_text())
+        old = read_json(a.reanalyse)   # plain or gzipped (results/soak/*.json.gz)
         res = {k: v for k, v in old.items() if k in ("startup_s", "load", "idle_after", "sampler_errors", "pids",
                                                      "workers")} | {"rows": old["samples"]}
         for row in res["rows"]:    # runs before the sampler recorded capacity_bytes
