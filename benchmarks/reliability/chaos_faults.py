@@ -5,7 +5,7 @@ Kinds: ``kill`` (SIGKILL the busiest prefill-type worker; the launcher restarts 
 (SIGSTOP a worker for ``--stop-s``, then SIGCONT), ``store`` (SIGKILL the Mooncake master and
 segment holder; the launcher restarts them), ``corrupt`` (bit flips in stored L3 blocks
 through ``/internal/fault`` ``l3-corrupt``), ``fill`` (junk past the store's segment through
-``l3-fill``). A network cut is left out (see ``docs/benchmarks.md``).
+``l3-fill``). A network cut is left out (see ``docs/reliability.md``).
 """
 
 from __future__ import annotations

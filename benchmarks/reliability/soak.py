@@ -50,9 +50,9 @@ from warmpath.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SUSTAINED = 0.25   # sessions/s: the highest rate cpd-1d sustained in docs/benchmarks.md (see --help)
+SUSTAINED = 0.25   # sessions/s: the highest rate cpd-1d sustained in docs/benchmarks/policies.md (see --help)
 RATE_SOURCE = (f"default {0.7 * SUSTAINED:g} sessions/s = 70% of {SUSTAINED:g}, the highest rate cpd-1d "
-               "sustained on benchmarks/policies/real_policies.py's coding-agent workload in docs/benchmarks.md ('Cluster: "
+               "sustained on benchmarks/policies/real_policies.py's coding-agent workload in docs/benchmarks/policies.md ('Cluster: "
                "CPD vs PD' and its rerun 'Real engine, one run': warm TTFT p90 <= 2 s, cold <= 20 s, 99% "
                "succeed), measured with real_policies.py's worker flags (--kv-cache-gib 0.5 --l2-gib 0.5 --threads 1); "
                "here serve runs with its defaults")

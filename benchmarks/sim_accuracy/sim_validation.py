@@ -140,7 +140,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=Path("benchmarks/results/cluster"))
     p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/cluster/calibration_insitu.json"),
                    help="`warmpath calibrate` output (default: isolated steps + the one-at-a-time run's step "
-                        "trace, see docs/benchmarks.md; the cluster run's own: .../cluster/calibration.json)")
+                        "trace, see docs/benchmarks/sim_accuracy.md; the cluster run's own: .../cluster/calibration.json)")
     p.add_argument("--repeats", default=",".join(f"benchmarks/results/cluster_repeats/run{i}" for i in range(1, 7)),
                    help="more result folders of the same benchmark, comma-separated")
     p.add_argument("--overhead", type=Path, default=Path("benchmarks/results/request_overhead.json"),
