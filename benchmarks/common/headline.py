@@ -14,6 +14,7 @@ number are allowed):
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from dataclasses import dataclass
@@ -116,10 +117,11 @@ def check(row: Row, root: Path = REPO) -> list[str]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    doc = Path(argv[0]) if argv else REPO / "docs/benchmarks.md"
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("doc", nargs="?", type=Path, default=REPO / "docs/benchmarks.md", help="the page with the table")
+    a = p.parse_args(argv)
     bad = 0
-    for row in table_rows(doc.read_text()):
+    for row in table_rows(a.doc.read_text()):
         problems = check(row)
         bad += bool(problems)
         print("ok   " + row.claim if not problems else "\n".join("DIFF " + p for p in problems))

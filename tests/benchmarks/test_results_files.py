@@ -4,8 +4,7 @@ rebuilt from what the results tree keeps is the page ``warmpath bench`` writes."
 import gzip
 import json
 
-from benchmarks.common.report import main as report_main, page
-from benchmarks.common.results import read_json, read_text
+from benchmarks.common.results import main as report_main, page, read_json, read_text
 from warmpath.bench.report import write_report
 
 
