@@ -56,7 +56,7 @@ test: setup-test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: setup-test
-	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python -m benchmarks.engine.engine
 
 clean:
 	rm -rf $(VENV) .pytest_cache

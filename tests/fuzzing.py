@@ -2,7 +2,7 @@
 server's own ``/openapi.json`` (valid ones and invalid ones), sends them one at a time and
 checks every answer (no 5xx; status, content type, body and headers as the schema says; an
 invalid request refused with a 4xx; a stream ends with ``[DONE]`` and carries no error event). Used by tests/cluster/test_fuzz.py
-(a short seeded run) and benchmarks/fuzz.py (the full run).
+(a short seeded run) and benchmarks/reliability/fuzz.py (the full run).
 
 Half the schema-valid requests are first made to pass what a schema cannot say (the
 served model's name, its vocabulary, the fields only supported at their default, integers

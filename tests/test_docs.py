@@ -37,13 +37,9 @@ def _torch_map() -> dict[str, bool]:
     files = {_module_of(p): p for d in ("warmpath", "benchmarks") for p in (REPO / d).rglob("*.py")}
     memo: dict[str, bool] = {}
 
-    def resolve(i: str, mod: str) -> str:
-        # a benchmark script puts benchmarks/ on sys.path and imports its neighbours by name
-        return f"benchmarks.{i}" if mod.startswith("benchmarks.") and f"benchmarks.{i}" in files else i
-
     def torchy(mod: str, stack: tuple = ()) -> bool:
         if mod not in memo:
-            imports = {resolve(i, mod) for i in _load_time_imports(files[mod])}
+            imports = _load_time_imports(files[mod])
             memo[mod] = any(i == "torch" or i.startswith("torch.") or
                             (i in files and i != mod and i not in stack and torchy(i, stack + (mod,)))
                             for i in imports)

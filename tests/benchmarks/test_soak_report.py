@@ -1,8 +1,8 @@
-"""benchmarks/soak_report.py: the soak's drift per series, on hand-worked numbers."""
+"""benchmarks/reliability/soak_report.py: the soak's drift per series, on hand-worked numbers."""
 
 import pytest
 
-from benchmarks.soak_report import (Drift, drift_of, drifts, fill_times, idle_fds, mean_in, note_for, table, verdict,
+from benchmarks.reliability.soak_report import (Drift, drift_of, drifts, fill_times, idle_fds, mean_in, note_for, table, verdict,
                                    windows, without_kv)
 
 T = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]

@@ -1,5 +1,5 @@
 """Fuzzing a running cluster (the router and one replica worker as real processes, real
-SmolLM2, real HTTP), the short seeded run (the full one: benchmarks/fuzz.py): requests
+SmolLM2, real HTTP), the short seeded run (the full one: benchmarks/reliability/fuzz.py): requests
 generated from each server's own OpenAPI schema, requests that break HTTP's framing, and
 clients that leave mid-answer (those alone: their aborts are counted exactly), while a greedy
 stream runs beside the rest. Not one answer is a

@@ -189,7 +189,7 @@ def test_full_l2_and_full_l3_only_miss(smollm, reference, prompts):
 
 
 def test_write_back_spills_the_full_l2s_victims_to_l3(smollm, reference, prompts):
-    """Regression (found by benchmarks/vs_llamacpp.py at 0.4 sessions/s): with L2 full, every
+    """Regression (found by benchmarks/peers/vs_llamacpp.py at 0.4 sessions/s): with L2 full, every
     L1 eviction first sends L2's oldest block to L3 — the mover compared that block's identity
     object with its hash, so the first such spill stopped the engine."""
     with MooncakeService(segment_bytes=64 << 20) as svc:

@@ -1,0 +1,1 @@
+"""Helpers the benchmark groups share (imported as ``benchmarks.common.<module>``)."""
