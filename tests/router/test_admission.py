@@ -42,7 +42,7 @@ def test_growing_limit_releases_waiters_warm_first_and_shrinking_holds_them():
     a.fit([w("d0", seqs=1)])                     # d1 left: the limit drops to 1
     assert a.offer("c2", "cold") == "queued"
     assert a.release() is None and a.release() is None and a.in_flight == 1   # still over
-    assert a.release() == "c2" and a.in_flight == 1
+    assert a.release() == "c2" and a.in_flight == 1 and a.peak_waiting == 2
 
 
 def test_request_size_refits_only_when_it_moves():

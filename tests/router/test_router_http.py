@@ -81,8 +81,8 @@ def test_admission_rejects_beyond_limit_with_retry_after():
         assert rejected.headers["retry-after"] == "1"
         assert rejected.json()["error"]["type"] == "rate_limit_error"
         adm = cluster(router)["admission"]
-        assert {k: adm[k] for k in ("in_flight", "waiting", "rejected", "max_in_flight", "source")} == {
-            "in_flight": 0, "waiting": 0, "rejected": 2, "max_in_flight": 1, "source": "fixed"}
+        assert {k: adm[k] for k in ("in_flight", "waiting", "rejected", "max_in_flight", "source", "peak_waiting")} == {
+            "in_flight": 0, "waiting": 0, "rejected": 2, "max_in_flight": 1, "source": "fixed", "peak_waiting": 1}
         assert adm["queue_limits"] == {"cold": 1, "warm": 0}
 
 

@@ -107,6 +107,7 @@ class Admission:
     in_flight: int = 0
     queues: dict[str, deque] = field(default_factory=dict)
     rejected: int = 0
+    peak_waiting: int = 0           # the most requests that waited at once (does the limit bind?)
     sizes: deque = field(default_factory=lambda: deque(maxlen=SIZE_WINDOW))
     current: FleetLimit = field(default_factory=lambda: FleetLimit(1, "fleet"))
 
@@ -134,6 +135,7 @@ class Admission:
             self.rejected += 1
             return "rejected"
         q.append(key)
+        self.peak_waiting = max(self.peak_waiting, self.waiting())
         return "queued"
 
     def waiting(self) -> int:
@@ -189,6 +191,7 @@ class Admission:
     def to_json(self) -> dict:
         """What ``/v1/cluster`` and the dashboard show: the limit in force and why, queues."""
         return {"in_flight": self.in_flight, "waiting": self.waiting(), "rejected": self.rejected,
+                "peak_waiting": self.peak_waiting,
                 **{k: v for k, v in self.current.to_json().items() if k != "limit"},
                 "max_in_flight": self.limit,
                 "queue_limits": {t: self.queue_limit(t) for t in sorted({*QUEUE_SHARE, *self.queues})}}
