@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from warmpath.cli_args import (_auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
+from warmpath.cli_args import (_admission_args, _auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
                                _worker_args, advertise_host, engine_config, tier_config)
 
 
@@ -140,7 +140,7 @@ def _router(a: argparse.Namespace) -> int:
             table = PPDTable.from_json(json.loads(Path(a.calibration).read_text())["ppd_table"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
-    cfg = RouterConfig(a.host, a.port, AdmissionConfig(a.max_in_flight, {"cold": a.cold_queue, "warm": a.warm_queue}),
+    cfg = RouterConfig(a.host, a.port, AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue),
                        DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
                        ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
@@ -181,9 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
                    help="elastic CPD tiers (auto: on for cpd topologies)")
-    s.add_argument("--max-in-flight", type=int, default=24, help="router admission limit")
-    s.add_argument("--cold-queue", type=int, default=32, help="router wait queue for cold requests")
-    s.add_argument("--warm-queue", type=int, default=64, help="router wait queue for warm requests")
+    _admission_args(s)
     s.add_argument("--drop-after-s", type=float, default=30.0)
     s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")
     _worker_args(s, role_required=False)
@@ -199,9 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--ppd", default="off", choices=PPD_MODES,
                     help="turn 2+ append-prefill on the session's decode worker: off | x0 | x1 | dynamic")
     rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table)")
-    rt.add_argument("--max-in-flight", type=int, default=24)
-    rt.add_argument("--cold-queue", type=int, default=32)
-    rt.add_argument("--warm-queue", type=int, default=64)
+    _admission_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)

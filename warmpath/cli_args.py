@@ -13,6 +13,19 @@ def _positive(v: str) -> float:
     return x
 
 
+def _count(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+    def parse(v: str) -> int:
+        try:
+            x = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {v!r}") from None
+        if x < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return x
+    return parse
+
+
 def _override(v: str) -> dict:
     from warmpath.models.generation import parse_override
 
@@ -126,6 +139,17 @@ def engine_config(a: argparse.Namespace, tiers=None):
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, policy=a.policy))
+
+
+def _admission_args(p: argparse.ArgumentParser) -> None:
+    """The router's admission flags (``router/admission.py``): left out, each is sized to the fleet."""
+    p.add_argument("--max-in-flight", type=_count(1), default=None,
+                   help="router admission limit (default: what the registered workers can hold, "
+                        "re-sized as workers join, leave or change role; /v1/cluster says why)")
+    p.add_argument("--cold-queue", type=_count(0), default=None,
+                   help="router wait queue for cold requests (default: 4/3 of the limit, at least 32)")
+    p.add_argument("--warm-queue", type=_count(0), default=None,
+                   help="router wait queue for warm requests (default: 8/3 of the limit, at least 64)")
 
 
 def _auth_args(p: argparse.ArgumentParser) -> None:

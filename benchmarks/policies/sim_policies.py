@@ -154,23 +154,25 @@ B200_CONFIGS = {"cpd": CPD_CONFIGS["CPD-1D"], "pd": CPD_CONFIGS["2P1D"],
                 "replica": Topology("3R-TP4", "replica", {"replica": 3})}
 B200_AGENT = {k: v for k, v in CPD_WORKLOAD.items() if k != "warm_ratio"}
 B200_REPO_SEED = 11
-B200_IN_FLIGHT = 64
+B200_IN_FLIGHT = None    # the router's admission sized to the fleet (before issue 33: a fixed 64)
 # sessions/s over the 12 GPUs: 10% steps, searched every second one first (see sustained_from)
 B200_RATES = tuple(round(1.0 * 1.1 ** k, 2) for k in range(40))
 B200_GUESS = {0.0: 8.14, 0.1: 8.14, 0.25: 8.14, 0.5: 5.05, 0.75: 3.45}   # sessions/s, first tried
 
 
-def b200_setup(topo: Topology):
+def b200_setup(topo: Topology, in_flight: int | None = B200_IN_FLIGHT):
     from warmpath.router.admission import AdmissionConfig
     from warmpath.sim.profiles import HARDWARE, MODELS
     from warmpath.sim.run import SimSetup
 
-    # 64 in flight (what the 4 decode GPUs' KV holds at 64K-token contexts: 4 x 1.2M tokens /
-    # 66K ~ 72), the rest wait at the router (in TTFT) and none is refused; L1 as the GPUs'
-    # memory holds (the simulator's default cap of 1M tokens per worker lifted); 256-token
-    # blocks (the prefix cache's granularity; 16 makes each point ~4x slower to simulate)
+    # admission as the router does it (None: sized to the fleet, router/admission.fleet_limit,
+    # queues scaled with it) or a fixed limit with 4096-deep queues (the runs before issue 33:
+    # 64, what the 4 decode GPUs' KV holds at 64K-token contexts); L1 as the GPUs' memory holds
+    # (the simulator's default cap of 1M tokens per worker lifted); 256-token blocks (the prefix
+    # cache's granularity; 16 makes each point ~4x slower to simulate)
+    adm = AdmissionConfig() if in_flight is None else AdmissionConfig(in_flight, {"cold": 4096, "warm": 4096})
     return SimSetup(topo, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp=B200_TP, max_kv_blocks=1 << 22,
-                    block_size=256, admission=AdmissionConfig(B200_IN_FLIGHT, {"cold": 4096, "warm": 4096}))
+                    block_size=256, admission=adm)
 
 
 def b200_primes():
@@ -189,14 +191,14 @@ def b200_workload(cold: float):
 
 
 def part_share_b200(seeds: int, duration: float, shares=SHARES, configs=None, guess: dict | None = None,
-                    out_path: Path | None = None) -> dict:
+                    out_path: Path | None = None, in_flight: int | None = B200_IN_FLIGHT) -> dict:
     """The cold-share sweep on the B200 profile; ``guess``: the first rate tried per share
     (sessions/s, :func:`sustained_from`); ``out_path``: written after each share."""
     out = {}
     for cold in shares:
         row = {}
         for name in configs or B200_CONFIGS:
-            setup = b200_setup(B200_CONFIGS[name])
+            setup = b200_setup(B200_CONFIGS[name], in_flight)
             got, logs = [], []
             for s in range(seeds):
                 log = []
@@ -236,6 +238,8 @@ def main() -> int:
                         "`warmpath repro cpd` (12 GPUs, 64K-token contexts)")
     p.add_argument("--shares", default=None, help="share part: cold shares to run (default 0,0.1,0.25,0.5,0.75)")
     p.add_argument("--configs", default=None, help="share part, b200: configurations (default cpd,pd,pd-kv,replica)")
+    p.add_argument("--max-in-flight", type=int, default=None,
+                   help="share part, b200: a fixed router admission limit (default: sized to the fleet)")
     a = p.parse_args()
     res = {"slo": {"warm_ttft_p90_s": real.SLO["warm"], "cold_ttft_p90_s": real.SLO["cold"], "success": 0.99},
            "command": " ".join(sys.argv)}
@@ -243,11 +247,11 @@ def main() -> int:
         shares = tuple(float(x) for x in a.shares.split(",")) if a.shares else SHARES
         res["profile"] = {"hardware": "b200", "model": "llama-3.1-8b", "configs": {
             k: {"workers": t.workers, "policy": t.policy, "tp": B200_TP} for k, t in B200_CONFIGS.items()},
-            "workload": {**B200_AGENT, "primed": True}, "max_in_flight": B200_IN_FLIGHT, "block_size": 256,
+            "workload": {**B200_AGENT, "primed": True}, "max_in_flight": a.max_in_flight or "fleet", "block_size": 256,
             "rates": B200_RATES, "first_tried": B200_GUESS, "duration_s": a.duration}
         a.out.parent.mkdir(parents=True, exist_ok=True)
         res["share"] = part_share_b200(a.seeds, a.duration, shares, a.configs.split(",") if a.configs else None,
-                                       B200_GUESS, a.out.with_suffix(".partial.json"))
+                                       B200_GUESS, a.out.with_suffix(".partial.json"), a.max_in_flight)
     elif "share" in a.parts:
         prof = val.cpu_profile(Path("benchmarks/results/cluster/calibration_insitu.json"),
                                Path("benchmarks/results/cluster/calibration_traced.json"),

@@ -43,6 +43,7 @@ WORKERS_JS = """return [...document.querySelectorAll('#workers tbody tr')].map(t
   id: tr.dataset.worker, role: tr.dataset.role, health: tr.querySelector('td.health').textContent}))"""
 HEADERS_JS = "return [...document.querySelectorAll('#workers thead th')].map(th => th.textContent)"
 POINTS_JS = "return Number(document.getElementById('chart-ttft').dataset.points || 0)"
+LIMIT_JS = "return document.getElementById('admission-limit').textContent"
 DECISIONS_JS = """return [...document.querySelectorAll('#decisions tbody tr')].map(tr =>
   [...tr.querySelectorAll('td')].map(td => td.textContent))"""
 
@@ -68,6 +69,9 @@ def test_dashboard_in_a_real_browser(cluster, browser, tmp_path):  # noqa: F811
     ids = {w["id"] for w in rows}
     assert all(r[5] in ids for r in shown)
     assert [r[8] != "–" for r in shown] == [True] * 4     # actual TTFT next to the predicted one
+    adm = state["admission"]        # the limit in force and why, as /v1/cluster says it
+    want_limit = f"limit {adm['max_in_flight']}: {adm['reason']}"   # traffic is over: it stays put
+    browser.wait_for(lambda: browser.js(LIMIT_JS) == want_limit, 10, f"admission limit shown is not {want_limit!r}")
     png = browser.screenshot(tmp_path / "dashboard.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 

@@ -34,11 +34,14 @@ def test_page_is_public_and_its_data_needs_the_api_key():
         assert state["workers"]["x"]["role"] == "decode" and state["workers"]["x"]["health"] == "ok"
         assert 0 <= state["workers"]["x"]["last_seen_s"] < 30
         assert state["decisions"] == [] and state["role_changes"] == []
-        assert state["admission"] == {"in_flight": 0, "waiting": 0, "rejected": 0}
+        adm = state["admission"]
+        assert {k: adm[k] for k in ("in_flight", "waiting", "rejected", "max_in_flight", "source")} == {
+            "in_flight": 0, "waiting": 0, "rejected": 0, "max_in_flight": 64, "source": "fleet"}
+        assert adm["reason"] == "sum of what each worker can hold (sequence limit, no request size seen yet): x 64"
         assert "4242" not in r.text and "127.0.0.1:1" not in r.text
         deadline = time.time() + 10          # the housekeeping loop samples once a second
         while len(samples := httpx.get(router + "/v1/dashboard/state", headers=KEY).json()["samples"]) < 2:
             assert time.time() < deadline, "no samples"
             time.sleep(0.3)
         assert 0.5 < samples[1]["t"] - samples[0]["t"] < 2
-        assert samples[0]["in_flight"] == 0 and samples[0]["classes"]["cold"]["n"] == 0
+        assert samples[0]["in_flight"] == 0 and samples[0]["limit"] == 64 and samples[0]["classes"]["cold"]["n"] == 0

@@ -33,6 +33,9 @@ def test_prefix_aware_routing_across_replicas(smollm):
             serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3", command="worker"), \
             serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3", command="worker"):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
+        adm = cluster(router)["admission"]   # sized to what the two workers registered
+        assert adm["source"] == "fleet" and set(adm["slots"]) == {"w1", "w2"}
+        assert adm["max_in_flight"] == sum(adm["slots"].values()) == 2 * 64   # no request size yet
         prompt = smollm.tokenizer.encode("Routers should send warm prompts home. " * 60)[:300]
         body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}
         r1 = httpx.post(router + "/v1/completions", json=body, timeout=120)
@@ -77,7 +80,10 @@ def test_admission_rejects_beyond_limit_with_retry_after():
         rejected = next(r for r in rs if r.status_code == 429)
         assert rejected.headers["retry-after"] == "1"
         assert rejected.json()["error"]["type"] == "rate_limit_error"
-        assert cluster(router)["admission"] == {"in_flight": 0, "waiting": 0, "rejected": 2}
+        adm = cluster(router)["admission"]
+        assert {k: adm[k] for k in ("in_flight", "waiting", "rejected", "max_in_flight", "source", "peak_waiting")} == {
+            "in_flight": 0, "waiting": 0, "rejected": 2, "max_in_flight": 1, "source": "fixed", "peak_waiting": 1}
+        assert adm["queue_limits"] == {"cold": 1, "warm": 0}
 
 
 def test_dead_worker_before_first_token_is_retried_elsewhere(smollm):
@@ -93,6 +99,9 @@ def test_dead_worker_before_first_token_is_retried_elsewhere(smollm):
             serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3",
                           procs=procs):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
+        adm = cluster(router)["admission"]   # sized to what the two workers registered
+        assert adm["source"] == "fleet" and set(adm["slots"]) == {"w1", "w2"}
+        assert adm["max_in_flight"] == sum(adm["slots"].values()) == 2 * 64   # no request size yet
         prompt = smollm.tokenizer.encode("Failover keeps answers flowing. " * 60)[:200]
         body = {"model": M, "prompt": prompt, "max_tokens": 4, "temperature": 0}
         r1 = httpx.post(router + "/v1/completions", json=body, timeout=120)
@@ -150,3 +159,25 @@ def test_worker_dying_mid_stream_gives_a_clean_error_and_router_stays_up():
         assert httpx.get(router + "/health", timeout=5).status_code == 200
         c = cluster(router)
         assert c["mid_stream_failures"] == 1 and c["admission"]["in_flight"] == 0
+
+
+def test_admission_limit_follows_the_registered_workers():
+    from tests.conftest import CLUSTER_TOKEN
+    auth = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
+    ns = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
+    with serve_process(command="router") as router:
+        def register(wid, role, seqs):
+            body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": ns,
+                    "max_num_seqs": seqs, "kv_capacity_tokens": 4096}
+            assert httpx.post(router + "/internal/register", json=body, headers=auth, timeout=5).status_code == 200
+
+        assert cluster(router)["admission"]["max_in_flight"] == 1      # no worker yet
+        register("p", "prefill", 3)
+        register("d", "decode", 5)
+        adm = cluster(router)["admission"]
+        assert (adm["max_in_flight"], adm["slots"], adm["queue_limits"]) == (8, {"p": 3, "d": 5}, {"cold": 32, "warm": 64})
+        r = httpx.post(router + "/internal/heartbeat", json={"worker_id": "d", "healthy": False}, headers=auth, timeout=5)
+        assert r.status_code == 200 and cluster(router)["admission"]["max_in_flight"] == 3
+        bad = {"worker_id": "x", "role": "decode", "url": "http://127.0.0.1:1", "namespace": ns, "max_num_seqs": 0}
+        r = httpx.post(router + "/internal/register", json=bad, headers=auth, timeout=5)
+        assert r.status_code == 400 and "max_num_seqs" in r.json()["error"]["param"]

@@ -32,6 +32,7 @@ import httpx
 
 from warmpath.cluster.topology import Topology
 from warmpath.procs import die_with_parent
+from warmpath.router.admission import AdmissionConfig
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +235,7 @@ def start_from_args(a) -> Cluster:
     from warmpath.cluster.topology import resolve
 
     topo = resolve(a.topology, a.ppd, getattr(a, "route_policy", None))
-    router_argv = ["--model", a.model, "--max-in-flight", str(a.max_in_flight), "--cold-queue",
-                   str(a.cold_queue), "--warm-queue", str(a.warm_queue),
+    router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
                    "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:

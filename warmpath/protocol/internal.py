@@ -132,6 +132,9 @@ class Registration(BaseModel):
     events_endpoint: ZmqEndpoint | None = None
     replay_endpoint: ZmqEndpoint | None = None
     generation_defaults: SamplingDefaults | None = None
+    # what it can hold at once (the router's admission limit is sized from these; None: unknown)
+    max_num_seqs: int | None = Field(None, ge=1, le=1 << 20)
+    kv_capacity_tokens: int | None = Field(None, ge=1, le=1 << 40)
 
 
 class Heartbeat(BaseModel):

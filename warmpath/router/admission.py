@@ -1,47 +1,141 @@
-"""Admission control: bounded requests in flight, bounded per-tier wait queues (pure)."""
+"""Admission control: bounded requests in flight, bounded per-tier wait queues (pure).
+
+The in-flight limit is, by default, **sized to the fleet** (:func:`fleet_limit`): the sum
+over the registered workers of the sequences each can hold at once — its scheduler's
+sequence limit, or fewer when its L1 KV has room for fewer requests of the size the router
+has been seeing. It follows workers joining, leaving and changing role; the per-tier wait
+queues scale with it. A fixed ``max_in_flight`` (``--max-in-flight``) overrides the rule.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterable
+
+from warmpath.router.views import WorkerView
+
+# the wait queues beside a limit L: cold 4/3 L, warm 8/3 L (32 / 64 at the old fixed 24),
+# never below those floors
+QUEUE_SHARE = {"cold": (4 / 3, 32), "warm": (8 / 3, 64)}
+UNKNOWN_WORKER_SEQS = 64     # a worker that reports no sequence limit (the engine's default)
+SIZE_WINDOW = 256            # requests in the running mean of a request's KV tokens
 
 
 @dataclass(frozen=True)
 class AdmissionConfig:
-    """``max_in_flight`` running at once; beyond it, up to ``queue_limits[tier]`` wait;
-    beyond that the request is rejected (HTTP 429, ``retry_after_s``)."""
+    """``max_in_flight`` running at once (``None``: sized to the fleet, :func:`fleet_limit`);
+    beyond it, up to ``queue_limits[tier]`` wait (``None``: scaled with the limit, see
+    ``QUEUE_SHARE``); beyond that the request is rejected (HTTP 429, ``retry_after_s``)."""
 
-    max_in_flight: int = 24
-    queue_limits: dict = field(default_factory=lambda: {"cold": 32, "warm": 64})
+    max_in_flight: int | None = None
+    queue_limits: dict | None = None
     retry_after_s: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_in_flight <= 0:
+        if self.max_in_flight is not None and self.max_in_flight <= 0:
             raise ValueError(f"max_in_flight must be > 0, got {self.max_in_flight}")
-        if any(v < 0 for v in self.queue_limits.values()):
+        if self.queue_limits is not None and any(v < 0 for v in self.queue_limits.values()):
             raise ValueError("queue limits must be >= 0")
+
+    @classmethod
+    def from_flags(cls, max_in_flight: int | None, cold_queue: int | None, warm_queue: int | None,
+                   ) -> AdmissionConfig:
+        """From ``--max-in-flight`` / ``--cold-queue`` / ``--warm-queue`` (``None``: derived);
+        a queue flag given alone fixes that queue, the other one still scales."""
+        fixed = {t: v for t, v in (("cold", cold_queue), ("warm", warm_queue)) if v is not None}
+        return cls(max_in_flight, fixed or None)
+
+    def to_argv(self) -> list[str]:
+        """The router flags that give this config (what the launcher passes on)."""
+        out = [] if self.max_in_flight is None else ["--max-in-flight", str(self.max_in_flight)]
+        for t, v in sorted((self.queue_limits or {}).items()):
+            out += [f"--{t}-queue", str(v)]
+        return out
+
+
+@dataclass(frozen=True)
+class FleetLimit:
+    """The in-flight limit in force and why: ``slots`` per worker, the request size used."""
+
+    limit: int
+    source: str                       # "fixed" (--max-in-flight) or "fleet"
+    slots: dict[str, int] = field(default_factory=dict)
+    request_tokens: float | None = None
+
+    @property
+    def reason(self) -> str:
+        if self.source == "fixed":
+            return f"fixed by --max-in-flight {self.limit}"
+        if not self.slots:
+            return "no worker registered: 1 until one does"
+        size = (f"KV room at {self.request_tokens:.0f} tokens per request" if self.request_tokens
+                else "no request size seen yet")
+        per = ", ".join(f"{w} {n}" for w, n in sorted(self.slots.items()))
+        return f"sum of what each worker can hold (sequence limit, {size}): {per}"
+
+    def to_json(self) -> dict:
+        return {"limit": self.limit, "source": self.source, "reason": self.reason,
+                "slots": dict(self.slots), "request_tokens": self.request_tokens}
+
+
+def worker_slots(w: WorkerView, request_tokens: float | None) -> int:
+    """Requests ``w`` can hold at once: its sequence limit, or what its L1 KV has room for at
+    ``request_tokens`` (prompt + answer) each, whichever is fewer; at least 1."""
+    seqs = w.max_seqs if w.max_seqs is not None else UNKNOWN_WORKER_SEQS
+    if w.kv_tokens is not None and request_tokens:
+        seqs = min(seqs, int(w.kv_tokens // request_tokens))
+    return max(1, seqs)
+
+
+def fleet_limit(workers: Iterable[WorkerView], request_tokens: float | None) -> FleetLimit:
+    """The one rule for the derived limit (router and simulator): the sum of
+    :func:`worker_slots` over every registered worker, whatever its role — a request holds a
+    prefill worker's KV while it is prefilled there and a decode worker's after; 1 when the
+    fleet is empty."""
+    slots = {w.worker_id: worker_slots(w, request_tokens) for w in workers}
+    return FleetLimit(max(1, sum(slots.values())), "fleet", slots, request_tokens)
 
 
 @dataclass
 class Admission:
     """FIFO per tier; warm waiters are released before cold ones so a cold flood cannot
-    starve warm traffic. Call :meth:`offer`, then :meth:`release` when a request ends."""
+    starve warm traffic. Call :meth:`offer`, then :meth:`release` when a request ends, and
+    :meth:`fit` when the fleet changes (it may release waiters)."""
 
     cfg: AdmissionConfig = field(default_factory=AdmissionConfig)
     in_flight: int = 0
     queues: dict[str, deque] = field(default_factory=dict)
     rejected: int = 0
+    peak_waiting: int = 0           # the most requests that waited at once (does the limit bind?)
+    sizes: deque = field(default_factory=lambda: deque(maxlen=SIZE_WINDOW))
+    current: FleetLimit = field(default_factory=lambda: FleetLimit(1, "fleet"))
+
+    def __post_init__(self) -> None:
+        if self.cfg.max_in_flight is not None:
+            self.current = FleetLimit(self.cfg.max_in_flight, "fixed")
+
+    @property
+    def limit(self) -> int:
+        return self.current.limit
+
+    def queue_limit(self, tier: str) -> int:
+        if self.cfg.queue_limits is not None and tier in self.cfg.queue_limits:
+            return self.cfg.queue_limits[tier]
+        share, floor = QUEUE_SHARE.get(tier, (0, 0))
+        return max(floor, round(share * self.limit))
 
     def offer(self, key: object, tier: str) -> str:
         """``"run"``, ``"queued"`` or ``"rejected"``."""
-        if self.in_flight < self.cfg.max_in_flight and not self.waiting():
+        if self.in_flight < self.limit and not self.waiting():
             self.in_flight += 1
             return "run"
         q = self.queues.setdefault(tier, deque())
-        if len(q) >= self.cfg.queue_limits.get(tier, 0):
+        if len(q) >= self.queue_limit(tier):
             self.rejected += 1
             return "rejected"
         q.append(key)
+        self.peak_waiting = max(self.peak_waiting, self.waiting())
         return "queued"
 
     def waiting(self) -> int:
@@ -55,12 +149,49 @@ class Admission:
                 return True
         return False
 
+    def observe(self, request_tokens: int) -> bool:
+        """A request ended holding ``request_tokens`` of KV (prompt + answer); ``True`` when
+        the mean request size moved by more than 1% since the limit was fitted (refit then)."""
+        self.sizes.append(request_tokens)
+        if self.cfg.max_in_flight is not None:
+            return False
+        fitted, mean = self.current.request_tokens, self.request_tokens()
+        return not fitted or abs(mean - fitted) > 0.01 * fitted
+
+    def request_tokens(self) -> float | None:
+        return sum(self.sizes) / len(self.sizes) if self.sizes else None
+
+    def fit(self, workers: Iterable[WorkerView]) -> list:
+        """Size the limit to ``workers`` (unless fixed); returns the waiters it lets start."""
+        if self.cfg.max_in_flight is None:
+            self.current = fleet_limit(workers, self.request_tokens())
+        out = []
+        while self.in_flight < self.limit and (nxt := self._next()) is not None:
+            self.in_flight += 1
+            out.append(nxt)
+        return out
+
     def release(self) -> object | None:
         """A running request ended; returns the waiter that may start now, if any."""
         self.in_flight -= 1
+        if self.in_flight >= self.limit:    # the limit shrank meanwhile: nobody starts
+            return None
+        nxt = self._next()
+        if nxt is not None:
+            self.in_flight += 1
+        return nxt
+
+    def _next(self) -> object | None:
         for tier in ("warm", "cold", *sorted(set(self.queues) - {"warm", "cold"})):
             q = self.queues.get(tier)
             if q:
-                self.in_flight += 1
                 return q.popleft()
         return None
+
+    def to_json(self) -> dict:
+        """What ``/v1/cluster`` and the dashboard show: the limit in force and why, queues."""
+        return {"in_flight": self.in_flight, "waiting": self.waiting(), "rejected": self.rejected,
+                "peak_waiting": self.peak_waiting,
+                **{k: v for k, v in self.current.to_json().items() if k != "limit"},
+                "max_in_flight": self.limit,
+                "queue_limits": {t: self.queue_limit(t) for t in sorted({*QUEUE_SHARE, *self.queues})}}

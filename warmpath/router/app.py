@@ -136,9 +136,10 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             state.remove(b.worker_id, "replaced")   # a restart of a worker that died silently
         try:
             state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
-                                    b.events_endpoint, b.replay_endpoint)
+                                    b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
+        state.fit_admission()
         if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
             state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
         if b.events_endpoint:
@@ -216,5 +217,4 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                 "mid_stream_failures": state.mid_stream_failures,
                 "ppd_decisions": {p: int(m.ppd.labels(p)._value.get()) for p in ("local", "remote")},
                 "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
-                "admission": {"in_flight": state.admission.in_flight, "waiting": state.admission.waiting(),
-                              "rejected": state.admission.rejected}}
+                "admission": state.admission.to_json()}

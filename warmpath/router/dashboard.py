@@ -108,7 +108,7 @@ class Dashboard:
         dt = max(1e-3, now - self.samples[-1]["mono"]) if self.samples else 1.0
         self.note_roles({w: r.view.role for w, r in s.registry.workers.items()}, wall)
         row = {"t": wall, "mono": now, "classes": self._latency(now),
-               "in_flight": s.admission.in_flight, "waiting": s.admission.waiting(),
+               "in_flight": s.admission.in_flight, "waiting": s.admission.waiting(), "limit": s.admission.limit,
                "rejected_s": self._delta("rejected", s.admission.rejected) / dt,
                "kv_bytes_s": self._delta("kv_bytes", s.metrics.kv_bytes._value.get()) / dt,
                "sources_s": {k: self._delta(k, self.sources[k]) / dt for k in SOURCES}}
@@ -128,5 +128,4 @@ class Dashboard:
                 "samples": [{k: v for k, v in x.items() if k != "mono"} for x in self.samples],
                 "decisions": list(reversed(self.decisions)), "role_changes": list(reversed(self.role_changes)),
                 "sources_total": {k: self.sources[k] for k in SOURCES},
-                "admission": {"in_flight": s.admission.in_flight, "waiting": s.admission.waiting(),
-                              "rejected": s.admission.rejected}}
+                "admission": s.admission.to_json()}   # the limit in force and why

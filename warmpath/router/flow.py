@@ -191,4 +191,4 @@ class RequestFlow:
         self.s.dashboard.trip_ended(t)
         if sess is not None:
             sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)
-        self.s.release()
+        self.s.release(t.rv.num_tokens + (t.completion_tokens or 0))

@@ -94,11 +94,24 @@ class RouterState:
             self.metrics.role_changes.labels(ch.new).inc()
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
 
-    def release(self) -> None:
-        """A request ended: give its admission slot to the next waiter, if any."""
+    def release(self, kv_tokens: int | None = None) -> None:
+        """A request ended (having held ``kv_tokens`` of KV, prompt + answer, when it ran to
+        its end): give its admission slot to the next waiter, if any."""
+        refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
         nxt = self.admission.release()
-        if nxt is not None and nxt in self.waiters:
-            self.waiters.pop(nxt).set()
+        if nxt is not None:
+            self._wake([nxt])
+        if refit:
+            self.fit_admission()
+
+    def fit_admission(self) -> None:
+        """Size the admission limit to the fleet now (a worker joined, left or changed role)."""
+        self._wake(self.admission.fit(self.registry.views()))
+
+    def _wake(self, keys: list) -> None:
+        for k in keys:
+            if k in self.waiters:
+                self.waiters.pop(k).set()
 
     def subscribe(self, worker: str, endpoint: str, replay: str) -> None:
         """Follow a worker's KV events (replacing the thread of an earlier registration)."""
@@ -148,3 +161,4 @@ class RouterState:
         self.sessions.forget_worker(worker)
         if worker in self.subs:
             self.subs.pop(worker)[1].set()
+        self.fit_admission()

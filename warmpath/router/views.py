@@ -22,6 +22,8 @@ class WorkerView:
     prefill_tok_s: float = 500.0
     l2_bytes_s: float = 4e9
     l3_bytes_s: float = 4e8
+    max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
+    kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -52,7 +52,8 @@ def add_parser(sub) -> None:
     s.add_argument("--retokenize-miss", type=float, default=None,
                    help="share of answers the clients send back as other token ids (re-tokenized text): "
                         "the next turn recomputes them (default: the calibration's measurement, else 0)")
-    s.add_argument("--max-in-flight", type=int, default=24)
+    s.add_argument("--max-in-flight", type=int, default=None,
+                   help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="prefill chunk (default: --hardware cpu as the calibration's served engine, else 8192)")
     wl = s.add_mutually_exclusive_group(required=True)

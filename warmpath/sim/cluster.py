@@ -64,6 +64,7 @@ class Simulation:
         self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
         self._next_rebalance = 0.0
         self.admission = Admission(admission)
+        self.admission.fit([w.capacity() for w in workers])   # the fleet's limit (unless fixed)
         self.net, self.handoff = net_latency_s + handoff.extra_s, handoff   # one P->D handoff's fixed cost
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
@@ -130,6 +131,19 @@ class Simulation:
             self._queued[req.rid] = req
             return
         self._dispatch(req, d)
+
+    def _start_waiting(self, keys: list) -> None:
+        """Admission gave these waiters a slot: plan and dispatch each (a waiter with no
+        worker fails and hands its slot on)."""
+        keys = [k for k in keys if k is not None]
+        while keys:
+            q = self._queued.pop(keys.pop(0))
+            try:
+                self._dispatch(q, self._plan(q, arrival=False))
+            except LookupError as e:
+                self._fail(q, f"no worker: {e}")
+                keys.append(self.admission.release())
+                keys = [k for k in keys if k is not None]
 
     def _plan(self, req: Req, arrival: bool = True) -> Decision:
         """The router's plan (``router/plan.py``) over the workers' state now."""
@@ -280,15 +294,10 @@ class Simulation:
         self._history[s.sid] = req.prompt + answer
         if req.hashes:
             self._hashes[s.sid] = req.hashes
-        nxt = self.admission.release()
-        while nxt is not None:
-            q = self._queued.pop(nxt)
-            try:
-                self._dispatch(q, self._plan(q, arrival=False))
-                break
-            except LookupError as e:
-                self._fail(q, f"no worker: {e}")
-                nxt = self.admission.release()
+        refit = self.admission.observe(len(req.prompt) + len(req.output))
+        self._start_waiting([self.admission.release()])
+        if refit:
+            self._start_waiting(self.admission.fit([w.capacity() for w in self.workers.values()]))
         if req.turn + 1 < len(s.turns):
             self._arrive(s, req.turn + 1)
         else:

@@ -57,7 +57,7 @@ class MapConfig:
     splits: tuple = ("2P1D", "2P2D")
     rates: tuple = (0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
     context_tokens: int = 65536
-    max_in_flight: int = 24
+    max_in_flight: int | None = None   # router admission limit (None: sized to the fleet)
     kv_blocks: int | None = None    # L1 blocks per worker (default: the GPUs' memory, capped as in SimSetup)
     histories: tuple = (512, 2048, 8192)
     appends: tuple = (64, 256, 1024)
@@ -89,7 +89,7 @@ class MapConfig:
         parse_split(self.ppd_split)
         if self.ppd_answer < 1 or min(self.histories) <= self.ppd_answer:
             raise ValueError(f"map: every history must exceed ppd_answer ({self.ppd_answer}), got {self.histories}")
-        if min(self.context_tokens, self.max_in_flight, 1 if self.kv_blocks is None else self.kv_blocks) < 1 \
+        if min(self.context_tokens, *(1 if v is None else v for v in (self.max_in_flight, self.kv_blocks))) < 1 \
                 or self.duration_s <= 0 or self.ramp_s < 0:
             raise ValueError("map: context_tokens, max_in_flight, kv_blocks, duration_s must be > 0, ramp_s >= 0")
 

@@ -79,8 +79,10 @@ def settings_text(result: dict) -> str:
     c = result["config"]
     run = f"{c['duration_s']:g} s simulated per point after a {c['ramp_s']:g} s ramp, seed {c['seed']}"
     if result["kind"] == "cpd":
+        fixed = c.get("max_in_flight", 24)   # map.json files before the derived limit all had 24
+        admitted = "admission sized to the fleet" if fixed is None else f"{fixed} admitted in flight"
         return (f"B200 Llama-3.1-8B, TP4 prefill-type nodes, 4 TP1 decoders per D node; "
-                f"{fmt_value(c['context_tokens'])}-token warm repositories, {c['max_in_flight']} admitted in flight; "
+                f"{fmt_value(c['context_tokens'])}-token warm repositories, {admitted}; "
                 f"{run}")
     return f"H100 Llama-3.1-8B, {c['ppd_split']} TP1 workers; 2-turn sessions, {c['ppd_answer']}-token answers; {run}"
 

@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
     s.add_argument("--jobs", type=int, default=1, help="candidates simulated in parallel (processes)")
     s.add_argument("--block-size", type=int, default=128,
                    help="simulated KV block tokens (coarser than the engine's 16 for speed; see docs/sim.md)")
-    s.add_argument("--max-in-flight", type=int, default=24, help="router admission limit")
+    s.add_argument("--max-in-flight", type=int, default=None,
+                   help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)

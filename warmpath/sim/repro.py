@@ -133,11 +133,13 @@ def ppd_table_for(hw, model, tp: int = 1):
     return table_from_model(sm, model.kv_bytes_per_token, hw.nic_bytes_s, hw.nic_bytes_s), sm
 
 
-def cpd_setup(topology: Topology, in_flight: int = 24) -> SimSetup:
+def cpd_setup(topology: Topology, in_flight: int | None = None) -> SimSetup:
     """The blog's cluster for ``topology``: B200, Llama-3.1-8B, prefill-type workers TP4 (one
-    per node), decode TP1 (four per node), ``in_flight`` admitted (``warmpath map`` too)."""
+    per node), decode TP1 (four per node), ``in_flight`` admitted (``None``: sized to the fleet,
+    the queues scaled with it; a fixed limit keeps 256-deep queues) (``warmpath map`` too)."""
+    queues = None if in_flight is None else {"cold": 256, "warm": 256}
     return SimSetup(topology, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"prefill": 4, "pre-prefill": 4},
-                    admission=AdmissionConfig(in_flight, {"cold": 256, "warm": 256}))
+                    admission=AdmissionConfig(in_flight, queues))
 
 
 def _cpd_config(name: str, rates: list[float], duration: float, seed: int, asm: CPDAssumptions) -> dict:

@@ -149,6 +149,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
                     "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
                     "rejected": sim.stats.rejected, "routed": sim.stats.routed,
+                    "admission": {k: v for k, v in sim.admission.to_json().items() if k not in ("slots", "reason")},
                     "stopped_at_s": sim.now - start if sim.stopped else None,
                     "worker_busy": {w.wid: w.busy_s / makespan for w in sim.workers.values()},
                     "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}

@@ -88,6 +88,11 @@ class SimWorker:
                                     self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
         return self._view
 
+    def capacity(self) -> WorkerView:
+        """What it can hold, as a real worker registers it (``router/admission.fleet_limit``)."""
+        return WorkerView(self.wid, self.role, max_seqs=self.cfg.scheduler.max_num_seqs,
+                          kv_tokens=self.pool.num_blocks * self.cfg.block_size)
+
     def set_role(self, role: str) -> None:
         """Elastic tiers moved this worker (the router's view changes, nothing else)."""
         self.role, self._view = role, None

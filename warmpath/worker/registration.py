@@ -72,7 +72,9 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
         namespace=dataclasses.asdict(engine.namespace), pid=os.getpid(),
         kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
         max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
-        replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults).model_dump()
+        replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults,
+        max_num_seqs=engine.scheduler.cfg.max_num_seqs,
+        kv_capacity_tokens=engine.pool.num_blocks * engine.namespace.block_size).model_dump()
     registered = False
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():

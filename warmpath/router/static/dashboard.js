@@ -115,8 +115,11 @@ function renderCharts(state) {
   lineChart("chart-tpot", xs, cls.map((c) => ({ name: c, color: CLASS_COLORS[c], get: (x) => x.classes[c].tpot_p50 })), secs);
   lineChart("chart-admission", xs, [
     { name: "in flight", color: "#3b7dd8", get: (x) => x.in_flight },
+    { name: "limit", color: "#3b7dd8", dash: true, get: (x) => x.limit },
     { name: "waiting", color: "#d8893b", get: (x) => x.waiting },
     { name: "429/s", color: "#d84b3b", get: (x) => x.rejected_s }], (v) => v.toFixed(1));
+  const adm = state.admission;
+  document.getElementById("admission-limit").textContent = `limit ${adm.max_in_flight}: ${adm.reason}`;
   lineChart("chart-sources", xs, Object.keys(SOURCE_COLORS).map((k) =>
     ({ name: k, color: SOURCE_COLORS[k], get: (x) => x.sources_s[k] })), (v) => v.toFixed(0));
   lineChart("chart-kv", xs, [{ name: "KV handoff", color: "#8a5ad8", get: (x) => x.kv_bytes_s / 1e6 }], (v) => v.toFixed(1));
