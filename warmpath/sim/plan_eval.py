@@ -117,6 +117,5 @@ class SimEvaluator:
                "tpot_p90_s": a["tpot_p90_s"], "attainment": a["attainment"], "attained": res["attained"],
                "success_rate": a["success_rate"], "headroom": self.target.headroom(cl),
                "stopped_at_s": res["sim"]["stopped_at_s"], "sessions": n, "events": res["sim"]["events"]}
-        if self.class_slo:
-            out.update({f"{c}_ttft_p90_s": cl[c]["ttft_p90_s"] for c in self.class_slo})
+        out.update({f"{c}_ttft_p90_s": cl[c]["ttft_p90_s"] for c, _ in self.target.classes if c != "all"})
         return out
