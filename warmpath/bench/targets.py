@@ -128,8 +128,12 @@ class Target:
         per: dict[str, dict[str, float]] = {}
         shares = {}
         for k, v in items:
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"--slo: {k} must be a number, got {v!r}") from None
             if k in ("attain", "success"):
-                shares[k] = float(v)
+                shares[k] = v
                 continue
             c, _, key = k.rpartition(".")
             c = c or "all"
@@ -138,7 +142,7 @@ class Target:
                                  f"and CLASS in {', '.join(CLASSES)}, got {k!r}")
             if key in per.setdefault(c, {}):
                 raise ValueError(f"--slo: {k} given twice")
-            per[c][key] = float(v)
+            per[c][key] = v
         return cls(tuple((c, Bounds(**b)) for c, b in per.items()),
                    shares.get("attain", DEFAULT_ATTAIN), shares.get("success", DEFAULT_SUCCESS))
 
@@ -222,7 +226,7 @@ class Target:
                     continue
                 val = s.get(f"{k}_s")
                 if val is None or val > lim:
-                    out.append(f"{c} {k} {val} > {lim:g}")
+                    out.append(f"{c} {k} {'none' if val is None else f'{val:.3g}'} > {lim:g}")
         return out
 
     def attainment_misses(self, summary: dict[str, dict]) -> list[str]:
