@@ -43,7 +43,7 @@ class Req:
     cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
     ended: bool = False                  # the client recorded it (answered, failed or timed out)
 
-    def route(self) -> dict:
+    def path(self) -> dict:
         """The path it took (``bench/requests_log.ROUTE_KEYS``)."""
         d = self.decision
         if d is None:
@@ -84,7 +84,7 @@ class SimClient:
         rec = Record(req.session.sid, req.overlap.turn, cls, ok, req.first_at - req.arrival if ok else None,
                      now - req.arrival if ok else None, len(req.output) if ok else 0, len(req.prompt),
                      req.cached if ok else 0, error=error, client_wait_s=req.client_wait, reuse=how,
-                     route=req.route())
+                     route=req.path())
         req.ended = True
         self._free(now)
         return rec
