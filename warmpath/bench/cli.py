@@ -184,6 +184,10 @@ def print_summary(summary: dict, extra=lambda run: "") -> None:
               f"{fmt(c['ttft_p50_s'])} p90 {fmt(c['ttft_p90_s'])} cold p90 {fmt(classes['cold']['ttft_p90_s'])} "
               f"warm p90 {fmt(classes['warm']['ttft_p90_s'])} TPOT {fmt(c['tpot_s'])} "
               f"tok/s {fmt(c['throughput_tok_s'])} goodput {fmt(c['goodput_rps'])}{extra(run)}")
+    g, t = summary.get("goodput"), summary.get("slo_target")
+    if g and t and t["classes"]:
+        print(f"goodput ({t['attain']:.0%} attain the target): offered {g['offered_rps']} /s, achieved "
+              f"{fmt(g['achieved_rps'])} requests/s (attainment {fmt(g['attainment'])})")
     if "max_rate_meeting_slo" in summary:
         speed = summary.get("max_trace_speed_meeting_slo")
         print(f"max sustained rate meeting SLO: {summary['max_rate_meeting_slo']}"

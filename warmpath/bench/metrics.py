@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from warmpath.bench.targets import CLASSES, KEYS as SLO_KEYS, Target
+from warmpath.bench.targets import CLASSES, KEYS as SLO_KEYS, Target  # noqa: F401  (SLO_KEYS as before)
 from warmpath.stats import percentile
 
 SLO = Target | dict | str | None

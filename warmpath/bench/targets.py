@@ -26,7 +26,7 @@ CLI syntax (``--slo``): comma-separated ``[CLASS.]KEY=SECONDS`` plus ``attain=SH
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 CLASSES = ("all", "cold", "warm", "turn1", "turn2+")
