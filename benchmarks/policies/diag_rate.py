@@ -13,8 +13,6 @@ The sweep is the real benchmark's procedure on the validated CPU profile
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -170,7 +168,7 @@ def sweep(setup, rates: list[float], duration: float):
         for s, t in zip(sessions, times):
             s.start = start + t
         recs = sim.run(sessions)[seen:]
-        summ = summarize(recs, max(sim.now - start, duration), {})
+        summ = summarize(recs, max(sim.now - start, duration), real.TARGET)
         reqs = rows[seen:]
         out[rate] = {"summary": summ, "start": start, "requests": sorted(reqs, key=lambda r: r["arrival"]),
                      "meets": real.meets(summ), "role_changes": list(sim.stats.role_changes)}

@@ -32,13 +32,13 @@ import httpx
 from warmpath.bench.plots import plot_summaries
 from warmpath.bench.prom import samples
 from warmpath.bench.runner import OpenAITarget
-from warmpath.bench.sweep import run_rate, write_results
+from warmpath.bench.sweep import run_rate, sweep_summary, write_results
 from warmpath.cluster import launcher
 from warmpath.cluster.topology import resolve
 from warmpath.procs import free_port
 from warmpath.models.loader import load_tokenizer
 
-from benchmarks.common.workload import SEED, SLO, WORKERS, agent, conversations, flood, meets, prime
+from benchmarks.common.workload import SEED, SLO, TARGET, WORKERS, agent, conversations, flood, meets, prime
 
 def l3_totals(worker_url: str) -> dict:
     """A worker's L3 bytes and seconds, read and written (its /metrics)."""
@@ -130,7 +130,7 @@ def run_topology(name: str, ppd: str | None, make, rates: list[float], duration:
         try:
             for r in rates:
                 t0 = time.time()
-                res = await run_rate(target, make, r, duration, {}, seed=seed, encode=encode, quiet=True)
+                res = await run_rate(target, make, r, duration, TARGET, seed=seed, encode=encode, quiet=True)
                 res["cluster"] = c.scrape()
                 res["meets_slo"] = meets(res["classes"])
                 runs[r] = res
@@ -151,9 +151,7 @@ def run_topology(name: str, ppd: str | None, make, rates: list[float], duration:
         runs = asyncio.run(sweep())
     finally:
         c.stop()
-    summary = {"target": label, "workload": make.__name__, "slo": {"ttft_p90": SLO["warm"]},
-               "rates": {str(r): v["classes"] for r, v in runs.items()},
-               "runs": {str(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()}}
+    summary = {"target": label, "workload": make.__name__, **sweep_summary(runs, TARGET)}
     write_results(out / label, summary)
     return summary
 
@@ -208,7 +206,8 @@ def main() -> int:
     result_path = a.out / "cluster.json"
     result = json.loads(result_path.read_text()) if result_path.exists() else {}
     result["command"] = " ".join(["python", *sys.argv])
-    result["slo"] = {"warm_ttft_p90_s": SLO["warm"], "cold_ttft_p90_s": SLO["cold"], "success": 0.99}
+    result["slo"] = {"warm_ttft_p90_s": SLO["warm"], "cold_ttft_p90_s": SLO["cold"], "success": TARGET.min_success,
+                     "target": TARGET.to_json()}
     if "cpd" in a.parts:
         configs = a.configs.split(",")
         sums = {t: run_topology(t, None, agent, rates, a.duration, a.out, encode, None, seed=a.seed) for t in configs}

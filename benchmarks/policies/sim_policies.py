@@ -73,7 +73,7 @@ def point(setup, make, rate: float, duration: float, seed: int, primes=None, log
         s.start = start + t
     recs = sim.run(sessions)[seen:]
     span = max(sim.now - start, duration)
-    classes = summarize(recs, span, {})
+    classes = summarize(recs, span, real.TARGET)
     ok = real.meets(classes)
     if log is not None:
         log.append({"rate": rate, "met": ok, "span_s": span,
@@ -241,7 +241,8 @@ def main() -> int:
     p.add_argument("--max-in-flight", type=int, default=None,
                    help="share part, b200: a fixed router admission limit (default: sized to the fleet)")
     a = p.parse_args()
-    res = {"slo": {"warm_ttft_p90_s": real.SLO["warm"], "cold_ttft_p90_s": real.SLO["cold"], "success": 0.99},
+    res = {"slo": {"warm_ttft_p90_s": real.SLO["warm"], "cold_ttft_p90_s": real.SLO["cold"],
+                   "success": real.TARGET.min_success, "target": real.TARGET.to_json()},
            "command": " ".join(sys.argv)}
     if "share" in a.parts and a.profile == "b200":
         shares = tuple(float(x) for x in a.shares.split(",")) if a.shares else SHARES

@@ -19,6 +19,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
+from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens
 from warmpath.sim.repro import CPDAssumptions
 from warmpath.sim.run import simulate_rate
@@ -46,7 +47,7 @@ def point(name: str, asm: CPDAssumptions, config: str, rate: float, duration: fl
     fraction per role (mean over its workers), client wait p90."""
     s = asm.setup(config)
     make = partial(coding_agent, gen=fast_tokens, **asm.workload())
-    run = simulate_rate(s, make, rate * s.gpus, duration, {"ttft_p90": 2.0}, asm.ramp_s, seed=seed)
+    run = simulate_rate(s, make, rate * s.gpus, duration, CPD_TARGET, asm.ramp_s, seed=seed)
     c, busy = run["classes"], {}
     for wid, b in run["sim"]["worker_busy"].items():
         busy.setdefault(wid.rsplit("-", 1)[0], []).append(b)

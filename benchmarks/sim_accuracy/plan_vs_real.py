@@ -42,7 +42,6 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
@@ -54,7 +53,8 @@ from warmpath.sim.plan_eval import SimEvaluator
 from warmpath.sim.plan_space import candidates
 
 GRID = (0.15, 0.2, 0.25)
-SLO = {"warm": 2.0, "cold": 20.0}
+TARGET = real.TARGET                 # bench/targets.CLUSTER_TARGET, as cluster.py's runs
+SLO = real.SLO                       # its TTFT p90 bound per class
 RES = Path("benchmarks/results")
 # real config -> plan's candidate (3 GPUs, TP 1)
 CONFIGS = {"cpd-1d": "cpd 1pp+1p+1d tp1", "cpd-1d@dynamic": "cpd 1pp+1p+1d tp1 ppd-dynamic",
@@ -134,8 +134,8 @@ def kendall_tau(a: list[str], b: list[str]) -> float:
 def evaluator(prof, seed: int, workload_seed: int) -> SimEvaluator:
     """``plan``'s evaluator mirroring ``real_policies.py``: primed, seeded, per-class SLO, 90 s."""
     fitted, hw, extra, _ = prof
-    return SimEvaluator(val.cluster_setup("cpd-1d", fitted, hw, extra), {}, make=real.agent, duration_s=90.0,
-                        seed=seed, class_slo=SLO, prime=val.primes, workload_seed=workload_seed,
+    return SimEvaluator(val.cluster_setup("cpd-1d", fitted, hw, extra), TARGET, make=real.agent, duration_s=90.0,
+                        seed=seed, prime=val.primes, workload_seed=workload_seed,
                         roofline_ppd=False)
 
 
@@ -159,8 +159,7 @@ def simulate(real_runs: dict, prof, replicas: int, mode: str) -> dict:
                 if mode == "plan":
                     ev = evaluator(prof, seed, r["seed"])
                     got = {x: ev(cand, x / cand.gpus, True) for x in pts}
-                    got_runs.append({x: point(g["slo_met"], {"warm": {"ttft_p90_s": g["warm_ttft_p90_s"]},
-                                                             "cold": {"ttft_p90_s": g["cold_ttft_p90_s"]}})
+                    got_runs.append({x: point(g["slo_met"], {c: {"ttft_p90_s": g[f"{c}_ttft_p90_s"]} for c in SLO})
                                      for x, g in got.items()})
                 else:
                     setup = evaluator(prof, seed, r["seed"]).setup(cand)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import coding_agent
 from warmpath.cluster.topology import Topology
 from warmpath.router.admission import AdmissionConfig
@@ -30,7 +31,7 @@ def main() -> int:
     setup = SimSetup(TOPO, MODELS["llama-3.1-8b"], HARDWARE["b200"], tp={"pre-prefill": 4, "prefill": 4},
                      admission=AdmissionConfig(128, {"cold": 512, "warm": 512}))
     t0 = time.perf_counter()
-    res = simulate_rate(setup, lambda n, seed: coding_agent(n, seed), a.sessions_per_s, a.duration, {"ttft_p90": 2.0})
+    res = simulate_rate(setup, lambda n, seed: coding_agent(n, seed), a.sessions_per_s, a.duration, CPD_TARGET)
     wall = time.perf_counter() - t0
     c, sim = res["classes"]["all"], res["sim"]
     out = {"command": " ".join(["python", *sys.argv]), "gpus": setup.gpus, "sessions": res["sessions"],

@@ -75,7 +75,7 @@ def simulate_sweep(setup: SimSetup, rates: list[float], duration: float, seed: i
         for s, t in zip(sessions, times):
             s.start = start + t
         recs = sim.run(sessions)[seen:]
-        out[rate] = summarize(recs, max(sim.now - start, duration), {})
+        out[rate] = summarize(recs, max(sim.now - start, duration), real.TARGET)
     return out
 
 

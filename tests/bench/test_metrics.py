@@ -51,5 +51,5 @@ def test_parse_slo_errors(bad):
 
 
 def test_parse_slo():
-    assert parse_slo("ttft_p90=2.0,tpot=0.2") == {"ttft_p90": 2.0, "tpot": 0.2}
-    assert parse_slo(None) == {}
+    assert parse_slo("ttft_p90=2.0,tpot=0.2").flat() == {"ttft_p90": 2.0, "tpot": 0.2}
+    assert parse_slo(None).flat() == {} and parse_slo(None).empty

@@ -120,10 +120,14 @@ def test_slo_miss_watch_stops_only_when_certain():
     assert not w([bad])                       # 1 failure of 100: 99% can still succeed
     assert w([bad, bad])                      # 2 > 1% of 100
     w = SLOMissWatch({"ttft_p90": 2.0, "tpot": 0.1}, most=100)
-    recs = [ok(3.0)] * 11
-    assert not w(recs)                        # 11 over: p90 of 100 could still be <= 2
-    assert w(recs + [ok(3.0)])                # 12 >= 10% of 100 + 2
-    assert not SLOMissWatch({"tpot": 0.1}, most=10)([ok(9.0)] * 10)   # a mean never stops a run
+    recs = [ok(3.0)] * 10
+    assert not w(recs)                        # 10 of 100 miss: 90% can still attain
+    assert w(recs + [ok(3.0)])                # 11 > 10% of 100 cannot
+    # a per-request TPOT bound: 2 of 10 with TPOT 1 s > 0.1 s -> at most 80% attain
+    w = SLOMissWatch({"tpot": 0.1}, most=10)
+    assert not w([ok(9.0)]) and w([ok(9.0)] * 2)
+    # a median is no per-request bound (p50 < the 90% share) and never stops a run early
+    assert not SLOMissWatch({"ttft_p50": 1.0}, most=10)([ok(9.0)] * 5)
 
 
 def test_sim_plan_is_deterministic_and_writes_its_files(tmp_path, capsys):

@@ -5,7 +5,8 @@ replica whose every step takes 0.1 s)."""
 import pytest
 
 from warmpath.cluster.topology import Topology
-from warmpath.sim.plan_eval import SimEvaluator, class_headroom
+from warmpath.bench.targets import Target
+from warmpath.sim.plan_eval import SimEvaluator, with_classes
 from warmpath.sim.plan_space import Candidate
 from warmpath.sim.run import simulate_rate
 
@@ -23,11 +24,13 @@ def _make(seen: list):
 
 
 def test_class_headroom_is_the_tightest_class_that_completed():
+    t = with_classes({}, {"warm": 2.0, "cold": 20.0})
+    assert t == Target.parse("warm.ttft_p90=2,cold.ttft_p90=20")
     cl = {"warm": {"ttft_p90_s": 1.0}, "cold": {"ttft_p90_s": 30.0}}
-    assert class_headroom(cl, {"warm": 2.0, "cold": 20.0}) == 1.5          # cold: 30 / 20
+    assert t.headroom(cl) == 1.5                                            # cold: 30 / 20
     cl["cold"]["ttft_p90_s"] = None                                         # no cold request completed
-    assert class_headroom(cl, {"warm": 2.0, "cold": 20.0}) == 0.5
-    assert class_headroom({"warm": {"ttft_p90_s": None}}, {"warm": 2.0}) is None
+    assert t.headroom(cl) == 0.5
+    assert with_classes({}, {"warm": 2.0}).headroom({"warm": {"ttft_p90_s": None}}) is None
 
 
 def test_prime_runs_first_outside_the_statistics_and_sessions_take_their_own_seed():

@@ -10,7 +10,7 @@ from pathlib import Path
 from warmpath.bench.metrics import parse_slo, ttft_from
 from warmpath.bench.replay import TracePoint, load_trace, own_rate, parse_floats, replay, sweep_fields, trace_points
 from warmpath.bench.runner import OpenAITarget
-from warmpath.bench.sweep import max_rate_from_sweep, run_rate, search_max_rate, write_results
+from warmpath.bench.sweep import max_rate_from_sweep, run_rate, search_max_rate, sweep_summary, write_results
 from warmpath.bench.workload import WORKLOADS
 
 
@@ -35,9 +35,9 @@ def add_parser(sub, fn=None) -> None:
     add_shared_flags(b)
     b.add_argument("--ramp", type=float, default=0.0, help="seconds of linear ramp before it (workloads)")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
-    b.add_argument("--slo", help="e.g. ttft_p90=2.0,tpot=0.2")
+    b.add_argument("--slo", help="the target (bench/targets.py), e.g. ttft_p90=2.0,tpot=0.2 or "
+                                 "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05,attain=0.9")
     b.add_argument("--search", action="store_true", help="bisect for the highest rate meeting the SLO")
-    b.add_argument("--timeout", type=float, default=30.0, help="a request failing = no answer within it")
     b.add_argument("--model", default=None, help="model name (default: the server's first)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--scale", type=float, default=1.0, help="multiply prompt/answer lengths (e.g. 0.1 on a CPU)")
@@ -60,12 +60,16 @@ def add_shared_flags(p: argparse.ArgumentParser, duration: float = 60.0) -> None
                         "is timed from the send (as vllm bench serve); default: sent on arrival, TTFT from arrival")
     p.add_argument("--trace-block", type=int, default=512, help="tokens per trace hash_id block")
     p.add_argument("--max-output", type=int, default=None, help="cap output tokens of trace requests")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="client timeout (s): a request whose answer has not ended within it of its send fails")
 
 
 def check_shared_flags(a: argparse.Namespace) -> None:
     """The shared flags' errors, the same in bench and sim."""
     if a.max_concurrency is not None and a.max_concurrency < 1:
         raise ValueError(f"--max-concurrency must be >= 1, got {a.max_concurrency}")
+    if not a.timeout > 0:
+        raise ValueError(f"--timeout must be > 0, got {a.timeout}")
     if a.trace is not None and a.ramp:
         raise ValueError("--ramp: a trace keeps its own arrivals (pace it with --trace-speed or --rates)")
     if a.trace is None and getattr(a, "trace_speed", None):
@@ -130,13 +134,12 @@ async def _bench(a: argparse.Namespace) -> dict:
         def key_of(r) -> str:
             return str(r if r is not None else f"c{a.concurrency}")
 
-        summary = {"target": a.url, "workload": a.workload or str(a.trace), "slo": slo,
+        summary = {"target": a.url, "workload": a.workload or str(a.trace),
                    "ttft_from": ttft_from(a.max_concurrency), "max_concurrency": a.max_concurrency,
-                   "rates": {key_of(r): v["classes"] for r, v in runs.items()},
-                   "runs": {key_of(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()}}
+                   **sweep_summary(runs, slo, key_of)}
         if None not in runs:
             best = max_rate_from_sweep(runs)
-            if a.search and slo:
+            if a.search and not slo.empty:
                 failing = sorted(r for r, v in runs.items() if not v["slo_met"] and (best is None or r > best))
                 if best is not None and failing:
                     async def ok(rate: float) -> bool:
@@ -181,6 +184,10 @@ def print_summary(summary: dict, extra=lambda run: "") -> None:
               f"{fmt(c['ttft_p50_s'])} p90 {fmt(c['ttft_p90_s'])} cold p90 {fmt(classes['cold']['ttft_p90_s'])} "
               f"warm p90 {fmt(classes['warm']['ttft_p90_s'])} TPOT {fmt(c['tpot_s'])} "
               f"tok/s {fmt(c['throughput_tok_s'])} goodput {fmt(c['goodput_rps'])}{extra(run)}")
+    g, t = summary.get("goodput"), summary.get("slo_target")
+    if g and t and t["classes"]:
+        print(f"goodput ({t['attain']:.0%} attain the target): offered {g['offered_rps']} /s, achieved "
+              f"{fmt(g['achieved_rps'])} requests/s (attainment {fmt(g['attainment'])})")
     if "max_rate_meeting_slo" in summary:
         speed = summary.get("max_trace_speed_meeting_slo")
         print(f"max sustained rate meeting SLO: {summary['max_rate_meeting_slo']}"

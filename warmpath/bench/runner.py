@@ -15,6 +15,7 @@ from httpx_sse import aconnect_sse
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.prom import warmpath_totals
+from warmpath.bench.requests_log import route_from_http
 from warmpath.bench.reuse import PrefixOverlap, block_hashes, measured_class
 from warmpath.bench.workload import Session, tokens
 
@@ -32,6 +33,7 @@ class Answer:
     cached_tokens: int | None = None      # None: the server did not report it
     itls: list[float] | None = None
     error: str | None = None
+    route: dict | None = None             # the path it took (``requests_log.route_from_http``)
 
 
 class BenchTarget(ABC):
@@ -131,7 +133,9 @@ class OpenAITarget(BenchTarget):
                             return Answer(False, error=err)
         except (TimeoutError, httpx.HTTPError) as e:
             return Answer(False, error=f"{type(e).__name__}: {e}")
-        return stream.answer(len(prompt))
+        a = stream.answer(len(prompt))
+        a.route = route_from_http(r.headers, stream.usage)
+        return a
 
     async def server_metrics(self) -> dict[str, float]:
         """The ``warmpath_*`` totals of ``/metrics``; empty when the target has no such page
@@ -177,7 +181,7 @@ async def run_session(target: BenchTarget, s: Session, t0: float, records: list[
         cls, how = measured_class(a.prompt_tokens or len(history), a.cached_tokens, ov.tokens)
         records.append(Record(s.sid, ov.turn, cls, a.ok, a.ttft, a.e2e, a.output_tokens,
                               a.prompt_tokens, a.cached_tokens or 0, a.itls or [], a.error,
-                              sent - ready, how))
+                              sent - ready, how, a.route or {}))
         on_done()
         if not a.ok:
             return

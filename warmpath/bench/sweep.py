@@ -1,4 +1,5 @@
-"""Rate sweeps, the highest rate meeting an SLO, tier hit ratios, and result files."""
+"""Rate sweeps, the highest rate meeting the target, goodput, tier hit ratios, and result
+files (``summary.json``, ``results.csv``, ``requests.jsonl``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
-from warmpath.bench.metrics import CLASSES, slo_met, summarize, ttft_from
+from warmpath.bench.metrics import CLASSES, Record, summarize, ttft_from
+from warmpath.bench.requests_log import request_row, write_requests
+from warmpath.bench.targets import Target, goodput, highest_met
 from warmpath.bench.runner import BenchTarget, Encoder, run
 from warmpath.bench.workload import Session
 
@@ -41,7 +44,7 @@ def _progress(label: str) -> Callable[[int, int], None]:
 
 
 async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None, duration_s: float | None,
-                   slo: dict[str, float], concurrency: int | None = None, burstiness: float = 1.0,
+                   slo, concurrency: int | None = None, burstiness: float = 1.0,
                    ramp_s: float = 0.0, seed: int = 0, encode: Encoder | None = None,
                    fixed: list[Session] | None = None, quiet: bool = False,
                    max_concurrency: int | None = None) -> dict:
@@ -67,23 +70,42 @@ async def run_rate(target: BenchTarget, make: SessionFactory, rate: float | None
     if concurrency and not quiet:
         sys.stderr.write("\n")
     after = await target.server_metrics()
-    classes = summarize(records, wall, slo)
-    return {"classes": classes, "duration_s": wall, "sessions": len(sessions),
-            "achieved_rps": classes["all"]["completed"] / wall if wall > 0 else 0.0,
-            "tier_hit_ratio": tier_hit_ratios(before, after), "slo_met": slo_met(classes, slo),
-            "ttft_from": ttft_from(max_concurrency),
-            "errors": sorted({r.error for r in records if r.error})[:5]}
+    return {**judge(records, wall, slo, rate), "sessions": len(sessions),
+            "tier_hit_ratio": tier_hit_ratios(before, after), "ttft_from": ttft_from(max_concurrency)}
 
 
-def max_rate_from_sweep(runs: dict[float, dict]) -> float | None:
-    """Highest sustained rate of a sweep: the highest whose run met the SLO with every lower
-    rate's run meeting it too (a pass above a failure is noise, not capacity)."""
-    best = None
-    for r in sorted(runs):
-        if not runs[r]["slo_met"]:
-            break
-        best = r
-    return best
+def judge(records: list[Record], duration_s: float, slo, rate: float | None) -> dict:
+    """A rate point's verdicts: per-class ``classes``, ``slo_met`` (``Target.met``),
+    ``attained`` (goodput's check), ``offered_rps`` (the rate asked for) beside
+    ``achieved_rps`` (requests completed per second), the first errors, and the
+    ``requests.jsonl`` rows (``requests``, moved out of ``summary.json`` when written)."""
+    target = Target.of(slo)
+    classes = summarize(records, duration_s, target)
+    return {"classes": classes, "duration_s": duration_s, "offered_rps": rate,
+            "achieved_rps": classes["all"]["completed"] / duration_s if duration_s > 0 else 0.0,
+            "slo_met": target.met(classes), "attained": target.attained(classes),
+            "attainment": classes["all"]["attainment"],
+            "errors": sorted({r.error for r in records if r.error})[:5],
+            "requests": [request_row(r, rate, target.attains(r)) for r in records]}
+
+
+def sweep_summary(runs: dict, slo, key=str) -> dict:
+    """``summary.json``'s per-rate part: ``slo`` (the target's flat keys, as before),
+    ``slo_target`` (its JSON), ``rates``, ``runs``, the ``goodput`` line (``targets.goodput``)
+    and ``requests`` (every run's rows; ``write_results`` writes them to ``requests.jsonl``)."""
+    target = Target.of(slo)
+    drop = ("classes", "requests")
+    return {"slo": target.flat(), "slo_target": target.to_json(),
+            "rates": {key(r): v["classes"] for r, v in runs.items()},
+            "runs": {key(r): {k: v for k, v in res.items() if k not in drop} for r, res in runs.items()},
+            "goodput": goodput({r: v for r, v in runs.items() if r is not None}),
+            "requests": [row for res in runs.values() for row in res.get("requests", [])]}
+
+
+def max_rate_from_sweep(runs: dict[float, dict], key: str = "slo_met") -> float | None:
+    """Highest sustained rate of a sweep: the highest whose run met the SLO (``runs[r][key]``)
+    with every lower rate's run meeting it too (a pass above a failure is noise, not capacity)."""
+    return highest_met(runs, key)
 
 
 async def search_max_rate(evaluate: Callable[[float], Awaitable[bool]], lo: float, hi: float,
@@ -107,11 +129,14 @@ async def search_max_rate(evaluate: Callable[[float], Awaitable[bool]], lo: floa
 
 
 def write_results(out: Path, summary: dict) -> None:
-    """``summary.json`` plus ``results.csv`` (one row per rate × class)."""
+    """``summary.json`` plus ``results.csv`` (one row per rate × class) and, when the summary
+    carries them, ``requests.jsonl`` (one line per request; not repeated in ``summary.json``)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    keys = ["completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "itl_s",
-            "e2e_p50_s", "throughput_tok_s", "goodput_rps", "success_rate"]
+    if "requests" in summary:
+        write_requests(out / "requests.jsonl", summary["requests"])
+    (out / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "requests"}, indent=1))
+    keys = ["completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "tpot_p50_s", "tpot_p90_s",
+            "tpot_p99_s", "itl_s", "e2e_p50_s", "throughput_tok_s", "goodput_rps", "attainment", "success_rate"]
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["rate", "class", *keys])

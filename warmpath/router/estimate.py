@@ -50,13 +50,17 @@ def estimate(w: WorkerView, req: RequestView, snap: Snapshot, handoff: bool = Tr
     return Estimate(hop + queue + load + compute + hand, cached, queue, load, compute, hand)
 
 
-def best(workers: list[WorkerView], req: RequestView, snap: Snapshot,
-         handoff: bool = True) -> tuple[WorkerView, Estimate] | None:
-    """Lowest estimated TTFT (ties: fewest queued tokens, then id)."""
+def best(workers: list[WorkerView], req: RequestView, snap: Snapshot, handoff: bool = True,
+         last_routed: dict[str, int] | None = None) -> tuple[WorkerView, Estimate] | None:
+    """Lowest estimated TTFT (exact ties: fewest queued tokens, then fewest running, then the
+    least recently routed per ``last_routed`` (worker -> a rising count; never routed first),
+    then id)."""
     scored = [(estimate(w, req, snap, handoff), w) for w in workers]
     if not scored:
         return None
-    e, w = min(scored, key=lambda p: (p[0].ttft_s, p[1].queued_prefill_tokens, p[1].worker_id))
+    last = last_routed or {}
+    e, w = min(scored, key=lambda p: (p[0].ttft_s, p[1].queued_prefill_tokens, p[1].running,
+                                      last.get(p[1].worker_id, -1), p[1].worker_id))
     return w, e
 
 

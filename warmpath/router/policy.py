@@ -123,15 +123,23 @@ class PDPolicy(RoutingPolicy):
 
 
 class ReplicaPolicy(RoutingPolicy):
-    """Aggregated workers with prefix-aware load balancing (lowest estimated TTFT)."""
+    """Aggregated workers with prefix-aware load balancing (lowest estimated TTFT). Exact
+    ties (idle replicas holding nothing of the prompt, with the same speeds) go to the one
+    with the fewest running, then the least recently chosen: round-robin, not replica-0."""
 
     name = "replica"
 
+    def __init__(self) -> None:
+        self.last_routed: dict[str, int] = {}
+        self._n = 0
+
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
-        got = best(snap.by_role("replica"), req, snap, handoff=False)
+        got = best(snap.by_role("replica"), req, snap, handoff=False, last_routed=self.last_routed)
         if got is None:
             raise LookupError("no healthy replica worker")
         w, e = got
+        self._n += 1
+        self.last_routed[w.worker_id] = self._n
         return Decision(w.worker_id, w.worker_id, "replica", e.ttft_s, e.cached_tokens, "prefix-aware")
 
 

@@ -67,7 +67,8 @@ def add_parser(sub) -> None:
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
     s.add_argument("--scale", type=float, default=1.0)
-    s.add_argument("--slo", default=None, help="e.g. ttft_p90=2.0")
+    s.add_argument("--slo", default=None, help="the target (bench/targets.py), e.g. ttft_p90=2.0 or "
+                                               "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, default=Path("sim_out"))
     s.set_defaults(fn=main)
@@ -137,7 +138,7 @@ def setup_from_args(a: argparse.Namespace):
                     retokenize_miss=retok,
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
-                    max_concurrency=getattr(a, "max_concurrency", None),
+                    max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
                     **(variation if cpu else {}), **store)
 
 
@@ -192,6 +193,7 @@ def bench_sweep(a: argparse.Namespace) -> dict:
     if sa.calibration is not None:
         sa.calibration = Path(sa.calibration)
     sa.max_concurrency = a.max_concurrency or sa.max_concurrency
+    sa.timeout = a.timeout   # the bench's client timeout, as it would cut a real request
     setup = setup_from_args(sa)
     make, trace = workload_factory(a)
     rates = parse_floats(a.rates, "--rates") or ([a.rate] if a.rate else None)

@@ -4,7 +4,9 @@ classes each request (``bench/reuse.py``, the rule ``warmpath bench`` uses).
 Under a cap of ``N`` (``--max-concurrency N``, as ``vllm bench serve``) at most ``N``
 requests are in flight — sent, not yet answered or failed — and the others wait in the
 client, first come first served; a request's TTFT is timed from its send. Without a cap
-each request is sent when it arrives.
+each request is sent when it arrives. With a timeout (``--timeout``, as ``warmpath bench``'s
+client: the whole answer within it of the send) a request still unanswered then fails
+(``TimeoutError``) and the cluster abandons it (``Simulation._abandon``).
 """
 
 from __future__ import annotations
@@ -38,15 +40,28 @@ class Req:
     overlap: Overlap = Overlap(0, 1)     # its prefix overlap with earlier prompts, its turn
     client_wait: float = 0.0             # waiting in the client for a slot before its send
     kv_hashes: list[bytes] | None = None  # a remote turn's own block hashes (sim/handoff.py), else rv's
+    cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
+    ended: bool = False                  # the client recorded it (answered, failed or timed out)
+
+    def path(self) -> dict:
+        """The path it took (``bench/requests_log.ROUTE_KEYS``)."""
+        d = self.decision
+        if d is None:
+            return {}
+        return {"tier": d.tier, "prefill": d.prefill if d.prefill != d.decode else None, "decode": d.decode,
+                "ppd": d.ppd, "cached_by_tier": self.cached_by_tier, "predicted_ttft_s": d.est_ttft_s}
 
 
 class SimClient:
     """Client-side slots and the prompts sent so far. ``at(t, fn, *args)`` schedules an event."""
 
-    def __init__(self, max_concurrency: int | None, block_size: int, at: Callable) -> None:
+    def __init__(self, max_concurrency: int | None, block_size: int, at: Callable,
+                 timeout_s: float | None = None) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-        self.cap = max_concurrency
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.cap, self.timeout_s = max_concurrency, timeout_s
         self.at = at
         self.in_flight = 0
         self.waiting: deque = deque()     # (ready time, send, args) in arrival order
@@ -68,9 +83,16 @@ class SimClient:
         cls, how = measured_class(len(req.prompt), req.cached if ok else None, req.overlap.tokens)
         rec = Record(req.session.sid, req.overlap.turn, cls, ok, req.first_at - req.arrival if ok else None,
                      now - req.arrival if ok else None, len(req.output) if ok else 0, len(req.prompt),
-                     req.cached if ok else 0, error=error, client_wait_s=req.client_wait, reuse=how)
+                     req.cached if ok else 0, error=error, client_wait_s=req.client_wait, reuse=how,
+                     route=req.path())
+        req.ended = True
         self._free(now)
         return rec
+
+    def watch(self, now: float, req: Req, expire: Callable[[Req], None]) -> None:
+        """With a timeout: ``expire(req)`` once it has passed since the send, unless it ended."""
+        if self.timeout_s is not None:
+            self.at(now + self.timeout_s, lambda r: None if r.ended else expire(r), req)
 
     def _free(self, now: float) -> None:
         self.in_flight -= 1

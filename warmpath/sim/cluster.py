@@ -6,13 +6,13 @@ session table and the global KV index fed by the workers' events. Each worker ru
 (``worker.py``). Only step times and transfers are modelled. The request flow mirrors
 ``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
 the decode worker, which loads them and generates; PPD-local turns run on the decode worker.
+A request the client gave up on (its timeout) is abandoned as the router and workers do.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from dataclasses import dataclass, field
 
 from warmpath.bench.metrics import Record
@@ -31,6 +31,7 @@ from warmpath.router.views import Decision
 from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
 from warmpath.sim.handoff import PDHandoff
+from warmpath.sim.ending import Endings
 from warmpath.sim.store import SimStore
 from warmpath.sim.worker import SimWorker
 
@@ -46,7 +47,7 @@ class SimStats:
     role_changes: list = field(default_factory=list)   # (time, worker, new role)
 
 
-class Simulation:
+class Simulation(Endings):
     """Run sessions through simulated workers; ``run()`` returns the client-side records."""
 
     def __init__(self, workers: list[SimWorker], policy: RoutingPolicy, namespace: KVNamespace,
@@ -57,7 +58,8 @@ class Simulation:
                  request_overhead_s: float = 0.0, retokenize_miss: float = 0.0,
                  transfer_cpu: float = 0.0, contention: float = 0.0,
                  elastic: ElasticConfig = ElasticConfig(enabled=False),
-                 max_concurrency: int | None = None, handoff: PDHandoff = PDHandoff()) -> None:
+                 max_concurrency: int | None = None, handoff: PDHandoff = PDHandoff(),
+                 timeout_s: float | None = None) -> None:
         self.workers = {w.wid: w for w in workers}
         self.ns, self.store, self.index = namespace, store, index
         self.kvb = kv_bytes_per_token
@@ -72,7 +74,7 @@ class Simulation:
         # the CPU profile: workers (and the store's process) share this many cores
         self.cpu = SharedCores(cpu_cores, self._at, contention) if cpu_cores else None
         self.sessions = SessionTable()
-        self.client = SimClient(max_concurrency, namespace.block_size, self._at)   # TTFT from send if capped
+        self.client = SimClient(max_concurrency, namespace.block_size, self._at, timeout_s)   # TTFT from send if capped
         self.stats = SimStats()
         self.records: list[Record] = []
         self._heap: list = []
@@ -119,6 +121,7 @@ class Simulation:
         req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv,
                   overlap=self.client.observe(hashes, len(hist), i + 1 if i else None),
                   client_wait=0.0 if ready is None else self.now - ready)
+        self.client.watch(self.now, req, self._abandon)
         try:
             d = self._plan(req)
         except LookupError as e:
@@ -131,19 +134,6 @@ class Simulation:
             self._queued[req.rid] = req
             return
         self._dispatch(req, d)
-
-    def _start_waiting(self, keys: list) -> None:
-        """Admission gave these waiters a slot: plan and dispatch each (a waiter with no
-        worker fails and hands its slot on)."""
-        keys = [k for k in keys if k is not None]
-        while keys:
-            q = self._queued.pop(keys.pop(0))
-            try:
-                self._dispatch(q, self._plan(q, arrival=False))
-            except LookupError as e:
-                self._fail(q, f"no worker: {e}")
-                keys.append(self.admission.release())
-                keys = [k for k in keys if k is not None]
 
     def _plan(self, req: Req, arrival: bool = True) -> Decision:
         """The router's plan (``router/plan.py``) over the workers' state now."""
@@ -188,12 +178,11 @@ class Simulation:
         return seq
 
     def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
+        if req.ended:   # abandoned on its way here
+            return
         self._by_seq[seq.request_id] = req
         self.workers[wid].add(seq)
         self._kick(wid)
-
-    def _fail(self, req: Req, why: str) -> None:
-        self.records.append(self.client.ended(self.now, req, why))
 
     # -- workers ---------------------------------------------------------------
     def _kick(self, wid: str) -> None:
@@ -223,7 +212,9 @@ class Simulation:
         done = {s.request_id for s in finished}
         firsts = []
         for seq in got:
-            req = self._by_seq[seq.request_id]
+            req = self._by_seq.get(seq.request_id)
+            if req is None:                           # abandoned: its worker aborts it
+                continue
             if seq.request_id.endswith("/p"):         # prefill side: first token once written through
                 firsts.append((req, seq))
             else:
@@ -238,7 +229,8 @@ class Simulation:
     def _resume(self, wid: str, firsts: list) -> None:
         self.workers[wid].busy = False
         for req, seq in firsts:
-            self._prefill_done(req, seq)
+            if not req.ended:
+                self._prefill_done(req, seq)
         self._kick(wid)
 
     def _prefill_done(self, req: Req, seq: Sequence) -> None:
@@ -247,7 +239,7 @@ class Simulation:
         self.workers[req.decision.prefill].forget(seq.request_id)
         at = self.now + self.net + self.overhead
         req.first_at = at if self.handoff.first_token == "prefill" else None   # else the decode worker's
-        req.cached = max(0, seq.num_cached_tokens)
+        req.cached, req.cached_by_tier = max(0, seq.num_cached_tokens), dict(seq.cached_by_tier)
         req.output = [seq.output_token_ids[-1]]
         bs, worker = self.ns.block_size, req.decision.prefill
         written = seq.l3_written_blocks * bs * self.kvb   # what the prefill worker's tiers stored
@@ -260,6 +252,8 @@ class Simulation:
         self._at(at, self._handoff, req)
 
     def _handoff(self, req: Req) -> None:
+        if req.ended:
+            return
         seq = self._decode_seq(req)
         seq.output_token_ids.extend(req.output)
         if seq.params.max_tokens <= 1:
@@ -271,35 +265,10 @@ class Simulation:
         if req.first_at is None:
             req.first_at = self.now
             if not req.output:   # computed here from the start, not handed off
-                req.cached = max(0, seq.num_cached_tokens)
+                req.cached, req.cached_by_tier = max(0, seq.num_cached_tokens), dict(seq.cached_by_tier)
         if finished:
             req.output = list(seq.output_token_ids)
             req.hashes = seq.full_block_hashes()
             del self._by_seq[seq.request_id]
             self.workers[req.decision.decode].forget(seq.request_id)
             self._finish(req)
-
-    def _finish(self, req: Req) -> None:
-        s = req.session
-        self.records.append(self.client.ended(self.now, req))
-        n = len(req.output)
-        self.planner.observe_outcome(req.decision, req.first_at - req.admitted,
-                                     (self.now - req.first_at) / (n - 1) if n > 1 else None)
-        self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
-        answer = req.output
-        if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
-            # the client re-tokenized the answer's text into other ids: the next turn cannot
-            # reuse its KV (ids 40000+ never come out of the simulated sampler)
-            answer, req.hashes = [40000 + t % 9000 for t in answer], None
-        self._history[s.sid] = req.prompt + answer
-        if req.hashes:
-            self._hashes[s.sid] = req.hashes
-        refit = self.admission.observe(len(req.prompt) + len(req.output))
-        self._start_waiting([self.admission.release()])
-        if refit:
-            self._start_waiting(self.admission.fit([w.capacity() for w in self.workers.values()]))
-        if req.turn + 1 < len(s.turns):
-            self._arrive(s, req.turn + 1)
-        else:
-            self._history.pop(s.sid, None)
-            self._hashes.pop(s.sid, None)

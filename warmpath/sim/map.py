@@ -13,7 +13,6 @@ A gain above 1 favours CPD / PPD. The seed's operating point is outlined on its 
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import random
@@ -24,8 +23,8 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from warmpath.bench.metrics import slo_met
 from warmpath.bench.sweep import max_rate_from_sweep
+from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, coding_agent, fast_tokens
 from warmpath.cluster.topology import Topology
 from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
@@ -34,7 +33,7 @@ from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, cpd_setup, 
 from warmpath.sim.run import simulate_rate
 
 GPUS_PER_NODE = 4                   # the blog's nodes: one TP4 prefill-type worker or four TP1 decoders
-CPD_SLO = {"ttft_p90": 2.0}         # warmpath repro cpd's
+CPD_SLO = CPD_TARGET                # warmpath repro cpd's (bench/targets.py)
 DIMS = {"cpd": ("answer", "split", "cold_share", "cold_tokens"),       # facet row, facet column, y, x
         "ppd": ("link_gbps", "load", "history", "append")}
 COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-kv")},
@@ -278,12 +277,12 @@ def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=N
         c["gain"] = {name: sustained_gain(arm[a]["sustained"], arm[b]["sustained"], cfg.rates) if cfg.kind == "cpd"
                      else ttft_gain(arm[a]["turn2_ttft_p50_s"], arm[b]["turn2_ttft_p50_s"])
                      for name, (a, b) in COMPARISONS[cfg.kind].items()}
-    min_success = inspect.signature(slo_met).parameters["min_success"].default
+    min_success = CPD_SLO.min_success
     metric = (f"sustained target sessions/s per GPU: the highest of {list(cfg.rates)} meeting TTFT p90 <= "
-              f"{CPD_SLO['ttft_p90']} s with >= {min_success:.0%} success, every lower rate meeting it too"
+              f"{CPD_SLO.flat()['ttft_p90']} s with >= {min_success:.0%} success, every lower rate meeting it too"
               if cfg.kind == "cpd" else "turn-2+ TTFT p50 (s), no SLO: gain = baseline TTFT / mode TTFT")
     return {"kind": cfg.kind, "config": asdict(cfg), "metric": metric,
-            "slo": {**CPD_SLO, "min_success": min_success} if cfg.kind == "cpd" else None,
+            "slo": {**CPD_SLO.flat(), "min_success": min_success} if cfg.kind == "cpd" else None,
             "dims": [{"name": d, "values": list(v)} for d, v in cfg.axes().items()],
             "comparisons": {k: list(v) for k, v in COMPARISONS[cfg.kind].items()},
             "operating_point": operating_point(cfg), "cells": cells, "wall_s": time.perf_counter() - t0,

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
-    s.add_argument("--slo", required=True, help="e.g. ttft_p90=2,tpot=0.1 (as warmpath bench)")
+    s.add_argument("--slo", required=True, help="the target, e.g. ttft_p90=2,tpot=0.1 or "
+                                                "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05 (as warmpath bench)")
     s.add_argument("--tp-set", default="1,2,4,8", help="TP degrees per role to try")
     s.add_argument("--kinds", default=",".join(KINDS), help="deployment kinds to try")
     s.add_argument("--ppd", default=",".join(PLAN_PPD_MODES),
@@ -87,7 +88,7 @@ def build(a: argparse.Namespace):
                     block_size=a.block_size, admission=AdmissionConfig(a.max_in_flight),
                     scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
                                               max_model_len=1 << 20),
-                    max_concurrency=a.max_concurrency, seed=a.seed)
+                    max_concurrency=a.max_concurrency, seed=a.seed, timeout_s=a.timeout)
     if a.trace is not None:
         trace = load_trace(a.trace, a.trace_block, a.scale, a.max_output, a.seed)
         ev = SimEvaluator(base, slo, trace=trace, screen_requests=a.screen_requests, seed=a.seed)

@@ -17,14 +17,11 @@ from typing import Callable
 
 from warmpath.bench.arrivals import session_seed
 from warmpath.bench.metrics import SLOMissWatch
+from warmpath.bench.targets import Target
 from warmpath.bench.replay import TracePoint, own_rate, replay
 from warmpath.bench.workload import Session
 from warmpath.sim.plan_space import Candidate
 from warmpath.sim.run import GIB, SimSetup, simulate_rate
-
-_METRIC = {"ttft": "ttft_p90_s", "ttft_p50": "ttft_p50_s", "ttft_p90": "ttft_p90_s", "ttft_p99": "ttft_p99_s",
-           "tpot": "tpot_s", "itl": "itl_s", "e2e": "e2e_p50_s"}
-
 
 def fits(setup: SimSetup, tp: int) -> bool:
     """The model's weights fit ``tp`` GPUs with room left for KV (as ``sim/run.build`` sizes L1)."""
@@ -32,17 +29,14 @@ def fits(setup: SimSetup, tp: int) -> bool:
         setup.model.kv_bytes_per_token * 64
 
 
-def headroom(classes: dict, slo: dict) -> float | None:
-    """The SLO's tightest metric over its limit (1 = at the limit; lower is more headroom)."""
-    vals = [classes["all"][_METRIC[k]] / v for k, v in slo.items() if classes["all"][_METRIC[k]] is not None]
-    return max(vals) if vals else None
-
-
-def class_headroom(classes: dict, class_slo: dict) -> float | None:
-    """The tightest class's TTFT p90 over its limit (``class_slo``: class -> seconds), over the
-    classes that completed a request; 1 = at the limit."""
-    vals = [classes[c]["ttft_p90_s"] / lim for c, lim in class_slo.items() if classes[c]["ttft_p90_s"] is not None]
-    return max(vals) if vals else None
+def with_classes(slo, class_slo: dict | None) -> Target:
+    """``slo`` (a :class:`Target` or its older forms) with a TTFT p90 bound per class of
+    ``class_slo`` (class -> seconds) added."""
+    t = Target.of(slo)
+    if not class_slo:
+        return t
+    return Target.from_items([*t.flat().items(), *((f"{c}.ttft_p90", v) for c, v in class_slo.items()),
+                              ("attain", t.attain), ("success", t.min_success)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,8 +49,9 @@ def _ppd_table(hw, model, tp: int):
 @dataclass
 class SimEvaluator:
     """``base``: every setting but the topology and TP. ``trace`` or ``make`` (workload sessions).
-    ``class_slo``: TTFT p90 limit per class (e.g. ``{"warm": 2, "cold": 20}``), met with ``slo``
-    (give ``{}`` for the success share alone); no early stop then. ``prime``: sessions run first
+    ``slo``: the :class:`~warmpath.bench.targets.Target` (or its flat dict); ``class_slo``:
+    TTFT p90 limits per class added to it (e.g. ``{"warm": 2, "cold": 20}``; the older form of
+    ``warm.ttft_p90=2,cold.ttft_p90=20``); no early stop with per-class bounds. ``prime``: sessions run first
     on each fresh cluster, outside the statistics. ``workload_seed``: arrivals seeded by it and
     sessions by ``bench/arrivals.session_seed`` (as ``warmpath bench``); ``seed`` then seeds only
     the step scatter. ``roofline_ppd``: PPD ``dynamic`` with the roofline's table (else none)."""
@@ -76,6 +71,7 @@ class SimEvaluator:
     roofline_ppd: bool = True
 
     def __post_init__(self) -> None:
+        self.target = with_classes(self.slo, self.class_slo)
         self.own = own_rate(self.trace) if self.trace is not None else None
 
     @property
@@ -95,12 +91,13 @@ class SimEvaluator:
         if self.trace is not None:
             trace = self.trace if whole or not self.screen_requests else self.trace[:self.screen_requests]
             sessions, _ = replay(trace, TracePoint(load * self.own, load), None, say=lambda m: None)
-            watch = SLOMissWatch(self.slo, sum(len(s.turns) for s in sessions))
-            res = simulate_rate(setup, lambda n, s: sessions, load * self.own, 0.0, self.slo, seed=self.seed,
+            watch = SLOMissWatch(self.target, sum(len(s.turns) for s in sessions))
+            res = simulate_rate(setup, lambda n, s: sessions, load * self.own, 0.0, self.target, seed=self.seed,
                                 fixed_arrivals=True, stop=watch)
             rate, n = load * self.own, len(sessions)
         else:
-            watch = None if self.class_slo else SLOMissWatch(self.slo, 0)
+            per_class = any(c != "all" for c, _ in self.target.classes)
+            watch = None if per_class else SLOMissWatch(self.target, 0)
 
             def make(n: int, seed: int) -> list[Session]:
                 ss = self.make(n, seed)
@@ -110,19 +107,15 @@ class SimEvaluator:
             rate = round(load * cand.gpus, 9)
             dur = self.duration_s if whole else self.screen_duration_s
             ws = self.workload_seed
-            res = simulate_rate(setup, make, rate, dur, self.slo, self.ramp_s, seed=self.seed if ws is None else ws,
+            res = simulate_rate(setup, make, rate, dur, self.target, self.ramp_s, seed=self.seed if ws is None else ws,
                                 stop=watch, prime=self.prime() if self.prime else None,
                                 session_seed=None if ws is None else session_seed(ws, rate))
             n = res["sessions"]
         cl = res["classes"]
-        a, met, head = cl["all"], res["slo_met"], headroom(cl, self.slo)
-        if self.class_slo:
-            h = class_headroom(cl, self.class_slo)
-            met = met and (h is None or h <= 1.0)
-            head = h if head is None else max(h or 0.0, head)
-        out = {"rate": rate, "slo_met": met, "ttft_p90_s": a["ttft_p90_s"], "tpot_s": a["tpot_s"],
-               "success_rate": a["success_rate"], "headroom": head,
+        a = cl["all"]
+        out = {"rate": rate, "slo_met": res["slo_met"], "ttft_p90_s": a["ttft_p90_s"], "tpot_s": a["tpot_s"],
+               "tpot_p90_s": a["tpot_p90_s"], "attainment": a["attainment"], "attained": res["attained"],
+               "success_rate": a["success_rate"], "headroom": self.target.headroom(cl),
                "stopped_at_s": res["sim"]["stopped_at_s"], "sessions": n, "events": res["sim"]["events"]}
-        if self.class_slo:
-            out.update({f"{c}_ttft_p90_s": cl[c]["ttft_p90_s"] for c in self.class_slo})
+        out.update({f"{c}_ttft_p90_s": cl[c]["ttft_p90_s"] for c, _ in self.target.classes if c != "all"})
         return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from warmpath.bench.metrics import ttft_from
 from warmpath.bench.sweep import max_rate_from_sweep
+from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
 from warmpath.cluster.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
@@ -145,8 +146,9 @@ def cpd_setup(topology: Topology, in_flight: int | None = None) -> SimSetup:
 def _cpd_config(name: str, rates: list[float], duration: float, seed: int, asm: CPDAssumptions) -> dict:
     s = asm.setup(name)
     make = partial(coding_agent, gen=fast_tokens, **asm.workload())
-    summ = sweep(s, make, [r * s.gpus for r in rates], duration, {"ttft_p90": 2.0}, name, "coding-agent",
+    summ = sweep(s, make, [r * s.gpus for r in rates], duration, CPD_TARGET, name, "coding-agent",
                  asm.ramp_s, seed)
+    summ.pop("requests", None)   # repro keeps its table, not every request
     summ["rates"] = {str(r): summ["rates"][k] for r, k in zip(rates, summ["rates"])}
     summ["runs"] = {str(r): summ["runs"][k] for r, k in zip(rates, summ["runs"])}
     summ["max_rate_meeting_slo"] = max_rate_from_sweep({r: summ["runs"][str(r)] for r in rates})

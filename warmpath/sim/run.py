@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
-from warmpath.bench.metrics import slo_met, summarize, ttft_from
+from warmpath.bench.metrics import ttft_from
 from warmpath.bench.replay import TracePoint, replay, sweep_fields
-from warmpath.bench.sweep import max_rate_from_sweep
+from warmpath.bench.sweep import judge, max_rate_from_sweep, sweep_summary
 from warmpath.bench.workload import Session
 from warmpath.cluster.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
@@ -66,6 +66,7 @@ class SimSetup:
     seed: int = 0                         # of that variation
     max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
     handoff: PDHandoff = PDHandoff()      # how a P->D handoff works (warmpath's, or the PPD paper's vLLM)
+    timeout_s: float | None = None        # client timeout: no answer within it of the send fails (bench's --timeout)
 
     @property
     def gpus(self) -> int:
@@ -101,11 +102,11 @@ def build(s: SimSetup) -> Simulation:
                       s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
                       s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
                       ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
-                      s.max_concurrency, s.handoff)
+                      s.max_concurrency, s.handoff, s.timeout_s)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,
-                  duration_s: float, slo: dict, ramp_s: float = 0.0, burstiness: float = 1.0,
+                  duration_s: float, slo, ramp_s: float = 0.0, burstiness: float = 1.0,
                   seed: int = 0, fixed_arrivals: bool = False, stop=None,
                   prime: list[Session] | None = None, session_seed: int | None = None) -> dict:
     """One rate point (sessions/s over the whole cluster): the bench's per-rate result.
@@ -133,16 +134,12 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     records = sim.run(sessions, None if stop is None else (lambda recs: stop(recs[seen:])))[seen:]
     wall = time.perf_counter() - t0
     makespan = sim.now - start if fixed_arrivals else max(sim.now - start, ramp_s + duration_s)
-    classes = summarize(records, makespan, slo)
-    q = sum(w.sched.prefix_query_tokens for w in sim.workers.values())
-    hit = sum(w.sched.prefix_hit_tokens for w in sim.workers.values())
     for w in sim.workers.values():
         w.pool.check_integrity()
-    return {"classes": classes, "duration_s": makespan, "sessions": len(sessions),
-            "achieved_rps": classes["all"]["completed"] / makespan if makespan > 0 else 0.0,
-            "tier_hit_ratio": {"all_tiers": hit / q if q else None},
-            "slo_met": slo_met(classes, slo) and not sim.stopped, "ttft_from": ttft_from(setup.max_concurrency),
-            "errors": sorted({r.error for r in records if r.error})[:5],
+    got = judge(records, makespan, slo, rate)
+    return {**got, "sessions": len(sessions), "tier_hit_ratio": hit_ratio(sim.workers.values()),
+            "slo_met": got["slo_met"] and not sim.stopped, "attained": got["attained"] and not sim.stopped,
+            "ttft_from": ttft_from(setup.max_concurrency),
             "sim": {"events": sim.stats.events, "wall_s": wall,
                     "events_per_s": sim.stats.events / wall if wall > 0 else None,
                     "requests": len(records), "handoff_bytes": sim.stats.handoff_bytes,
@@ -155,15 +152,25 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "cpu_cores_busy": sim.cpu.busy_core_s / makespan if sim.cpu and makespan > 0 else None}}
 
 
-def _summary(setup: SimSetup, runs: dict[float, dict], slo: dict, label: str, workload: str) -> dict:
-    return {"target": label, "workload": workload, "slo": slo, "gpus": setup.gpus,
+def hit_ratio(workers) -> dict:
+    """Prompt tokens found cached over those looked up, prefix hits only (``all_tiers``):
+    a decode worker's load of the KV handed off to it is no prefix hit and is reported
+    apart (``handoff_loaded_tokens`` of ``handoff_tokens`` handed off)."""
+    workers = list(workers)
+    q = sum(w.sched.prefix_query_tokens - w.handoff_query_tokens for w in workers)
+    hit = sum(w.sched.prefix_hit_tokens - w.handoff_hit_tokens for w in workers)
+    return {"all_tiers": hit / q if q else None, "prefix_hit_tokens": hit, "prefix_query_tokens": q,
+            "handoff_loaded_tokens": sum(w.handoff_hit_tokens for w in workers),
+            "handoff_tokens": sum(w.handoff_query_tokens for w in workers)}
+
+
+def _summary(setup: SimSetup, runs: dict[float, dict], slo, label: str, workload: str) -> dict:
+    return {"target": label, "workload": workload, "gpus": setup.gpus,
             "ttft_from": ttft_from(setup.max_concurrency), "max_concurrency": setup.max_concurrency,
-            "rates": {str(r): v["classes"] for r, v in runs.items()},
-            "runs": {str(r): {k: v for k, v in res.items() if k != "classes"} for r, res in runs.items()},
-            "max_rate_meeting_slo": max_rate_from_sweep(runs)}
+            "timeout_s": setup.timeout_s, **sweep_summary(runs, slo), "max_rate_meeting_slo": max_rate_from_sweep(runs)}
 
 
-def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dict, label: str,
+def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo, label: str,
           workload: str, ramp_s: float = 0.0, seed: int = 0) -> dict:
     """Every rate; the ``summary.json`` of ``warmpath bench`` (plus a ``sim`` block per run)."""
     runs = {r: simulate_rate(setup, make, r, duration_s, slo, ramp_s, seed=seed, session_seed=session_seed(seed, r))
@@ -172,7 +179,7 @@ def sweep(setup: SimSetup, make, rates: list[float], duration_s: float, slo: dic
 
 
 def sweep_trace(setup: SimSetup, trace: list[Session], points: list[TracePoint], duration_s: float | None,
-                slo: dict, label: str, workload: str, seed: int = 0) -> dict:
+                slo, label: str, workload: str, seed: int = 0) -> dict:
     """A trace replayed whole (or up to the ``duration_s`` cap) at each point
     (``bench/replay.py``, as ``warmpath bench --trace``); ``summary.json`` as :func:`sweep`."""
     runs = {}

@@ -4,7 +4,10 @@ forward pass replaced by a :class:`~warmpath.sim.step_time.StepTime` (pure, no t
 Its lower tiers are the production :class:`~warmpath.engine.tier_rules.TierRules` over a
 :class:`~warmpath.sim.tier_mover.SimTierMover` (L2: the real ``LRUSlotIndex``; L3: the
 shared ``SimStore``); KV events go to the router's real ``GlobalKVIndex``. Transfer time is
-added to the step that needs it; write-through time delays the next step.
+added to the step that needs it; write-through time delays the next step. As the engine does,
+every step of 64 tokens or more updates the prefill speed the worker reports to the router
+(``LoadCostModel.observe_prefill``): the router's estimates of a replica, which no prefill
+reply refits, follow it as they follow a real worker's heartbeats.
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ class SimWorker:
         self._tok_base: dict[str, int] = {}
         self.steps = 0
         self.busy_s = 0.0
+        self._step_s = 0.0
+        self._aborting: set[str] = set()
+        self._handed: set[str] = set()   # handed-off sequences not scheduled yet
+        self.handoff_query_tokens = 0    # of the scheduler's prefix counters: handed-off prompts
+        self.handoff_hit_tokens = 0      # and the KV of them loaded here (no prefix hit)
 
     # -- router's view -----------------------------------------------------
     def view(self) -> WorkerView:
@@ -98,25 +106,48 @@ class SimWorker:
         self.role, self._view = role, None
 
     def add(self, seq: Sequence) -> None:
+        """Queue ``seq``; one that arrives with its first token (a P->D handoff) is counted
+        apart from prefix hits once scheduled."""
         self._view = None
+        if seq.output_token_ids:
+            self._handed.add(seq.request_id)
         self.sched.add(seq)
+
+    def abort(self, rid: str) -> None:
+        """Stop ``rid`` and free its blocks before the next step (its client went away)."""
+        self._aborting.add(rid)
+
+    def _abort_pending(self) -> None:
+        for seq in [q for q in (*self.sched.waiting, *self.sched.running) if q.request_id in self._aborting]:
+            self.sched.finish(seq, "abort")
+        for rid in self._aborting:
+            self.forget(rid)
+            self._handed.discard(rid)
+        self._aborting.clear()
 
     # -- stepping ------------------------------------------------------------
     def start_step(self, now: float) -> tuple[float, SchedulerOutput] | None:
         """Schedule one step at ``now``; returns its duration and plan, or ``None`` if idle."""
         self.now = self.mover.now = now
         self._view = None
+        if self._aborting:
+            self._abort_pending()
         out = self.sched.schedule()
         self.rules.apply_loads()
         if out.is_empty:
             return None
         for s in out.scheduled:   # the scheduler stamps wall-clock time; the simulation's clock is ``now``
             self.first_scheduled.setdefault(s.seq.request_id, now)
+            if s.seq.request_id in self._handed:
+                self._handed.discard(s.seq.request_id)
+                self.handoff_query_tokens += s.seq.num_prompt_tokens
+                self.handoff_hit_tokens += max(0, s.seq.num_cached_tokens)
         items = [(s.num_tokens, s.seq.num_computed_tokens) for s in out.scheduled]
         dt = self.st.step_s(items) + self.mover.load_s
         self.last_load_s, self.mover.load_s = self.mover.load_s, 0.0
         self.steps += 1
         self.busy_s += dt
+        self._step_s = dt
         return dt, out
 
     def end_step(self, now: float, out: SchedulerOutput) -> tuple[list[Sequence], list[Sequence], float]:
@@ -128,6 +159,7 @@ class SimWorker:
         got = [s.seq for s in out.scheduled if s.samples]
         sealed = [(s.seq, s.seq.num_sealed_blocks) for s in out.scheduled]
         finished = self.sched.update(out, sampled, ())
+        self.cost.observe_prefill(out.num_tokens, self._step_s)   # the speed its heartbeats carry
         put_s = self._flush(now, sealed)
         return got, finished, put_s
 

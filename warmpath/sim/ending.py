@@ -1,0 +1,79 @@
+"""How a request ends in a simulation (pure): answered (the planner's feedback, the session's
+next turn), failed, or abandoned when its client gave up (``--timeout``) — each as the real
+cluster ends it. The slot it held goes to the longest queued request, planned then (as
+``router/flow.py``'s admission wakes a waiter); an abandoned request is dropped from the
+admission queue, or its slot freed and its sequences aborted by their workers (a real worker
+aborts a request whose client disconnected)."""
+
+from __future__ import annotations
+
+import random
+
+from warmpath.sim.client import Req
+
+
+class Endings:
+    """Mixed into :class:`~warmpath.sim.cluster.Simulation`, which owns the state used here
+    (``client``, ``planner``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``,
+    ``workers``, histories) and the plan / dispatch / kick steps."""
+
+    def _finish(self, req: Req) -> None:
+        s = req.session
+        self.records.append(self.client.ended(self.now, req))
+        n = len(req.output)
+        self.planner.observe_outcome(req.decision, req.first_at - req.admitted,
+                                     (self.now - req.first_at) / (n - 1) if n > 1 else None)
+        self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
+        answer = req.output
+        if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
+            # the client re-tokenized the answer's text into other ids: the next turn cannot
+            # reuse its KV (ids 40000+ never come out of the simulated sampler)
+            answer, req.hashes = [40000 + t % 9000 for t in answer], None
+        self._history[s.sid] = req.prompt + answer
+        if req.hashes:
+            self._hashes[s.sid] = req.hashes
+        self._release(len(req.prompt) + len(req.output))
+        if req.turn + 1 < len(s.turns):
+            self._arrive(s, req.turn + 1)
+        else:
+            self._history.pop(s.sid, None)
+            self._hashes.pop(s.sid, None)
+
+    def _fail(self, req: Req, why: str) -> None:
+        self.records.append(self.client.ended(self.now, req, why))
+
+    def _abandon(self, req: Req) -> None:
+        """The client's timeout passed: it records a failure (as ``warmpath bench``); the router
+        drops the request from its queue or frees its slot, the workers abort its sequences."""
+        self._fail(req, f"TimeoutError: no answer within {self.client.timeout_s:g} s")
+        if self._queued.pop(req.rid, None) is not None:
+            self.admission.cancel(req.rid)
+            return
+        d = req.decision
+        for sid, wid in ((req.rid + "/p", d.prefill), (req.rid, d.decode)):
+            if self._by_seq.pop(sid, None) is not None:
+                self.workers[wid].abort(sid)
+                self._kick(wid)
+        self._release()
+
+    def _release(self, kv_tokens: int | None = None) -> None:
+        """A request's in-flight slot goes to the longest queued one (planned now); a request
+        that ran to its end (``kv_tokens``: prompt + answer) may re-size the fleet's limit."""
+        refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
+        self._start_waiting([self.admission.release()])
+        if refit:
+            self._start_waiting(self.admission.fit([w.capacity() for w in self.workers.values()]))
+
+    def _start_waiting(self, keys: list) -> None:
+        """Admission gave these waiters a slot: plan and dispatch each (a waiter with no
+        worker fails and hands its slot on)."""
+        keys = [k for k in keys if k is not None]
+        while keys:
+            q = self._queued.pop(keys.pop(0))
+            try:
+                self._dispatch(q, self._plan(q, arrival=False))
+            except LookupError as e:
+                self._fail(q, f"no worker: {e}")
+                keys.append(self.admission.release())
+                keys = [k for k in keys if k is not None]
+
