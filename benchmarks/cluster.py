@@ -35,8 +35,8 @@ from warmpath.bench.prom import samples
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import run_rate, write_results
 from warmpath.bench.workload import coding_agent, long_conversations, repo_contexts
-from warmpath.cluster import launcher
-from warmpath.cluster.topology import resolve
+from warmpath.launch import launcher
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 from warmpath.models.loader import load_tokenizer
 

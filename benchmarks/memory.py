@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from warmpath.bench.prom import sample_value  # noqa: E402
 from benchmarks.cluster_procs import cmdline, start_time, stop, tree, wait_ready  # noqa: E402
-from warmpath.cluster.topology import resolve  # noqa: E402
+from warmpath.launch.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
 
 MIB = 1 << 20

@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import cluster as real  # noqa: E402  (the workload of the real runs)
 import sim_validation as val  # noqa: E402  (the validated CPU profile)
 
-from warmpath.sim.plan import PlanConfig, plan  # noqa: E402
-from warmpath.sim.plan_eval import SimEvaluator  # noqa: E402
-from warmpath.sim.plan_space import candidates  # noqa: E402
+from warmpath.plan.search import PlanConfig, plan  # noqa: E402
+from warmpath.plan.evaluate import SimEvaluator  # noqa: E402
+from warmpath.plan.space import candidates  # noqa: E402
 
 GRID = (0.15, 0.2, 0.25)
 SLO = {"warm": 2.0, "cold": 20.0}

@@ -46,7 +46,7 @@ import sim_validation as val  # noqa: E402  (the validated CPU profile)
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.bench.metrics import summarize  # noqa: E402
 from warmpath.bench.workload import coding_agent, fast_tokens  # noqa: E402
-from warmpath.cluster.topology import Topology, resolve  # noqa: E402
+from warmpath.launch.topology import Topology, resolve  # noqa: E402
 from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD  # noqa: E402
 from warmpath.sim.run import build  # noqa: E402
 
@@ -164,7 +164,7 @@ B200_GUESS = {0.0: 8.14, 0.1: 8.14, 0.25: 8.14, 0.5: 5.05, 0.75: 3.45}   # sessi
 
 def b200_setup(topo: Topology):
     from warmpath.router.admission import AdmissionConfig
-    from warmpath.sim.profiles import HARDWARE, MODELS
+    from warmpath.sim.hardware import HARDWARE, MODELS
     from warmpath.sim.run import SimSetup
 
     # 64 in flight (what the 4 decode GPUs' KV holds at 64K-token contexts: 4 x 1.2M tokens /

@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import cluster as real  # noqa: E402  (the cluster benchmark's workload and worker flags)
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
-from warmpath.calibrate_served import cpu_seconds, request_once, tier_seconds  # noqa: E402
+from warmpath.calibrate.served import cpu_seconds, request_once, tier_seconds  # noqa: E402
 from warmpath.bench.prom import sample_value  # noqa: E402
-from warmpath.cluster import launcher  # noqa: E402
-from warmpath.cluster.topology import resolve  # noqa: E402
+from warmpath.launch import launcher  # noqa: E402
+from warmpath.launch.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
 from warmpath.engine.step_trace import overlap, overlaps, read_step_trace  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402

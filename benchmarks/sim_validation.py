@@ -35,11 +35,11 @@ import cluster as real  # noqa: E402  (benchmarks/cluster.py: the same workload 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times  # noqa: E402
 from warmpath.bench.metrics import summarize  # noqa: E402
 from warmpath.bench.workload import Session, Turn, repo_contexts  # noqa: E402
-from warmpath.cluster.topology import resolve  # noqa: E402
+from warmpath.launch.topology import resolve  # noqa: E402
 from warmpath.engine.scheduler import SchedulerConfig  # noqa: E402
 from warmpath.engine.step_model import StepModel  # noqa: E402
 from warmpath.sim.cli import CPU  # noqa: E402
-from warmpath.sim.profiles import MODELS  # noqa: E402
+from warmpath.sim.hardware import MODELS  # noqa: E402
 from warmpath.sim.run import SimSetup, build  # noqa: E402
 
 GIB = 1 << 30

@@ -47,7 +47,7 @@ from benchmarks.memory import _git  # noqa: E402
 from benchmarks.soak_load import LOST_HINT, encoder, prime, run_load, sessions  # noqa: E402
 from benchmarks.soak_report import as_json, drifts, fill_times, idle_fds, plot, table, verdict, without_kv  # noqa: E402
 from benchmarks.soak_sampler import Sampler, series  # noqa: E402
-from warmpath.cluster.topology import resolve  # noqa: E402
+from warmpath.launch.topology import resolve  # noqa: E402
 from warmpath.procs import free_port  # noqa: E402
 
 SUSTAINED = 0.25   # sessions/s: the highest rate cpd-1d sustained in docs/benchmarks.md (see --help)

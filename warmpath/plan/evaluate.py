@@ -19,7 +19,7 @@ from warmpath.bench.arrivals import session_seed
 from warmpath.bench.metrics import SLOMissWatch
 from warmpath.bench.replay import TracePoint, own_rate, replay
 from warmpath.bench.workload import Session
-from warmpath.sim.plan_space import Candidate
+from warmpath.plan.space import Candidate
 from warmpath.sim.run import GIB, SimSetup, simulate_rate
 
 _METRIC = {"ttft": "ttft_p90_s", "ttft_p50": "ttft_p50_s", "ttft_p90": "ttft_p90_s", "ttft_p99": "ttft_p99_s",
