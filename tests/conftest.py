@@ -134,7 +134,7 @@ def cluster_process(topology: str, *args: str, timeout: float = 240, env: dict |
     gets the file their output goes to; read it with ``os.pread``, which leaves its offset)."""
     import httpx
 
-    from warmpath.cluster.topology import resolve
+    from warmpath.launch.topology import resolve
 
     size = resolve(topology).size
     port = free_port()

@@ -1,7 +1,7 @@
 """Schema-driven fuzzing of a running server: schemathesis generates requests from the
 server's own ``/openapi.json`` (valid ones and invalid ones), sends them one at a time and
 checks every answer (no 5xx; status, content type, body and headers as the schema says; an
-invalid request refused with a 4xx; a stream ends with ``[DONE]`` and carries no error event). Used by tests/cluster/test_fuzz.py
+invalid request refused with a 4xx; a stream ends with ``[DONE]`` and carries no error event). Used by tests/launch/test_fuzz.py
 (a short seeded run) and benchmarks/reliability/fuzz.py (the full run).
 
 Half the schema-valid requests are first made to pass what a schema cannot say (the

@@ -1,6 +1,6 @@
 """Requests that break HTTP itself, sent on raw sockets (bodies cut short of their
 ``Content-Length`` or of their last chunk, broken framing), and clients that leave in the
-middle of an answer; with what a server must do about each (used by tests/cluster/test_fuzz.py
+middle of an answer; with what a server must do about each (used by tests/launch/test_fuzz.py
 and benchmarks/reliability/fuzz.py, beside tests/bad_requests.py's well-formed bad requests).
 
 A server may close without answering a request it cannot read (its client is gone or cut

@@ -1,5 +1,8 @@
-"""The architecture as rules: layers import downwards only, and every routing decision is
-made in one place (router/plan.py) that the router and the simulator both call."""
+"""The architecture as rules: layers import downwards only, no module or layer imports itself
+back through others (function-local and type-only imports included), and every routing
+decision is made in one place (router/route.py) that the router and the simulator both call."""
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
@@ -9,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "warmpath"
 
 BASE = {"stats", "procs"}     # leaf modules any layer may use
-# package -> the warmpath packages it may import (besides itself and BASE)
+# layer (a package, or a module at the root) -> the layers it may import (besides itself and BASE)
 ALLOWED = {
     "stats": set(), "procs": set(), "models": set(), "protocol": set(),
     "kv": {"procs"},
@@ -17,60 +20,165 @@ ALLOWED = {
     "router": {"kv", "models", "protocol"},
     "worker": {"engine", "kv", "models", "protocol"},
     "bench": {"models", "protocol"},
-    "sim": {"bench", "cluster", "engine", "kv", "router"},
-    "cluster": {"kv", "procs", "protocol", "router"},
-    "calibrate": {"bench", "calibrate_served", "engine", "models", "router"},
-    # the served phase starts a cluster as `warmpath serve` does and drives it with the bench
-    "calibrate_served": {"bench", "cli", "cluster", "engine", "kv", "models"},
+    "launch": {"kv", "procs", "protocol", "router"},
+    "sim": {"bench", "engine", "kv", "launch", "router"},
+    "plan": {"bench", "engine", "launch", "router", "sim"},
+    # the flags of serve / worker and the configs built from them
+    "cli_args": {"engine", "kv", "launch", "models", "router"},
+    # the served phase starts a topology as `warmpath serve` does (cli_args) and drives it with the bench
+    "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router"},
+    "cli": {"bench", "calibrate", "cli_args", "engine", "kv", "launch", "models", "plan", "protocol", "router",
+            "sim", "worker"},
 }
 
 
-def _modules():
-    for p in sorted(ROOT.rglob("*.py")):
-        rel = p.relative_to(ROOT)
-        yield (rel.parts[0] if len(rel.parts) > 1 else rel.stem), rel.as_posix(), ast.parse(p.read_text())
+def _module_name(path: Path) -> str:
+    parts = ("warmpath",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(tree):
+def _modules() -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of warmpath/ by dotted name (a package by its ``__init__``)."""
+    return {_module_name(p): (p, ast.parse(p.read_text())) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _imported(name: str, path: Path, tree: ast.Module, known: set[str]) -> set[str]:
+    """The warmpath modules ``name`` imports anywhere in its file: at the top, inside functions,
+    under ``if TYPE_CHECKING``; ``from a import b`` counts as module ``a.b`` when there is one,
+    relative imports are resolved against the file's package."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
     for n in ast.walk(tree):
-        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("warmpath."):
-            yield n.module.split(".")[1]
-        elif isinstance(n, ast.Import):
-            yield from (a.name.split(".")[1] for a in n.names if a.name.startswith("warmpath."))
+        if isinstance(n, ast.Import):
+            targets = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - (n.level - 1)]
+                mod = ".".join(base + ([n.module] if n.module else []))
+            else:
+                mod = n.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in n.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known and "." in t:     # `import warmpath.a.b.C`-like: the module part
+                t = t.rpartition(".")[0]
+            if t in known and t != name:
+                out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the warmpath modules it imports."""
+    mods = _modules()
+    return {name: _imported(name, path, tree, set(mods)) for name, (path, tree) in mods.items()}
+
+
+def layer_of(module: str) -> str:
+    """``warmpath.router.flow`` → ``router``; a root module is a layer: ``warmpath.cli`` → ``cli``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "warmpath"
+
+
+def layer_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between layers (edges inside one layer dropped)."""
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(layer_of(m), set()).update(layer_of(d) for d in deps if layer_of(d) != layer_of(m))
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` as ``[a, b, ..., a]`` (the smallest-named start first), or ``None``.
+    Depth-first with colours: an edge back to a node on the current path closes a cycle."""
+    on_path: list[str] = []
+    state: dict[str, int] = {}          # 1: on the path, 2: done (no cycle through it)
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        on_path.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                return on_path[on_path.index(d):] + [d]
+            if d not in state and (c := visit(d)) is not None:
+                return c
+        on_path.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (c := visit(n)) is not None:
+            return c
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle_and_names_it():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"y"}, "y": {"y"}}) == ["y", "y"]
+    assert find_cycle({"a": {"b", "d"}, "b": set(), "d": {"e"}, "e": {"d"}}) == ["d", "e", "d"]
+
+
+def test_the_graph_sees_function_local_type_only_and_relative_imports(tmp_path):
+    src = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+           "if TYPE_CHECKING:\n    from warmpath.router.state import RouterState\n"
+           "def f():\n    from warmpath.router import ppd\n    from . import flow\n    import warmpath.kv.hashing\n")
+    known = {"warmpath.router.state", "warmpath.router.ppd", "warmpath.router.flow", "warmpath.router",
+             "warmpath.kv.hashing", "warmpath.router.dashboard"}
+    got = _imported("warmpath.router.dashboard", ROOT / "router/dashboard.py", ast.parse(src), known)
+    assert got == {"warmpath.router.state", "warmpath.router.ppd", "warmpath.router.flow", "warmpath.kv.hashing"}
+    graph = {"warmpath.router.dashboard": got, "warmpath.router.state": {"warmpath.router.dashboard"}}
+    assert find_cycle(graph) == ["warmpath.router.dashboard", "warmpath.router.state", "warmpath.router.dashboard"]
+    assert find_cycle(layer_graph({"warmpath.cli": {"warmpath.calibrate.served"},
+                                   "warmpath.calibrate.served": {"warmpath.cli"}})) == ["calibrate", "cli", "calibrate"]
+
+
+def test_no_module_imports_itself_back():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or ())
+
+
+def test_no_layer_imports_itself_back():
+    cycle = find_cycle(layer_graph(import_graph()))
+    assert cycle is None, "circle between layers: " + " -> ".join(cycle or ())
+
+
+def test_every_layer_has_a_place():
+    layers = {layer_of(m) for m in import_graph()} - {"warmpath"}
+    assert sorted(layers - set(ALLOWED)) == [], "add the new layer to ALLOWED"
 
 
 def test_no_upward_imports():
-    bad = [f"{path} imports warmpath.{dep}" for pkg, path, tree in _modules() if pkg in ALLOWED
-           for dep in _imports(tree) if dep != pkg and dep not in ALLOWED[pkg] | (BASE - {pkg})]
+    graph = import_graph()
+    bad = [f"{m} imports {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+           if layer_of(d) != layer_of(m) and layer_of(d) not in ALLOWED.get(layer_of(m), set()) | BASE]
     assert not bad, bad
 
 
 def _calls(attr: str):
     """Files of warmpath/ calling ``<something>.attr(...)`` or ``attr(...)``."""
     out = set()
-    for _, path, tree in _modules():
+    for path, tree in _modules().values():
         for n in ast.walk(tree):
             if isinstance(n, ast.Call):
                 f = n.func
                 name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
                 if name == attr:
-                    out.add(path)
+                    out.add(path.relative_to(ROOT).as_posix())
     return out
 
 
 @pytest.mark.parametrize("call,where", [
-    ("route", {"router/plan.py"}),                 # the routing policy
-    ("decide", {"router/plan.py"}),                # the PPD switch
+    ("route", {"router/route.py"}),                # the routing policy
+    ("decide", {"router/route.py"}),               # the PPD switch
     ("is_cold", {"router/classify.py"}),
-    ("label", {"router/plan.py", "router/policy.py"}),          # the cold rule's verdict
-    ("request_view", {"router/handler.py", "sim/cluster.py"}),
+    ("label", {"router/route.py", "router/policy.py"}),          # the cold rule's verdict
+    ("request_view", {"router/handler.py", "sim/simulation.py"}),
 ])
 def test_each_decision_is_made_in_one_place(call, where):
     assert _calls(call) == where
 
 
-def test_router_and_simulator_run_the_same_planner():
-    assert _calls("Planner") == {"router/state.py", "sim/cluster.py"}
-    # (the KV tiers' own ``plan`` of loads is another method of that name)
-    assert {p for p in _calls("plan") if p.startswith(("router/", "sim/cluster"))} == {
-        "router/flow.py", "router/app.py", "sim/cluster.py"}
+def test_router_and_simulator_run_the_same_route_decider():
+    assert _calls("RouteDecider") == {"router/state.py", "sim/simulation.py"}
+    assert _calls("decide_route") == {"router/flow.py", "router/app.py", "sim/simulation.py"}

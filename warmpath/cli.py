@@ -7,8 +7,8 @@ import logging
 import sys
 
 from warmpath.cli_args import (_admission_args, _auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
-                               _worker_args, advertise_host, engine_config, tier_config)
-
+                               _store_gib, _worker_args, add_serve_parser, advertise_host, engine_config,
+                               serve_namespace, size_cluster_store, tier_config)
 
 
 def _serve(a: argparse.Namespace) -> int:
@@ -17,9 +17,9 @@ def _serve(a: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", a.worker_id):
         raise ValueError(f"--worker-id must be 1-64 of A-Z a-z 0-9 . _ -, got {a.worker_id!r}")
     if a.cmd == "serve" and a.topology != "single":
-        from warmpath.cluster.launcher import serve_cluster
+        from warmpath.launch.launcher import serve_cluster
 
-        return serve_cluster(_size_cluster_store(a), _model_id(a.model))
+        return serve_cluster(size_cluster_store(a), _model_id(a.model))
     import uvicorn
 
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
@@ -44,7 +44,7 @@ def _serve(a: argparse.Namespace) -> int:
         a.port = sock.getsockname()[1]
     registration = None
     if a.router:
-        from warmpath.cluster.netaddr import url_host
+        from warmpath.launch.netaddr import url_host
         from warmpath.worker.registration import RegistrationConfig
 
         registration = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role,
@@ -71,24 +71,6 @@ def _serve(a: argparse.Namespace) -> int:
     finally:
         if service is not None:
             service.stop()
-
-
-def _store_gib(a: argparse.Namespace, workers: int) -> float:
-    """``--l3-gib``, where ``auto`` is as many blocks as the L1 pools of the ``workers`` that
-    share this private store (``kv/sizing.py``), from the model's config; the KV is taken as
-    float32 unless ``--dtype`` or ``--device cuda`` say otherwise (then bfloat16 KV fits
-    twice as many blocks)."""
-    if a.l3_gib != "auto" or a.no_l3 or a.kv_store:
-        return 0.0 if a.l3_gib == "auto" else a.l3_gib
-    from warmpath.kv.sizing import GIB, l1_blocks, store_bytes
-    from warmpath.models.files import model_config
-
-    cfg = model_config(a.model)
-    half = a.dtype in ("bfloat16", "float16") or (a.dtype == "auto" and a.device.startswith("cuda"))
-    block = cfg.kv_bytes_per_token(2 if half else 4) * a.block_size
-    ctx = min(a.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-    blocks = l1_blocks(_auto(a.kv_cache_gib), block, ctx, a.block_size, a.max_num_seqs)
-    return store_bytes(workers, blocks, block) / GIB
 
 
 def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
@@ -165,27 +147,13 @@ def _prepare(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``warmpath`` command line (every subcommand)."""
-    from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES
+    from warmpath.launch.topology import PPD_MODES
     from warmpath.router.policy import POLICIES
 
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
     p.add_argument("--log-level", default="INFO")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
-    s.add_argument("--topology", default="single",
-                   help="single (one worker, no router) | " + " | ".join(TOPOLOGIES) + " | FILE.json "
-                        "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
-    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
-    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
-                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
-    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
-    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
-                   help="elastic CPD tiers (auto: on for cpd topologies)")
-    _admission_args(s)
-    s.add_argument("--drop-after-s", type=float, default=30.0)
-    s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")
-    _worker_args(s, role_required=False)
-    s.set_defaults(fn=_serve)
+    add_serve_parser(sub, fn=_serve)
     w = sub.add_parser("worker", help="one worker that registers with a router")
     _worker_args(w, role_required=True)
     w.set_defaults(fn=_serve)
@@ -210,14 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)
     from warmpath.bench.cli import add_parser as add_bench
-    from warmpath.calibrate import add_parser as add_calibrate
+    from warmpath.calibrate.cli import add_parser as add_calibrate
     from warmpath.sim.cli import add_parser as add_sim
 
-    from warmpath.sim.plan_cli import add_parser as add_plan
+    from warmpath.plan.cli import add_parser as add_plan
     from warmpath.sim.repro import add_parser as add_repro
     from warmpath.sim.map_cli import add_parser as add_map
 
-    from warmpath.cluster.store import add_parser as add_store
+    from warmpath.launch.store import add_parser as add_store
 
     add_store(sub)
     add_calibrate(sub)
@@ -227,21 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_map(sub)
     add_plan(sub)
     return p
-
-
-def serve_namespace(argv: list[str]) -> argparse.Namespace:
-    """``warmpath serve ARGV`` parsed, with a topology's ``--l3-gib auto`` sized as ``serve``
-    sizes it (for code that starts a cluster the way ``warmpath serve`` does)."""
-    a = build_parser().parse_args(["serve", *argv])
-    return _size_cluster_store(a) if a.topology != "single" else a
-
-
-def _size_cluster_store(a: argparse.Namespace) -> argparse.Namespace:
-    """``a`` with ``--l3-gib`` resolved for its topology's workers (``auto``: their L1s)."""
-    from warmpath.cluster.topology import resolve
-
-    a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
-    return a
 
 
 def main(argv: list[str] | None = None) -> int:

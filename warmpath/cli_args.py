@@ -1,6 +1,6 @@
-"""The ``warmpath`` command line's engine, worker and authentication flags, and the configs
-built from them (shared by ``serve``, ``worker`` and the launcher; ``warmpath.cli`` re-exports
-them)."""
+"""The ``warmpath`` command line's engine, worker, authentication and ``serve`` flags, and the
+configs built from them (shared by ``serve``, ``worker``, the launcher and ``calibrate``'s served
+phase, which starts a topology as ``serve`` does; ``warmpath.cli`` re-exports them)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--no-prefix-caching", action="store_true")
-    g.add_argument("--policy", default="decode-first", choices=("decode-first", "prefill-first"))
+    g.add_argument("--schedule-order", "--policy", dest="schedule_order", default="decode-first",
+                   choices=("decode-first", "prefill-first"),
+                   help="which work a step takes first (--policy: its former name)")
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t = p.add_argument_group("KV tiers")
@@ -79,17 +81,21 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="memory of the private Mooncake store (auto: as many blocks as every worker's L1)")
     t.add_argument("--no-l3", action="store_true", help="no distributed store")
     t.add_argument("--kv-protocol", default="tcp", choices=("tcp", "rdma"))
-    t.add_argument("--kv-write-policy", default=None, choices=("write-through", "write-back", "none"),
-                   help="default: write-through for prefill/decode roles (the P→D handoff goes "
-                        "through the store), write-back for replicas")
-    t.add_argument("--load-policy", default="auto", choices=("auto", "always", "never"))
+    t.add_argument("--kv-write-mode", "--kv-write-policy", dest="kv_write_mode", default=None,
+                   choices=("write-through", "write-back", "none"),
+                   help="when blocks reach L3; default: write-through for prefill/decode roles (the P→D "
+                        "handoff goes through the store), write-back for replicas (--kv-write-policy: former name)")
+    t.add_argument("--kv-load-mode", "--load-policy", dest="kv_load_mode", default="auto",
+                   choices=("auto", "always", "never"),
+                   help="load cached blocks from L2/L3 or recompute them: auto (cheaper wins) | always | never "
+                        "(--load-policy: former name)")
     t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
     t.add_argument("--worker-id", default="worker")
 
 
 def tier_config(a: argparse.Namespace, service=None):
     from warmpath.engine.tiered_kv import TierConfig
-    from warmpath.cluster.netaddr import parse_kv_store
+    from warmpath.launch.netaddr import parse_kv_store
     from warmpath.kv.mooncake_store import MooncakeConfig
 
     l3 = None
@@ -97,8 +103,8 @@ def tier_config(a: argparse.Namespace, service=None):
         master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
         l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
                             local_hostname=advertise_host(a))
-    write = a.kv_write_policy or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
-    return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_policy=write, load_policy=a.load_policy,
+    write = a.kv_write_mode or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
+    return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_mode=write, load_mode=a.kv_load_mode,
                       events_host=a.host, events_port=a.kv_events_port,
                       events_advertise_host=advertise_host(a),
                       events_token=getattr(a, "cluster_token", None),
@@ -109,7 +115,7 @@ def advertise_host(a: argparse.Namespace) -> str:
     """The address other hosts reach this worker at: ``--advertise-host``, else ``--host``
     unless it is a wildcard, else the local address of the route to the router (or the
     Mooncake master); 127.0.0.1 when nothing says otherwise."""
-    from warmpath.cluster.netaddr import is_wildcard, route_source
+    from warmpath.launch.netaddr import is_wildcard, route_source
 
     if getattr(a, "advertise_host", None):
         return a.advertise_host
@@ -138,7 +144,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
         max_model_len=a.max_model_len, num_threads=a.threads,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
-                                  enable_chunked_prefill=not a.no_chunked_prefill, policy=a.policy))
+                                  enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))
 
 
 def _admission_args(p: argparse.ArgumentParser) -> None:
@@ -195,3 +201,61 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                         "per sequence) to DIR/<worker-id>.jsonl")
     _auth_args(p)
     _engine_args(p)
+
+
+def _store_gib(a: argparse.Namespace, workers: int) -> float:
+    """``--l3-gib``, where ``auto`` is as many blocks as the L1 pools of the ``workers`` that
+    share this private store (``kv/sizing.py``), from the model's config; the KV is taken as
+    float32 unless ``--dtype`` or ``--device cuda`` say otherwise (then bfloat16 KV fits
+    twice as many blocks)."""
+    if a.l3_gib != "auto" or a.no_l3 or a.kv_store:
+        return 0.0 if a.l3_gib == "auto" else a.l3_gib
+    from warmpath.kv.sizing import GIB, l1_blocks, store_bytes
+    from warmpath.models.files import model_config
+
+    cfg = model_config(a.model)
+    half = a.dtype in ("bfloat16", "float16") or (a.dtype == "auto" and a.device.startswith("cuda"))
+    block = cfg.kv_bytes_per_token(2 if half else 4) * a.block_size
+    ctx = min(a.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    blocks = l1_blocks(_auto(a.kv_cache_gib), block, ctx, a.block_size, a.max_num_seqs)
+    return store_bytes(workers, blocks, block) / GIB
+
+
+def add_serve_parser(sub, fn=None) -> None:
+    """``warmpath serve``'s flags: one worker, or a whole topology behind a router."""
+    from warmpath.launch.topology import PPD_MODES, TOPOLOGIES
+    from warmpath.router.policy import POLICIES
+
+    s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
+    s.add_argument("--topology", default="single",
+                   help="single (one worker, no router) | " + " | ".join(TOPOLOGIES) + " | FILE.json "
+                        "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
+    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
+    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
+                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
+    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
+    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
+                   help="elastic CPD tiers (auto: on for cpd topologies)")
+    _admission_args(s)
+    s.add_argument("--drop-after-s", type=float, default=30.0)
+    s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")
+    _worker_args(s, role_required=False)
+    s.set_defaults(fn=fn)
+
+
+def serve_namespace(argv: list[str]) -> argparse.Namespace:
+    """``warmpath serve ARGV`` parsed, with a topology's ``--l3-gib auto`` sized as ``serve``
+    sizes it (for code that starts a cluster the way ``warmpath serve`` does)."""
+    p = argparse.ArgumentParser(prog="warmpath")
+    p.add_argument("--log-level", default="INFO")
+    add_serve_parser(p.add_subparsers(dest="cmd", required=True))
+    a = p.parse_args(["serve", *argv])
+    return size_cluster_store(a) if a.topology != "single" else a
+
+
+def size_cluster_store(a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` with ``--l3-gib`` resolved for its topology's workers (``auto``: their L1s)."""
+    from warmpath.launch.topology import resolve
+
+    a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
+    return a

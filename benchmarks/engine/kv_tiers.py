@@ -77,7 +77,7 @@ def _tiers(blocks: int, mc: MooncakeConfig | None, l2_gib: float) -> tuple[Tiere
     """A worker's tiers over a SmolLM2-135M-shaped L1 (30 layers, 3 KV heads × 64, fp32)."""
     kv = torch.randn(30, 2, blocks, 16, 3, 64)
     pool = BlockPool(blocks)
-    t = TieredKV(TierConfig(l2_gib=l2_gib, l3=mc, write_policy="write-through", events=False,
+    t = TieredKV(TierConfig(l2_gib=l2_gib, l3=mc, write_mode="write-through", events=False,
                             l3_check_interval_s=0, l2_checksum=True, kv_secret="bench-secret"), kv, pool, 16)
     return t, BlockManager(pool, 16)
 
@@ -202,7 +202,7 @@ def main() -> None:
     res: dict = {"tokens": len(prompt)}
     with MooncakeService(segment_bytes=1 << 30) as svc:
         mc = MooncakeConfig(master=svc.master, metadata=svc.metadata, staging_blocks=32)
-        tiers = TierConfig(l2_gib=0.5, l3=mc, write_policy="write-through", load_policy="always")
+        tiers = TierConfig(l2_gib=0.5, l3=mc, write_mode="write-through", load_mode="always")
         a_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, tiers=tiers), loaded=lm)
         plain = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, enable_prefix_caching=False),
                           loaded=lm)
@@ -214,7 +214,7 @@ def main() -> None:
         res["l2_s"], tok2 = ttft(a_eng, prompt)
         res["l2_loaded_tokens"] = a_eng.tiers.stats.loaded_tokens["L2"]
         b_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, tiers=TierConfig(
-            l2_gib=0.5, l3=mc, load_policy="always")), loaded=lm)
+            l2_gib=0.5, l3=mc, load_mode="always")), loaded=lm)
         res["l3_s"], tok3 = ttft(b_eng, prompt)              # fresh worker: L3 only
         s = b_eng.tiers.l3.stats
         res["l3_loaded_tokens"] = b_eng.tiers.stats.loaded_tokens["L3"]

@@ -1,6 +1,6 @@
 """Router decision time (``benchmarks/policies/sim_policies.py`` part C): block hashes, KV index lookups
-and ``Planner.plan`` with the learnt model and the CPD policy, the tokenizer excluded, as the
-router's handler runs them (``BlockHashCache.hashes`` then the planner's snapshot and plan).
+and ``RouteDecider.decide_route`` with the learnt model and the CPD policy, the tokenizer excluded, as the
+router's handler runs them (``BlockHashCache.hashes`` then the decider's snapshot and route decision).
 
 Three workers (pre-prefill ``c0``, prefill ``p0``, decode ``d0``); the index holds the first
 half of the prompt's blocks in ``p0``'s L1 and all of them in L3 (as before this split).
@@ -35,7 +35,7 @@ from warmpath.kv.events import BlockStored
 from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
 from warmpath.router.index import GlobalKVIndex
-from warmpath.router.plan import Planner
+from warmpath.router.route import RouteDecider
 from warmpath.router.policy import CPDPolicy
 from warmpath.router.views import WorkerView
 
@@ -51,15 +51,15 @@ def indexed(hashes: list[bytes]) -> GlobalKVIndex:
     return index
 
 
-def decide(cache: BlockHashCache, index: GlobalKVIndex, planner: Planner, ids: list[int],
+def decide(cache: BlockHashCache, index: GlobalKVIndex, decider: RouteDecider, ids: list[int],
            sid: str) -> tuple[float, float]:
     """One decision, timed: (hash seconds, index + plan seconds)."""
     t0 = time.perf_counter()
     hs = cache.hashes(NS, ids, sid)
     t1 = time.perf_counter()
-    rv = planner.request_view(len(ids), hs, NS.block_size, sid, None, 128)
-    snap = planner.snapshot(VIEWS, lambda w: index.lookup(w, hs, 0.0), None, 46080, 0.0)
-    planner.plan(rv, snap, arrival=False)
+    rv = decider.request_view(len(ids), hs, NS.block_size, sid, None, 128)
+    snap = decider.snapshot(VIEWS, lambda w: index.lookup(w, hs, 0.0), None, 46080, 0.0)
+    decider.decide_route(rv, snap, arrival=False)
     return t1 - t0, time.perf_counter() - t1
 
 
@@ -76,18 +76,18 @@ def summary(times: list[tuple[float, float]]) -> dict:
 
 def run_size(n: int, iters: int) -> dict:
     rng = np.random.default_rng(n)
-    planner, cache = Planner(CPDPolicy()), BlockHashCache()
+    decider, cache = RouteDecider(CPDPolicy()), BlockHashCache()
     cold = []
     for i in range(iters):
         ids = rng.integers(0, 50000, n).tolist()
         index = indexed(hash_prefix_blocks(NS, ids))
-        cold.append(decide(cache, index, planner, ids, f"cold-{i}"))
+        cold.append(decide(cache, index, decider, ids, f"cold-{i}"))
     base = rng.integers(0, 50000, n).tolist()
     index, follow = indexed(hash_prefix_blocks(NS, base)), []
     for i in range(iters):
-        decide(cache, index, planner, base, "s")              # the previous turn, untimed
+        decide(cache, index, decider, base, "s")              # the previous turn, untimed
         ids = base + rng.integers(0, 50000, int(rng.integers(64, 1025))).tolist()
-        follow.append(decide(cache, index, planner, ids, "s"))
+        follow.append(decide(cache, index, decider, ids, "s"))
     return {"cold": summary(cold), "follow_up": summary(follow)}
 
 

@@ -22,7 +22,7 @@ from benchmarks.sim_accuracy import sim_validation as val
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.metrics import summarize
-from warmpath.cluster.topology import Topology, resolve
+from warmpath.launch.topology import Topology, resolve
 from warmpath.router.estimate import estimate
 from warmpath.router.policy import CPDPolicy, harm_s, tier_class
 from warmpath.sim.run import build
@@ -52,16 +52,16 @@ def setup_for(name: str, prof, seed: int, cpd=None):
 
 
 def instrument(sim) -> dict:
-    """Wrap the planner and the client: a row per request, filled at plan, dispatch and end."""
+    """Wrap the decider and the client: a row per request, filled at plan, dispatch and end."""
     rows: list[dict] = []
-    plan, ended = sim.planner.plan, sim.client.ended
+    plan, ended = sim.decider.decide_route, sim.client.ended
     cur = {}
 
     def planned(rv, snap, allow_local=True, arrival=True):
         d = plan(rv, snap, allow_local, arrival)
         cand = {}
-        if isinstance(sim.planner.policy, CPDPolicy):
-            cfg = sim.planner.policy.cfg
+        if isinstance(sim.decider.policy, CPDPolicy):
+            cfg = sim.decider.policy.cfg
             for w in snap.by_role("pre-prefill", "prefill"):
                 e = estimate(w, rv, snap)
                 h = cfg.harm_weight * harm_s(w, e, snap) * cfg.slo(d.cls) / cfg.slo(tier_class(w))
@@ -91,7 +91,7 @@ def instrument(sim) -> dict:
             req.__dict__["_second"] = sim.now - req.arrival
         return token(req, seq, finished)
 
-    sim.planner.plan, sim.client.ended, sim._dispatch, sim._decode_token = planned, done, dispatched, decoded
+    sim.decider.decide_route, sim.client.ended, sim._dispatch, sim._decode_token = planned, done, dispatched, decoded
     return rows
 
 
@@ -142,13 +142,13 @@ def noisy_observations(sim, cv: float) -> None:
     import random
     from dataclasses import replace as _r
     rng, sigma = random.Random(1), math.sqrt(math.log1p(cv * cv))
-    observe = sim.planner.observe_prefill
+    observe = sim.decider.observe_prefill
 
     def observed(o, view):
         f = math.exp(rng.gauss(-sigma * sigma / 2, sigma))
         extra = (o.worker_s - o.queue_s) * (f - 1)
         return observe(_r(o, worker_s=o.worker_s + extra, round_trip_s=o.round_trip_s + extra), view)
-    sim.planner.observe_prefill = observed
+    sim.decider.observe_prefill = observed
 
 
 def sweep(setup, rates: list[float], duration: float):
@@ -162,7 +162,7 @@ def sweep(setup, rates: list[float], duration: float):
     out = {}
     for rate in rates:
         start, seen = sim.now + 1.0, len(sim.records)
-        print(f"  model before rate {rate}: " + "; ".join(f"{w}: {m.params()}" for w, m in sim.planner.model.workers.items()))
+        print(f"  model before rate {rate}: " + "; ".join(f"{w}: {m.params()}" for w, m in sim.decider.model.workers.items()))
         times = arrival_times(ArrivalConfig(rate, duration, seed=real.SEED))
         sessions = real.agent(len(times), real.SEED + int(rate * 1000))
         for s, t in zip(sessions, times):

@@ -33,8 +33,8 @@ from warmpath.bench.plots import plot_summaries
 from warmpath.bench.prom import samples
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import run_rate, sweep_summary, write_results
-from warmpath.cluster import launcher
-from warmpath.cluster.topology import resolve
+from warmpath.launch import launcher
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 from warmpath.models.loader import load_tokenizer
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.metrics import summarize
 from warmpath.bench.workload import coding_agent, fast_tokens
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.sim.run import build
 
 DRIFT = Topology("cpd-2p2p2d", "cpd", {"pre-prefill": 2, "prefill": 2, "decode": 2})
@@ -35,7 +35,7 @@ def drift_sessions(rate: float, phase_s: float, seed: int):
 
 def part_drift(rate: float, phase_s: float, seed: int, window_s: float = 20.0) -> dict:
     from warmpath.bench.workload import Session, Turn, repo_contexts
-    from warmpath.sim.profiles import HARDWARE, MODELS
+    from warmpath.sim.hardware import HARDWARE, MODELS
     from warmpath.router.admission import AdmissionConfig
     from warmpath.sim.run import SimSetup
 

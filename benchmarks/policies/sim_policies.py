@@ -44,7 +44,7 @@ from benchmarks.sim_accuracy import sim_validation as val  # the validated CPU p
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.metrics import summarize
 from warmpath.bench.workload import coding_agent, fast_tokens
-from warmpath.cluster.topology import Topology, resolve
+from warmpath.launch.topology import Topology, resolve
 from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD
 from warmpath.sim.run import build
 
@@ -162,7 +162,7 @@ B200_GUESS = {0.0: 8.14, 0.1: 8.14, 0.25: 8.14, 0.5: 5.05, 0.75: 3.45}   # sessi
 
 def b200_setup(topo: Topology, in_flight: int | None = B200_IN_FLIGHT):
     from warmpath.router.admission import AdmissionConfig
-    from warmpath.sim.profiles import HARDWARE, MODELS
+    from warmpath.sim.hardware import HARDWARE, MODELS
     from warmpath.sim.run import SimSetup
 
     # admission as the router does it (None: sized to the fleet, router/admission.fleet_limit,

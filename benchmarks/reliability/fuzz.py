@@ -1,5 +1,5 @@
 """Fuzzing a running cluster, the full run (issue 17); its short seeded subset is
-tests/cluster/test_fuzz.py.
+tests/launch/test_fuzz.py.
 
 Starts ``warmpath serve --topology T`` (router, workers, Mooncake: real processes, real
 SmolLM2, small KV pools) and, while a greedy streamed "canary" request runs again and again
@@ -45,7 +45,7 @@ from tests.bad_requests import PUBLIC, ROUTER_INTERNAL, WORKER_INTERNAL, check, 
 from tests.fuzzing import Canary, Fuzzer, log_alarms
 from tests.raw_requests import (cases as raw_cases, check_raw, engine_state, generating,
                                 leave_before_answer, leave_mid_stream, wait_idle)
-from warmpath.cluster.topology import resolve
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -36,7 +36,7 @@ import httpx
 
 from warmpath.bench.prom import sample_value
 from benchmarks.reliability.cluster_procs import cmdline, start_time, stop, tree, wait_ready
-from warmpath.cluster.topology import resolve
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -45,7 +45,7 @@ from benchmarks.reliability.memory import _git
 from benchmarks.reliability.soak_load import LOST_HINT, encoder, prime, run_load, sessions
 from benchmarks.reliability.soak_report import as_json, drifts, fill_times, idle_fds, plot, table, verdict, without_kv
 from benchmarks.reliability.soak_sampler import Sampler, series
-from warmpath.cluster.topology import resolve
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -48,9 +48,9 @@ from pathlib import Path
 from benchmarks.common import workload as real  # the workload of the real runs
 from benchmarks.sim_accuracy import sim_validation as val  # the validated CPU profile
 
-from warmpath.sim.plan import PlanConfig, plan
-from warmpath.sim.plan_eval import SimEvaluator
-from warmpath.sim.plan_space import candidates
+from warmpath.plan.search import PlanConfig, plan
+from warmpath.plan.evaluate import SimEvaluator
+from warmpath.plan.space import candidates
 
 GRID = (0.15, 0.2, 0.25)
 TARGET = real.TARGET                 # bench/targets.CLUSTER_TARGET, as cluster.py's runs

@@ -40,10 +40,10 @@ import httpx
 from benchmarks.common import workload as real  # the cluster benchmark's workload and worker flags
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
-from warmpath.calibrate_served import cpu_seconds, request_once, tier_seconds
+from warmpath.calibrate.served import cpu_seconds, request_once, tier_seconds
 from warmpath.bench.prom import sample_value
-from warmpath.cluster import launcher
-from warmpath.cluster.topology import resolve
+from warmpath.launch import launcher
+from warmpath.launch.topology import resolve
 from warmpath.procs import free_port
 from warmpath.engine.step_trace import overlap, overlaps, read_step_trace
 from warmpath.engine.step_model import StepModel

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import coding_agent
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.router.admission import AdmissionConfig
-from warmpath.sim.profiles import HARDWARE, MODELS
+from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.run import SimSetup, simulate_rate
 
 TOPO = Topology("cpd-64gpu", "cpd", {"pre-prefill": 4, "prefill": 4, "decode": 32})

@@ -33,11 +33,11 @@ from benchmarks.common import workload as real  # benchmarks/policies/real_polic
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.metrics import summarize
 from warmpath.bench.workload import Session, Turn, repo_contexts
-from warmpath.cluster.topology import resolve
+from warmpath.launch.topology import resolve
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
 from warmpath.sim.cli import CPU
-from warmpath.sim.profiles import MODELS
+from warmpath.sim.hardware import MODELS
 from warmpath.sim.run import SimSetup, build
 
 GIB = 1 << 30

@@ -46,7 +46,7 @@ def test_store_full_then_evicting_keeps_the_index_honest():
     flags = ("--eviction_high_watermark_ratio=0.6", "--eviction_ratio=0.5", "--default_kv_lease_ttl=50")
     with MooncakeService(segment_bytes=16 << 20, master_args=flags) as svc:
         l3 = MooncakeConfig(master=svc.master, metadata=svc.metadata, staging_blocks=8, op_timeout_s=5)
-        tiers = TieredKV(TierConfig(l2_gib=0, l3=l3, write_policy="write-through",
+        tiers = TieredKV(TierConfig(l2_gib=0, l3=l3, write_mode="write-through",
                                     l3_check_interval_s=3600, l3_check_blocks=1000),   # checked when the test says
                          kv, pool, BS, "w")
         sub = KVEventSubscriber(tiers.events.endpoint, tiers.events.replay_endpoint)

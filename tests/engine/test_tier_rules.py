@@ -17,12 +17,12 @@ BS = 4
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=BS)
 
 
-def setup(blocks, l2, store_blocks, policy):
+def setup(blocks, l2, store_blocks, write_mode):
     pool = BlockPool(blocks, enable_caching=True)
     store = SimStore(store_blocks, SharedLink(1e9))
     mover = SimTierMover(l2, store, 1000, 1e9, 1e9)
     batches = []
-    rules = TierRules(mover, pool, BS, policy, LoadCostModel("always"), batches.append,
+    rules = TierRules(mover, pool, BS, write_mode, LoadCostModel("always"), batches.append,
                       tokens_in_events=False)
     return pool, BlockManager(pool, BS), mover, rules, batches
 
@@ -98,7 +98,7 @@ def test_lookup_loads_l2_then_l3_and_a_failed_load_is_recomputed_and_uncounted()
     assert mover.load_s == 1000 / 1e9 + mover.store.link.latency_s + 1000 / 1e9
 
 
-def test_the_simulator_uses_the_rules_and_has_no_policy_of_its_own():
+def test_the_simulator_uses_the_rules_and_has_no_tier_rules_of_its_own():
     import warmpath.sim.worker as sw
 
     src = inspect.getsource(sw)

@@ -36,7 +36,7 @@ def reference(smollm, prompts):
 
 def engine(loaded, blocks=32, l2_gib=0.05, l3=None, write="write-back", load="always", salt_events=True):
     return LLMEngine(EngineConfig(num_blocks=blocks, tiers=TierConfig(
-        l2_gib=l2_gib, l3=l3, write_policy=write, load_policy=load, events=salt_events)), loaded=loaded)
+        l2_gib=l2_gib, l3=l3, write_mode=write, load_mode=load, events=salt_events)), loaded=loaded)
 
 
 def l3cfg(svc):

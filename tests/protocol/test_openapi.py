@@ -1,6 +1,6 @@
 """What the OpenAPI schema promises is what the app answers: the error statuses in OpenAI's
 shape, the stream and text media types, and no FastAPI 422 (the app answers 400). That the
-running servers keep these promises is checked by tests/cluster/test_fuzz.py."""
+running servers keep these promises is checked by tests/launch/test_fuzz.py."""
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response

@@ -4,7 +4,7 @@ the classes from what the simulated cache gave — by the bench's own rule (same
 from tests.sim.test_simulator import one_turn, run, setup
 from warmpath.bench import reuse, runner
 from warmpath.bench.workload import Session, Turn
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.router.admission import AdmissionConfig
 from warmpath.sim import client
 

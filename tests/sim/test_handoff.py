@@ -5,9 +5,9 @@ import pytest
 
 from tests.sim.test_simulator import one_turn, run, setup
 from warmpath.bench.workload import Session, Turn
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.sim.handoff import PDHandoff
-from warmpath.sim.profiles import MODELS
+from warmpath.sim.hardware import MODELS
 
 PD = Topology("pd", "pd", {"prefill": 1, "decode": 1})
 KVB = MODELS["llama-3.1-8b"].kv_bytes_per_token

@@ -4,7 +4,7 @@ on hand-worked timelines (0.1 s per step, ``test_simulator.Constant``)."""
 import pytest
 
 from warmpath.bench.workload import Session, Turn
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.router.admission import AdmissionConfig
 from warmpath.sim.run import build, hit_ratio, simulate_rate
 

@@ -9,17 +9,17 @@ import pytest
 
 import warmpath.sim
 from warmpath.bench.workload import Session, Turn, coding_agent, long_conversations
-from warmpath.cluster.topology import Topology, resolve
+from warmpath.launch.topology import Topology, resolve
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
 from warmpath.kv.block_codec import header_size
 from warmpath.kv.block_pool import BlockPool
 from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
-from warmpath.router.plan import Planner
+from warmpath.router.route import RouteDecider
 from warmpath.router.policy import CPDPolicy, RoutingPolicy
 from warmpath.router.sessions import SessionTable
-from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
+from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
 from warmpath.sim.run import SimSetup, build, simulate_rate
 from warmpath.sim.step_time import Roofline, StepTime
 
@@ -187,18 +187,18 @@ def test_runs_the_production_classes():
     sim = build(SimSetup(resolve("cpd-1d"), MODELS["llama-3.1-8b"], HARDWARE["h100"]))
     w = sim.workers["prefill-0"]
     assert type(w.sched) is Scheduler and type(w.bm) is BlockManager and type(w.pool) is BlockPool
-    assert type(sim.planner) is Planner and type(sim.planner.policy) is CPDPolicy
+    assert type(sim.decider) is RouteDecider and type(sim.decider.policy) is CPDPolicy
     assert type(sim.admission) is Admission
     assert type(sim.index) is GlobalKVIndex and type(sim.sessions) is SessionTable
     # no module of the simulator defines its own scheduler, block manager, pool or policy
     production = {"Scheduler", "BlockManager", "BlockPool", "Admission", "GlobalKVIndex", "SessionTable",
-                  "Planner", "ColdRule"}
+                  "RouteDecider", "ColdRule"}
     for mod in pkgutil.iter_modules(warmpath.sim.__path__):
         m = __import__(f"warmpath.sim.{mod.name}", fromlist=["x"])
         for name, obj in inspect.getmembers(m, inspect.isclass):
             if obj.__module__ == m.__name__:
                 assert name not in production, f"{m.__name__} forks {name}"
-                assert not issubclass(obj, (RoutingPolicy, Scheduler, BlockPool, Planner)), f"{m.__name__}.{name}"
+                assert not issubclass(obj, (RoutingPolicy, Scheduler, BlockPool, RouteDecider)), f"{m.__name__}.{name}"
 
 
 def test_roofline_numbers():

@@ -13,7 +13,7 @@ def test_fresh_worker_loads_prompt_from_l3(mooncake, smollm):
     assert len(prompt) == 1500
     body = {"model": M, "prompt": prompt, "max_tokens": 16, "temperature": 0}
     store = f"{mooncake.master},{mooncake.metadata}"
-    with serve_process("--kv-store", store, "--kv-write-policy", "write-through",
+    with serve_process("--kv-store", store, "--kv-write-mode", "write-through",
                        "--max-num-batched-tokens", "512") as a:
         ra = httpx.post(a + "/v1/completions", json=body, timeout=300).json()
         assert ra["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

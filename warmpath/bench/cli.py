@@ -173,6 +173,14 @@ def main(a: argparse.Namespace, sim_sweep=None) -> int:
     return 0
 
 
+def run(argv: list[str]) -> int:
+    """``warmpath bench ARGV`` in this process, against a URL (for code that drives a
+    deployment as the command does, e.g. ``calibrate``'s served phase)."""
+    p = argparse.ArgumentParser(prog="warmpath")
+    add_parser(p.add_subparsers(dest="cmd", required=True))
+    return main(p.parse_args(["bench", *argv]))
+
+
 def print_summary(summary: dict, extra=lambda run: "") -> None:
     """One line per rate (TTFT says what it is timed from), then the highest sustained rate."""
     fmt = lambda x: "-" if x is None else f"{x:.3f}"

@@ -9,7 +9,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from warmpath.engine.llm_engine import LLMEngine, RequestOutput
+from warmpath.engine.llm_engine import LLMEngine
+from warmpath.engine.request_output import RequestOutput
 from warmpath.engine.sequence import SamplingParams
 
 log = logging.getLogger(__name__)

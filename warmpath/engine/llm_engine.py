@@ -1,9 +1,9 @@
-"""The engine of one worker: scheduler + block manager + model runner + detokenizer."""
+"""The engine of one worker: scheduler + block manager + model runner, stepped; what each
+request is told after a step is ``request_output.py``'s."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -11,10 +11,11 @@ import torch
 
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.tiered_kv import TierConfig, TieredKV
-from warmpath.engine.detokenizer import IncrementalDetokenizer
 from warmpath.engine.model_runner import ModelRunner
+from warmpath.engine.request_output import OutputAssembler, RequestOutput
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
 from warmpath.engine.sequence import SamplingParams, Sequence
+from warmpath.engine.step_trace import StepTraceWriter
 from warmpath.engine.tier_rules import credit_l3_writes
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.hashing import KVNamespace
@@ -68,26 +69,6 @@ class EngineConfig:
         return torch.device(dev), getattr(torch, dt)
 
 
-@dataclass
-class RequestOutput:
-    """What one step produced for one request."""
-
-    request_id: str
-    new_token_ids: list[int]
-    text: str
-    finished: bool
-    finish_reason: str | None
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    queue_time: float | None = None  # arrival → first scheduled (set with the first token)
-    error: str | None = None         # the request failed inside a step (it alone; finished)
-    # cached_tokens by origin: {"L1": reused, "L2": loaded, "L3": loaded} (None: not scheduled)
-    cached_by_tier: dict[str, int] | None = None
-    l3_written_blocks: int = 0       # blocks of this request this worker wrote to L3 so far
-    l3_prompt_blocks: int | None = None   # full prompt blocks known in L3 (with the first token)
-
-
 class LLMEngine:
     """Synchronous engine: ``add_request`` then call ``step`` until idle."""
 
@@ -123,12 +104,12 @@ class LLMEngine:
             tokenizer=self.tokenizer.identity if self.tokenizer else "")
         self.eos_ids = tuple(mcfg.eos_token_ids)
         self._seqs: dict[str, Sequence] = {}
-        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self.outputs = OutputAssembler(self.tokenizer, self.eos_ids)
         self._ids = itertools.count()
         self._initial: dict[str, RequestOutput] = {}
         self.num_steps = 0
         self.busy_seconds = 0.0     # wall time inside step() with work to do (loads and puts included)
-        self._trace = open(config.step_trace, "a", buffering=1) if config.step_trace else None
+        self._trace = StepTraceWriter(config.step_trace) if config.step_trace else None
 
     # -- requests ----------------------------------------------------------
     def check_prompt(self, num_prompt_tokens: int, max_tokens: int) -> None:
@@ -167,7 +148,7 @@ class LLMEngine:
                        arrival_time=arrival_time or time.monotonic())
         try:
             self._seqs[rid] = seq
-            self._detok[rid] = IncrementalDetokenizer(self.tokenizer, params.stop)
+            self.outputs.open(rid, params.stop)
             if prefix:
                 seq.output_token_ids.extend(prefix)
                 seq.first_token_time = seq.first_scheduled_time = seq.arrival_time
@@ -177,36 +158,24 @@ class LLMEngine:
             self.scheduler.add(seq)
         except BaseException:   # leave no trace of a request that was not added
             self._seqs.pop(rid, None)
-            self._detok.pop(rid, None)
+            self.outputs.close(rid)
             self._initial.pop(rid, None)
             raise
         return rid
 
     def _prefix_output(self, seq: Sequence) -> RequestOutput:
-        det = self._detok[seq.request_id]
-        reason = self.scheduler.stop_reason(seq, seq.output_token_ids[-1], self.eos_ids)
-        text = det.update(seq.output_token_ids, final=reason is not None)
-        if det.stopped and reason is None:
-            reason = "stop"
-        if reason is not None:
-            seq.finish_reason = reason
+        out = self.outputs.prefix(seq, self.scheduler.stop_reason(seq, seq.output_token_ids[-1], self.eos_ids))
+        if out.finished:
+            seq.finish_reason = out.finish_reason
             self._seqs.pop(seq.request_id, None)
-            self._detok.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, list(seq.output_token_ids), text, reason is not None,
-                             reason, seq.num_prompt_tokens, 0, len(seq.output_token_ids), 0.0)
+        return out
 
     def early_prefix_output(self, request_id: str, num_prompt_tokens: int, params: SamplingParams,
                             prefix: list[int] | None) -> RequestOutput | None:
-        """The output :meth:`add_request` will produce for ``prefix``, computed without
-        touching engine state (safe from another thread), when the prefix surely does not
-        end the request (no stop strings, no stop/EOS token, ``max_tokens`` > its length);
-        ``None`` otherwise."""
-        if not prefix or params.stop or len(prefix) >= params.max_tokens:
-            return None
-        if any(t in params.stop_token_ids or (t in self.eos_ids and not params.ignore_eos) for t in prefix):
-            return None
-        text = IncrementalDetokenizer(self.tokenizer, ()).update(list(prefix))
-        return RequestOutput(request_id, list(prefix), text, False, None, num_prompt_tokens, 0, len(prefix), 0.0)
+        """The output :meth:`add_request` will produce for ``prefix`` when it surely does not
+        end the request, computed without touching engine state (safe from another thread);
+        ``None`` otherwise (``OutputAssembler.early_prefix``)."""
+        return self.outputs.early_prefix(request_id, num_prompt_tokens, params, prefix)
 
     def take_initial_output(self, request_id: str) -> RequestOutput | None:
         """The output for an ``output_prefix`` given to :meth:`add_request` (once)."""
@@ -214,26 +183,28 @@ class LLMEngine:
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free its blocks; ``False`` if unknown or already done."""
-        seq = self._seqs.pop(request_id, None)
+        seq = self._seqs.get(request_id)
         if seq is None:
             return False
         self.scheduler.finish(seq, "abort")
-        self._detok.pop(request_id, None)
-        self.runner.sampler.release(request_id)
+        self._forget(request_id)
         return True
 
     def fail(self, request_id: str, error: str) -> RequestOutput | None:
         """Fail one request (an error its own data caused inside a step): free its blocks
         and sampler state, leave every other request as it was. ``None`` if unknown."""
-        seq = self._seqs.pop(request_id, None)
+        seq = self._seqs.get(request_id)
         if seq is None:
             return None
         self.scheduler.finish(seq, "error")
-        self._detok.pop(request_id, None)
+        self._forget(request_id)
+        return self.outputs.failed(seq, error)
+
+    def _forget(self, request_id: str) -> None:
+        """A request ended: drop it, its text and its sampler state."""
+        self._seqs.pop(request_id, None)
+        self.outputs.close(request_id)
         self.runner.sampler.release(request_id)
-        return RequestOutput(request_id, [], "", True, "error", seq.num_prompt_tokens,
-                             max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error,
-                             cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -288,10 +259,8 @@ class LLMEngine:
                     outputs.append(failed)
         end = time.perf_counter()
         self.busy_seconds += end - start
-        if self._trace is not None:   # monotonic clock: comparable across processes on one machine
-            now = time.monotonic()
-            self._trace.write(json.dumps({"t0": now - (end - start), "t1": now, "exec_s": exec_s,
-                                          "tiers_s": tiers_s, "items": items}) + "\n")
+        if self._trace is not None:
+            self._trace.write(end - start, exec_s, tiers_s, items)
         return outputs
 
     def idle(self) -> None:
@@ -301,23 +270,14 @@ class LLMEngine:
 
     def _output(self, seq: Sequence, done: bool) -> RequestOutput:
         """The output of a sequence that just got a token (forgets it when done)."""
-        rid = seq.request_id
-        det = self._detok[rid]
-        text = det.update(seq.output_token_ids, final=done)
-        if det.stopped and not done:
+        text, stopped = self.outputs.token_text(seq, done)
+        if stopped and not done:
             self.scheduler.finish(seq, "stop")
             done = True
-        out = RequestOutput(
-            rid, [seq.output_token_ids[-1]], text, done, seq.finish_reason,
-            seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
-            (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time
-            if len(seq.output_token_ids) == 1 else None,
-            cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks,
-            l3_prompt_blocks=self._l3_prompt_blocks(seq) if len(seq.output_token_ids) == 1 else None)
+        first = len(seq.output_token_ids) == 1
+        out = self.outputs.token(seq, text, done, self._l3_prompt_blocks(seq) if first else None)
         if done:
-            self._seqs.pop(rid, None)
-            self._detok.pop(rid, None)
-            self.runner.sampler.release(rid)
+            self._forget(seq.request_id)
         return out
 
     def _l3_prompt_blocks(self, seq: Sequence) -> int:

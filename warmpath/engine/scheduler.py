@@ -26,14 +26,14 @@ class SchedulerConfig:
         max_num_seqs: running sequences at most.
         max_num_batched_tokens: tokens computed per step at most.
         enable_chunked_prefill: split prompts across steps to fit the budget.
-        policy: ``"decode-first"`` or ``"prefill-first"``.
+        order: ``"decode-first"`` or ``"prefill-first"`` (which kind of work a step takes first).
         max_model_len: context window (prompt + output).
     """
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
     enable_chunked_prefill: bool = True
-    policy: str = "decode-first"
+    order: str = "decode-first"
     max_model_len: int = 8192
 
     def __post_init__(self) -> None:
@@ -41,8 +41,8 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs must be > 0, got {self.max_num_seqs}")
         if self.max_num_batched_tokens <= 0:
             raise ValueError(f"max_num_batched_tokens must be > 0, got {self.max_num_batched_tokens}")
-        if self.policy not in ("decode-first", "prefill-first"):
-            raise ValueError(f"policy must be 'decode-first' or 'prefill-first', got {self.policy!r}")
+        if self.order not in ("decode-first", "prefill-first"):
+            raise ValueError(f"order must be 'decode-first' or 'prefill-first', got {self.order!r}")
         if self.max_model_len <= 1:
             raise ValueError(f"max_model_len must be > 1, got {self.max_model_len}")
 
@@ -123,7 +123,7 @@ class Scheduler:
         """Pick what to compute this step."""
         out = SchedulerOutput()
         budget = [self.cfg.max_num_batched_tokens]
-        if self.cfg.policy == "decode-first":
+        if self.cfg.order == "decode-first":
             self._schedule_running(out, budget)
             self._schedule_waiting(out, budget)
         else:

@@ -1,4 +1,4 @@
-"""Read and analyse engine step traces (``warmpath worker --step-trace``; pure, no torch).
+"""Write, read and analyse engine step traces (``warmpath worker --step-trace``; no torch).
 
 A trace holds one JSON line per engine step: ``t0``/``t1`` (monotonic seconds, comparable
 across the processes of one machine), ``exec_s`` (compute), ``tiers_s`` (KV-tier work at the
@@ -12,11 +12,28 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 from warmpath.engine.step_model import StepProfile
 
 ALONE = 0.05   # a step is "alone" when others stepped during less than this share of it
+
+
+class StepTraceWriter:
+    """Appends one line per engine step to ``path`` (line-buffered: readable while it runs)."""
+
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "a", buffering=1)
+
+    def write(self, seconds: float, exec_s: float, tiers_s: float, items: list[tuple[int, int]]) -> None:
+        """A step that just ended after ``seconds``; ``items``: (new tokens, context) per sequence."""
+        now = time.monotonic()    # monotonic clock: comparable across processes on one machine
+        self._f.write(json.dumps({"t0": now - seconds, "t1": now, "exec_s": exec_s,
+                                  "tiers_s": tiers_s, "items": items}) + "\n")
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def read_step_trace(path) -> dict[str, list[dict]]:

@@ -24,7 +24,7 @@ from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.load_cost import LoadCostModel
 
-WRITE_POLICIES = ("write-through", "write-back", "none")
+WRITE_MODES = ("write-through", "write-back", "none")
 
 
 @dataclass
@@ -60,12 +60,12 @@ class TierRules(ExternalPrefixSource):
     this worker announced as in L3 (checked by :meth:`check_l3`).
     """
 
-    def __init__(self, mover: TierMover, pool: BlockPool, block_size: int, write_policy: str,
+    def __init__(self, mover: TierMover, pool: BlockPool, block_size: int, write_mode: str,
                  cost: LoadCostModel, publish: Callable[[list], None] | None,
                  tokens_in_events: bool = True, l3_record: int = 1 << 16) -> None:
-        if write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be write-through, write-back or none, got {write_policy!r}")
-        self.mover, self.bs, self.write_policy, self.cost = mover, block_size, write_policy, cost
+        if write_mode not in WRITE_MODES:
+            raise ValueError(f"write_mode must be write-through, write-back or none, got {write_mode!r}")
+        self.mover, self.bs, self.write_mode, self.cost = mover, block_size, write_mode, cost
         self.publish, self.tokens_in_events, self.l3_record = publish, tokens_in_events, l3_record
         self.stats = TierStats()
         self.l3_known: OrderedDict[bytes, None] = OrderedDict()
@@ -80,7 +80,7 @@ class TierRules(ExternalPrefixSource):
     def lookup(self, seq: Sequence, num_local_blocks: int) -> int:
         hashes = seq.full_block_hashes()[:(seq.num_tokens - 1) // self.bs][num_local_blocks:]
         m = self.mover
-        n2, n3 = self.cost.plan(hashes, m.count_l2, m.count_l3 if m.has_l3 else None,
+        n2, n3 = self.cost.choose_loads(hashes, m.count_l2, m.count_l3 if m.has_l3 else None,
                                 m.block_bytes, self.bs)
         if n2 + n3:
             self._plans[seq.request_id] = (n2, n3)
@@ -142,7 +142,7 @@ class TierRules(ExternalPrefixSource):
     def on_seal(self, blk: KVBlock) -> None:
         """An L1 block became full and hashed: announce it; write-through queues it for L3."""
         self._event(True, "L1", [blk.block_hash], list(blk.token_ids) if self.tokens_in_events else None)
-        if self.write_policy == "write-through" and self.mover.has_l3:
+        if self.write_mode == "write-through" and self.mover.has_l3:
             self._to_put.append(blk)
 
     def on_l1_evict(self, blk: KVBlock) -> None:
@@ -154,7 +154,7 @@ class TierRules(ExternalPrefixSource):
         if m.l2_capacity == 0 or m.in_l2(h):
             return
         victim = m.l2_victim()
-        if victim is not None and self.write_policy == "write-back" and m.has_l3:
+        if victim is not None and self.write_mode == "write-back" and m.has_l3:
             self._l3_accepted(*m.spill_l3(victim))
         evicted = m.demote(blk)
         if evicted is not None:

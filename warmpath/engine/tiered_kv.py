@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_rules import WRITE_POLICIES, TierRules, TierStats
+from warmpath.engine.tier_rules import WRITE_MODES, TierRules, TierStats
 from warmpath.engine.tier_seams import LoadResult, TierMover
 from warmpath.kv.block_codec import BlockIdentity, derive_key
 from warmpath.kv.block_pool import BlockPool, KVBlock
@@ -42,8 +42,8 @@ class TierConfig:
 
     l2_gib: float | None = None
     l3: MooncakeConfig | None = None
-    write_policy: str = "write-back"     # write-through | write-back | none
-    load_policy: str = "auto"            # auto | always | never
+    write_mode: str = "write-back"       # write-through | write-back | none
+    load_mode: str = "auto"              # auto | always | never
     events: bool = True
     events_host: str = "127.0.0.1"
     events_port: int = 0                 # 0 = a free port
@@ -58,9 +58,9 @@ class TierConfig:
     def __post_init__(self) -> None:
         if self.l2_gib is not None and self.l2_gib < 0:
             raise ValueError(f"l2_gib must be >= 0, got {self.l2_gib}")
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be write-through, write-back or none, "
-                             f"got {self.write_policy!r}")
+        if self.write_mode not in WRITE_MODES:
+            raise ValueError(f"write_mode must be write-through, write-back or none, "
+                             f"got {self.write_mode!r}")
 
 
 class TieredKV(TierMover):
@@ -83,7 +83,7 @@ class TieredKV(TierMover):
         self.events = KVEventPublisher(worker_id, cfg.events_host, cfg.events_port,
                                        advertise_host=cfg.events_advertise_host,
                                        token=cfg.events_token) if cfg.events else None
-        self.rules = TierRules(self, pool, block_size, cfg.write_policy, LoadCostModel(cfg.load_policy),
+        self.rules = TierRules(self, pool, block_size, cfg.write_mode, LoadCostModel(cfg.load_mode),
                                self.events.publish if self.events else None, l3_record=cfg.l3_record_blocks)
         self._next_check = 0.0
 

@@ -60,18 +60,18 @@ class LoadCostModel:
     to this worker's transfers); recomputing costs ``tokens / prefill speed`` (a moving
     average of its prefill steps).
 
-    ``policy``: ``auto`` (cheaper wins), ``always`` (load) or ``never`` (recompute).
+    ``mode``: ``auto`` (cheaper wins), ``always`` (load) or ``never`` (recompute).
     """
 
-    policy: str = "auto"
+    mode: str = "auto"
     transfer: dict[str, TransferFit] = field(default_factory=lambda: {
         "L2": TransferFit(1e-4, 4e9), "L3": TransferFit(2e-3, 4e8)})   # priors
     prefill_tok_s: Ema = field(default_factory=lambda: Ema(500.0))
     decisions: dict[str, int] = field(default_factory=lambda: {"load": 0, "recompute": 0})
 
     def __post_init__(self) -> None:
-        if self.policy not in ("auto", "always", "never"):
-            raise ValueError(f"load policy must be auto, always or never, got {self.policy!r}")
+        if self.mode not in ("auto", "always", "never"):
+            raise ValueError(f"load mode must be auto, always or never, got {self.mode!r}")
 
     def load_seconds(self, tier: str, nbytes: int) -> float:
         return self.transfer[tier].seconds(nbytes)
@@ -83,16 +83,16 @@ class LoadCostModel:
         """Decide and count the decision."""
         if num_blocks <= 0:
             return False
-        if self.policy == "auto":
+        if self.mode == "auto":
             load = self.load_seconds(tier, num_blocks * block_bytes) < \
                 self.recompute_seconds(num_blocks * block_size)
         else:
-            load = self.policy == "always"
+            load = self.mode == "always"
         self.decisions["load" if load else "recompute"] += 1
         return load
 
-    def plan(self, hashes: list, count_l2: Callable[[list], int], count_l3: Callable[[list], int] | None,
-             block_bytes: int, block_size: int) -> tuple[int, int]:
+    def choose_loads(self, hashes: list, count_l2: Callable[[list], int], count_l3: Callable[[list], int] | None,
+                     block_bytes: int, block_size: int) -> tuple[int, int]:
         """Blocks of ``hashes`` (those after the L1 hits) to load from L2, then from L3:
         the leading run each tier holds, kept only where loading beats recomputing."""
         if not hashes:

@@ -1,8 +1,8 @@
 """The router process: OpenAI API in front of registered workers, cache-aware via KV events.
 
 It tokenizes each request the way the workers do, hashes its blocks with the shared module,
-looks the prefix up in the global index (fed by every worker's KV events), plans it
-(``plan.py``: the routing policy, the PPD switch for turn 2+), applies admission control
+looks the prefix up in the global index (fed by every worker's KV events), decides its
+route (``route.py``: the routing policy, the PPD switch for turn 2+), applies admission control
 (429 + Retry-After), and runs it through the workers (``flow.py``; HTTP in ``dispatch.py``).
 """
 
@@ -171,7 +171,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
         """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
         probe = RequestView(1, (), 16)
         try:
-            d = state.planner.plan(probe, state.snapshot(probe, None))
+            d = state.decider.decide_route(probe, state.snapshot(probe, None))
         except LookupError as e:
             return JSONResponse({"status": "not ready", "detail": str(e)}, status_code=503)
         return JSONResponse({"status": "ready", "workers": len(state.registry.workers),
@@ -200,7 +200,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {}))}
-            believed = state.planner.model.of(r.view)    # what the router's learnt model uses now
+            believed = state.decider.model.of(r.view)    # what the router's learnt model uses now
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
                        model_l3_read_bytes_s=round(believed.l3_read.bytes_s),
                        model_l3_write_bytes_s=round(believed.l3_write.bytes_s))
@@ -209,9 +209,9 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             return out
         m = state.metrics
         return {"policy": state.policy.name, "ppd": state.cfg.ppd.mode if state.cfg.ppd else None,
-                "model": state.planner.model.params(),
+                "model": state.decider.model.params(),
                 "elastic": {"enabled": state.cfg.elastic.enabled,
-                            "changes": [vars(c) for c in state.planner.elastic.changes[-20:]]},
+                            "changes": [vars(c) for c in state.decider.elastic.changes[-20:]]},
                 "workers": [worker(w, r) for w, r in state.registry.workers.items()],
                 "sessions": len(state.sessions.sessions), "retries": int(m.retries._value.get()),
                 "mid_stream_failures": state.mid_stream_failures,

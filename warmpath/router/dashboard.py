@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from warmpath.stats import percentile
 
 if TYPE_CHECKING:
-    from warmpath.router.state import RouterState
+    from warmpath.router.admission import Admission
+    from warmpath.router.metrics import RouterMetrics
+    from warmpath.router.registry import Registry
     from warmpath.router.trip import Trip
+
+
+class Sampled(Protocol):
+    """What the dashboard reads of the router (``RouterState`` is one): the registry, the
+    admission queue, the metrics and the discovery settings (``cfg.discovery.heartbeat_s``)."""
+
+    registry: Registry
+    admission: Admission
+    metrics: RouterMetrics
+    cfg: object
 
 CLASSES = ("cold", "warm", "turn2+")
 SOURCES = ("L1", "L2", "L3", "computed")
@@ -101,7 +113,7 @@ class Dashboard:
                 self.role_changes.append({"t": wall, "worker": w, "from": old, "to": role})
         self.roles = dict(roles)
 
-    def sample(self, s: RouterState, now: float | None = None, wall: float | None = None) -> dict:
+    def sample(self, s: Sampled, now: float | None = None, wall: float | None = None) -> dict:
         """Take this second's sample of ``s`` (rates are per second since the last sample)."""
         now = time.monotonic() if now is None else now
         wall = time.time() if wall is None else wall
@@ -115,7 +127,7 @@ class Dashboard:
         self.samples.append(row)
         return row
 
-    def state(self, s: RouterState, now: float | None = None) -> dict:
+    def state(self, s: Sampled, now: float | None = None) -> dict:
         """The JSON the page polls: history, decisions, role log, and each worker's role,
         health and seconds since its last heartbeat (no URLs, no PIDs: those are in
         ``/v1/cluster`` for trusted callers)."""

@@ -1,4 +1,4 @@
-"""The owner of a request's trip through the router: plan, admission, prefill (+ handoff),
+"""The owner of a request's trip through the router: route decision, admission, prefill (+ handoff),
 decode, retries, and every book kept on the way (timing, metrics, load, sessions).
 
 * Disaggregated (``cpd``, ``pd``): the prefill worker runs the prompt to its first token and
@@ -37,18 +37,19 @@ class RequestFlow:
     def __init__(self, state: RouterState, client: WorkerClient) -> None:
         self.s, self.client = state, client
 
-    def plan(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True,
-             arrival: bool = True) -> Decision:
+    def decide_route(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True,
+                     arrival: bool = True) -> Decision:
+        """The route decision (``router/route.py``) over the state now; 503 when no worker can take it."""
         try:
-            return self.s.planner.plan(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local,
+            return self.s.decider.decide_route(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local,
                                        arrival)
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
 
     async def serve(self, key: int, rv: RequestView, sess: SessionState | None, ids: list[int],
                     body: SamplingFields, kind: str, arrival: float) -> Response:
-        """Plan, admit (429 / wait), then run the request to its response."""
-        d = await self._admit(key, rv, sess, self.plan(rv, sess))
+        """Decide the route, admit (429 / wait), then run the request to its response."""
+        d = await self._admit(key, rv, sess, self.decide_route(rv, sess))
         t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
         t.timing["route"] = t.admitted - arrival
         if sess is not None:
@@ -62,7 +63,7 @@ class RequestFlow:
 
     async def _admit(self, key: int, rv: RequestView, sess: SessionState | None, d: Decision) -> Decision:
         """Take an in-flight slot (429 when the queues are full too); a request that waited
-        is planned again, since the cluster moved on meanwhile."""
+        is routed again, since the cluster moved on meanwhile."""
         s = self.s
         verdict = s.admission.offer(key, d.cls)
         if verdict == "rejected":
@@ -79,7 +80,7 @@ class RequestFlow:
                 s.release()  # we had already been given the slot: hand it on
             raise
         try:
-            return self.plan(rv, sess, arrival=False)
+            return self.decide_route(rv, sess, arrival=False)
         except BaseException:
             s.release()
             raise
@@ -111,20 +112,20 @@ class RequestFlow:
                     s.metrics.failed.labels("route").inc()
                     raise APIError(503, f"no worker could take the request: {e.args[0]} failed",
                                    err_type="server_error") from e
-                t.decision = self._replan(t, sess)
+                t.decision = self._reroute(t, sess)
             except UpstreamError as e:
                 s.metrics.failed.labels("upstream").inc()
                 s.release()
                 return Response(e.content, status_code=e.status, media_type="application/json")
         raise AssertionError("unreachable")
 
-    def _replan(self, t: Trip, sess: SessionState | None) -> Decision:
-        """After a worker failed: plan again (no PPD-local: its decode worker may be the one
+    def _reroute(self, t: Trip, sess: SessionState | None) -> Decision:
+        """After a worker failed: decide again (no PPD-local: its decode worker may be the one
         that failed), or, once the first token exists (its KV is in L3), any decode worker."""
         if t.first_token is None:
-            return self.plan(t.rv, sess, allow_local=False, arrival=False)
+            return self.decide_route(t.rv, sess, allow_local=False, arrival=False)
         try:
-            return replace(t.decision, decode=self.s.planner.decode_for(self.s.snapshot(t.rv, None)))
+            return replace(t.decision, decode=self.s.decider.decode_for(self.s.snapshot(t.rv, None)))
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
 
@@ -135,7 +136,7 @@ class RequestFlow:
             reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
                                                                      request=t.body.forwarded()))
         t.prefilled(self.s.metrics, reply, sent)
-        self.s.planner.observe_prefill(PrefillObservation(
+        self.s.decider.observe_prefill(PrefillObservation(
             worker, reply.prompt_tokens, reply.cached_tokens, reply.cached_by_tier.L3, reply.queue_s, reply.prefill_s,
             reply.l3_get_s, reply.l3_put_s, reply.kv_bytes, t.timing["prefill"]),
             self.s.registry.workers[worker].view if worker in self.s.registry.workers else None)
@@ -186,7 +187,7 @@ class RequestFlow:
         self.s.load.add(t.decision.decode, running=-1)
         tpot = t.finished(self.s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
-        if (err := self.s.planner.observe_outcome(t.decision, ttft, tpot)) is not None:
+        if (err := self.s.decider.observe_outcome(t.decision, ttft, tpot)) is not None:
             self.s.metrics.ttft_error.observe(err)
         self.s.dashboard.trip_ended(t)
         if sess is not None:

@@ -1,5 +1,5 @@
 """The router's OpenAI request handler: validate what only the router knows, tokenize and
-hash off the event loop, then hand the request to the flow (plan, admission, the trip)."""
+hash off the event loop, then hand the request to the flow (route decision, admission, the trip)."""
 
 from __future__ import annotations
 
@@ -99,5 +99,5 @@ class RequestHandler:
         sid = session_id(body.user, req.headers.get("x-session-id"), msgs)
         sess = s.sessions.touch(sid, arrival) if sid else None
         hashes = s.hash_cache.hashes(ns, ids, sid)   # = hash_prefix_blocks(ns, ids), the session's reused
-        rv = s.planner.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128)
+        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128)
         return rv, sess

@@ -20,7 +20,7 @@ from warmpath.router.index import GlobalKVIndex
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
-from warmpath.router.plan import Planner
+from warmpath.router.route import RouteDecider
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
@@ -53,7 +53,7 @@ class RouterState:
     def __init__(self, policy: RoutingPolicy, tokenizer: TextTokenizer, model_id: str, cfg: RouterConfig,
                  ppd_table: PPDTable | None = None):
         self.tok, self.model_id, self.cfg = tokenizer, model_id, cfg
-        self.planner = Planner(policy, cfg.ppd, ppd_table, elastic=cfg.elastic)
+        self.decider = RouteDecider(policy, cfg.ppd, ppd_table, elastic=cfg.elastic)
         self.load = LoadBook()
         self.registry = Registry(cfg.discovery)
         self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
@@ -76,20 +76,20 @@ class RouterState:
 
     @property
     def policy(self) -> RoutingPolicy:
-        return self.planner.policy
+        return self.decider.policy
 
     def snapshot(self, rv: RequestView, session_decode: str | None) -> Snapshot:
-        """The planner's snapshot now: registered workers with router-tracked load, and
+        """The decider's snapshot now: registered workers with router-tracked load, and
         their prefix hits from the KV index."""
         now = time.monotonic()
         with self.lock:
-            return self.planner.snapshot(self.load.views(self.registry.views()),
+            return self.decider.snapshot(self.load.views(self.registry.views()),
                                          lambda w: self.index.lookup(w, rv.block_hashes, now),
                                          session_decode, self.kv_bytes_per_token, now)
 
     def rebalance(self, now: float) -> None:
-        """Elastic tiers: apply a role change if the planner calls for one."""
-        ch = self.planner.rebalance(self.registry.views(), now)
+        """Elastic tiers: apply a role change if the decider calls for one."""
+        ch = self.decider.rebalance(self.registry.views(), now)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)

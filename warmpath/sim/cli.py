@@ -10,9 +10,9 @@ from pathlib import Path
 from warmpath.bench.cli import add_shared_flags, check_shared_flags, print_summary
 from warmpath.bench.replay import load_trace, parse_floats, trace_points
 from warmpath.bench.workload import WORKLOADS
-from warmpath.cluster.topology import PPD_MODES, TOPOLOGIES, resolve
+from warmpath.launch.topology import PPD_MODES, TOPOLOGIES, resolve
 from warmpath.router.policy import POLICIES
-from warmpath.sim.profiles import HARDWARE, MODELS, HardwareProfile
+from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
 # machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s; L3 writes per

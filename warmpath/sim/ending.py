@@ -1,4 +1,4 @@
-"""How a request ends in a simulation (pure): answered (the planner's feedback, the session's
+"""How a request ends in a simulation (pure): answered (the route decider's feedback, the session's
 next turn), failed, or abandoned when its client gave up (``--timeout``) — each as the real
 cluster ends it. The slot it held goes to the longest queued request, planned then (as
 ``router/flow.py``'s admission wakes a waiter); an abandoned request is dropped from the
@@ -13,15 +13,15 @@ from warmpath.sim.client import Req
 
 
 class Endings:
-    """Mixed into :class:`~warmpath.sim.cluster.Simulation`, which owns the state used here
-    (``client``, ``planner``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``,
+    """Mixed into :class:`~warmpath.sim.simulation.Simulation`, which owns the state used here
+    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``,
     ``workers``, histories) and the plan / dispatch / kick steps."""
 
     def _finish(self, req: Req) -> None:
         s = req.session
         self.records.append(self.client.ended(self.now, req))
         n = len(req.output)
-        self.planner.observe_outcome(req.decision, req.first_at - req.admitted,
+        self.decider.observe_outcome(req.decision, req.first_at - req.admitted,
                                      (self.now - req.first_at) / (n - 1) if n > 1 else None)
         self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
         answer = req.output
@@ -71,7 +71,7 @@ class Endings:
         while keys:
             q = self._queued.pop(keys.pop(0))
             try:
-                self._dispatch(q, self._plan(q, arrival=False))
+                self._dispatch(q, self._decide_route(q, arrival=False))
             except LookupError as e:
                 self._fail(q, f"no worker: {e}")
                 keys.append(self.admission.release())

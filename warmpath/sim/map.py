@@ -26,9 +26,9 @@ from pathlib import Path
 from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, coding_agent, fast_tokens
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
-from warmpath.sim.profiles import HARDWARE
+from warmpath.sim.hardware import HARDWARE
 from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, cpd_setup, ppd_setup
 from warmpath.sim.run import simulate_rate
 

@@ -18,12 +18,12 @@ from warmpath.bench.metrics import ttft_from
 from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.admission import AdmissionConfig
 from warmpath.router.ppd import table_from_model
 from warmpath.sim.handoff import KINDS, PDHandoff
-from warmpath.sim.profiles import HARDWARE, MODELS
+from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.repro_compare import cpd_rows, markdown, ppd_rows
 from warmpath.sim.run import SimSetup, sweep
 from warmpath.sim.step_time import Roofline
@@ -105,7 +105,7 @@ def add_parser(sub) -> None:
     r.add_argument("--max-in-flight", type=int, default=24, help="cpd: router admission limit (the blog's 24)")
     r.add_argument("--configs", default="2P1D,2P2D,CPD-1D,CPD-2D", help="cpd: which configurations")
     d = CPDAssumptions()
-    r.add_argument("--model", default=d.model, help="cpd: model profile (sim/profiles.py)")
+    r.add_argument("--model", default=d.model, help="cpd: model profile (sim/hardware.py)")
     r.add_argument("--context-tokens", type=int, default=d.context_tokens, help="cpd: a repository's shared context")
     r.add_argument("--doc-tokens", type=int, default=d.doc_tokens, help="cpd: a new (cold) document")
     r.add_argument("--question-tokens", type=int, default=d.question_tokens, help="cpd: a question")

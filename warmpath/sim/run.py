@@ -12,7 +12,7 @@ from warmpath.bench.metrics import ttft_from
 from warmpath.bench.replay import TracePoint, replay, sweep_fields
 from warmpath.bench.sweep import judge, max_rate_from_sweep, sweep_summary
 from warmpath.bench.workload import Session
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
 from warmpath.kv.block_codec import header_size
@@ -22,9 +22,9 @@ from warmpath.router.admission import AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
-from warmpath.sim.cluster import Simulation
+from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
-from warmpath.sim.profiles import HardwareProfile, ModelProfile
+from warmpath.sim.hardware import HardwareProfile, ModelProfile
 from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
 from warmpath.sim.store import SharedLink, SimStore
 from warmpath.sim.worker import SimWorker, SimWorkerConfig

@@ -11,7 +11,7 @@ import random
 from abc import ABC, abstractmethod
 
 from warmpath.engine.step_model import StepModel
-from warmpath.sim.profiles import HardwareProfile, ModelProfile
+from warmpath.sim.hardware import HardwareProfile, ModelProfile
 
 
 class StepTime(ABC):

@@ -35,7 +35,7 @@ class SimWorkerConfig:
     block_size: int
     block_bytes: int
     l2_blocks: int = 0
-    write_policy: str = "write-through"
+    write_mode: str = "write-through"
     scheduler: SchedulerConfig = SchedulerConfig()
     nic_bytes_s: float = 50e9
     dram_bytes_s: float = 25e9
@@ -67,7 +67,7 @@ class SimWorker:
         self.cost.transfer["L3"].bytes_s = cfg.nic_bytes_s
         self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s,
                                   l3_block_bytes=cfg.stored_bytes)
-        self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_policy, self.cost,
+        self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_mode, self.cost,
                                lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
         self.sched = Scheduler(cfg.scheduler, self.bm, external=self.rules)
         self.l2 = self.mover.l2

@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from warmpath.engine.async_engine import AsyncEngine, EngineFailed, RequestFailed, RequestHandle
-from warmpath.engine.llm_engine import RequestOutput
+from warmpath.engine.request_output import RequestOutput
 from warmpath.engine.sequence import SamplingParams
 from warmpath.models.generation import resolve_defaults, table_entry
 from warmpath.protocol.errors import APIError, bad

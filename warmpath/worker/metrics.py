@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from warmpath.engine.llm_engine import LLMEngine, RequestOutput
+from warmpath.engine.llm_engine import LLMEngine
+from warmpath.engine.request_output import RequestOutput
 
 _LAT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

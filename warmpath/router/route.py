@@ -1,20 +1,20 @@
-"""One request's routing plan, shared by the router and the simulator (pure, no I/O).
+"""One request's route decision, shared by the router and the simulator (pure, no I/O).
 
 The steps every request takes before it runs, in one place:
 
-1. :meth:`Planner.request_view` — the request as policies see it (turn, new tokens of the
+1. :meth:`RouteDecider.request_view` — the request as policies see it (turn, new tokens of the
    session's history);
-2. :meth:`Planner.snapshot` — workers with their load, and the prefix each one holds
+2. :meth:`RouteDecider.snapshot` — workers with their load, and the prefix each one holds
    (looked up only where a prompt may be computed: prefill-type workers, replicas, and
    the session's own decode worker for a PPD-local turn);
-3. :meth:`Planner.plan` — the routing policy, then the PPD switch for turn 2+ (the
+3. :meth:`RouteDecider.decide_route` — the routing policy, then the PPD switch for turn 2+ (the
    append-prefill runs on the session's decode worker, or not), and the request's class
    (cold / warm, :mod:`warmpath.router.classify`);
-4. what happened next feeds back: :meth:`Planner.observe_prefill` (the online TTFT model,
-   ``model.py``), :meth:`Planner.observe_outcome` (predicted vs measured TTFT, the PPD
-   feedback), and :meth:`Planner.rebalance` (elastic tiers, ``elastic.py``).
+4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
+   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT, the PPD
+   feedback), and :meth:`RouteDecider.rebalance` (elastic tiers, ``elastic.py``).
 
-``router/flow.py`` and ``sim/cluster.py`` both call it; neither decides anything itself.
+``router/flow.py`` and ``sim/simulation.py`` both call it; neither decides anything itself.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, Wo
 Lookup = Callable[[str], PrefixHit]      # worker id -> its cached prefix of the request
 
 
-class Planner:
-    """The policy, the PPD switch and the cold rule, applied the same way everywhere."""
+class RouteDecider:
+    """Each request's route: the routing policy, the PPD switch and the cold rule, applied the
+    same way everywhere."""
 
     def __init__(self, policy: RoutingPolicy, ppd_cfg: ppd.PPDConfig | None = None,
                  ppd_table: ppd.PPDTable | None = None, network_bytes_s: float = 1e9,
@@ -73,10 +74,11 @@ class Planner:
         return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s,
                         self.model, self.rates.rates(now), now)
 
-    def plan(self, rv: RequestView, snap: Snapshot, allow_local: bool = True, arrival: bool = True) -> Decision:
+    def decide_route(self, rv: RequestView, snap: Snapshot, allow_local: bool = True,
+                     arrival: bool = True) -> Decision:
         """Where ``rv`` runs (``LookupError`` when no worker can take it). ``Decision.ppd``
         says which way the PPD switch went, for a turn 2+ it applied to. ``arrival``: a new
-        request (counted in the arrival rates), not a re-plan of one."""
+        request (counted in the arrival rates), not a second decision for one."""
         d = self.policy.route(rv, snap)
         cls = d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens)
         d = replace(d, cls=cls)

@@ -1,7 +1,7 @@
 """Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
 
-The router part runs the production objects: the router's plan (``router/plan.py``: the
-routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule), admission, the
+The router part runs the production objects: the router's route decision
+(``router/route.py``: the routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule), admission, the
 session table and the global KV index fed by the workers' events. Each worker runs the production scheduler and block manager
 (``worker.py``). Only step times and transfers are modelled. The request flow mirrors
 ``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
@@ -26,7 +26,7 @@ from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionTable
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.model import PrefillObservation
-from warmpath.router.plan import Planner
+from warmpath.router.route import RouteDecider
 from warmpath.router.views import Decision
 from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
@@ -63,7 +63,7 @@ class Simulation(Endings):
         self.workers = {w.wid: w for w in workers}
         self.ns, self.store, self.index = namespace, store, index
         self.kvb = kv_bytes_per_token
-        self.planner = Planner(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
+        self.decider = RouteDecider(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
         self._next_rebalance = 0.0
         self.admission = Admission(admission)
         self.admission.fit([w.capacity() for w in workers])   # the fleet's limit (unless fixed)
@@ -117,13 +117,13 @@ class Simulation(Endings):
         sess = self.sessions.touch(s.sid, self.now)
         # the previous turn's blocks are a prefix of this one's: hash only what is new
         hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
-        rv = self.planner.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens)
+        rv = self.decider.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens)
         req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv,
                   overlap=self.client.observe(hashes, len(hist), i + 1 if i else None),
                   client_wait=0.0 if ready is None else self.now - ready)
         self.client.watch(self.now, req, self._abandon)
         try:
-            d = self._plan(req)
+            d = self._decide_route(req)
         except LookupError as e:
             return self._fail(req, f"no worker: {e}")
         verdict = self.admission.offer(req.rid, d.cls)
@@ -135,19 +135,19 @@ class Simulation(Endings):
             return
         self._dispatch(req, d)
 
-    def _plan(self, req: Req, arrival: bool = True) -> Decision:
-        """The router's plan (``router/plan.py``) over the workers' state now."""
+    def _decide_route(self, req: Req, arrival: bool = True) -> Decision:
+        """The router's route decision (``router/route.py``) over the workers' state now."""
         if self.now >= self._next_rebalance:   # the router's once-a-second elastic pass
             self._next_rebalance = self.now + 1.0
-            ch = self.planner.rebalance([w.view() for w in self.workers.values()], self.now)
+            ch = self.decider.rebalance([w.view() for w in self.workers.values()], self.now)
             if ch is not None:
                 self.workers[ch.worker].set_role(ch.new)
                 self.stats.role_changes.append((ch.at, ch.worker, ch.new))
         sess = self.sessions.sessions.get(req.session.sid)
-        snap = self.planner.snapshot([w.view() for w in self.workers.values()],
+        snap = self.decider.snapshot([w.view() for w in self.workers.values()],
                                      lambda w: self.index.lookup(w, req.rv.block_hashes, self.now),
                                      sess.decode_worker if sess else None, self.kvb, self.now)
-        return self.planner.plan(req.rv, snap, arrival=arrival)
+        return self.decider.decide_route(req.rv, snap, arrival=arrival)
 
     def _dispatch(self, req: Req, d: Decision) -> None:
         req.decision, req.admitted = d, self.now
@@ -245,7 +245,7 @@ class Simulation(Endings):
         written = seq.l3_written_blocks * bs * self.kvb   # what the prefill worker's tiers stored
         self.stats.handoff_bytes += written
         arrived = seq.arrival_time
-        self.planner.observe_prefill(PrefillObservation(
+        self.decider.observe_prefill(PrefillObservation(
             worker, len(req.prompt), req.cached, seq.cached_by_tier["L3"],
             started - arrived, self.now - arrived, 0.0, 0.0, written,
             at - arrived), self.workers[worker].view())

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 from warmpath.bench.cli import add_shared_flags, check_shared_flags
 from warmpath.bench.workload import WORKLOADS
-from warmpath.sim.plan_space import KINDS, PD_POLICIES, PLAN_PPD_MODES
-from warmpath.sim.profiles import HARDWARE, MODELS
+from warmpath.plan.space import KINDS, PD_POLICIES, PLAN_PPD_MODES
+from warmpath.sim.hardware import HARDWARE, MODELS
 
 
 def add_parser(sub) -> None:
@@ -65,12 +64,12 @@ def build(a: argparse.Namespace):
     """(config, candidates, evaluator, unit) from the flags."""
     from warmpath.bench.metrics import parse_slo
     from warmpath.bench.replay import load_trace, parse_floats
-    from warmpath.cluster.topology import Topology
+    from warmpath.launch.topology import Topology
     from warmpath.engine.scheduler import SchedulerConfig
     from warmpath.router.admission import AdmissionConfig
-    from warmpath.sim.plan import PlanConfig
-    from warmpath.sim.plan_eval import SimEvaluator, fits
-    from warmpath.sim.plan_space import candidates
+    from warmpath.plan.search import PlanConfig
+    from warmpath.plan.evaluate import SimEvaluator, fits
+    from warmpath.plan.space import candidates
     from warmpath.sim.run import SimSetup
 
     check_shared_flags(a)
@@ -105,8 +104,8 @@ def build(a: argparse.Namespace):
 
 
 def main(a: argparse.Namespace) -> int:
-    from warmpath.sim.plan import plan
-    from warmpath.sim.plan_report import write
+    from warmpath.plan.search import plan
+    from warmpath.plan.report import write
 
     t0, c0 = time.perf_counter(), time.process_time()
     cfg, cands, ev, unit, modes = build(a)
@@ -130,8 +129,3 @@ def main(a: argparse.Namespace) -> int:
           f"{result['search_cpu_s']:.0f} s simulating over {cfg.jobs} job(s)); wrote {a.out}/plan.json, plan.csv, "
           f"plan.md, plan.png")
     return 0
-
-
-def topology_json(row: dict) -> str:
-    """The row as a ``--topology FILE.json`` for ``warmpath sim`` / ``serve``."""
-    return json.dumps({"policy": row.get("policy", row["kind"]), "ppd": row["ppd"], "workers": row["workers"]})

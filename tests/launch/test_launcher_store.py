@@ -1,8 +1,8 @@
 """The launcher restarts the private Mooncake service when its processes die (issue 17:
 before, nothing did and L3 stayed down for the rest of the run)."""
 
-from warmpath.cluster.launcher import Cluster
-from warmpath.cluster.topology import resolve
+from warmpath.launch.launcher import Cluster
+from warmpath.launch.topology import resolve
 
 
 class FakeService:

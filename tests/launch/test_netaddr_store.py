@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from warmpath.cli import advertise_host
-from warmpath.cluster.netaddr import is_wildcard, peer_host, route_source, url_host
+from warmpath.launch.netaddr import is_wildcard, peer_host, route_source, url_host
 
 
 def ns(**kw):

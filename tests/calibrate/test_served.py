@@ -1,8 +1,8 @@
-"""The served phase's arithmetic (warmpath/calibrate_served.py), by hand."""
+"""The served phase's arithmetic (warmpath/calibrate/served.py), by hand."""
 
 import pytest
 
-from warmpath.calibrate_served import (ServedCalibrationConfig, overhead_of, server_timing, served_engine,
+from warmpath.calibrate.served import (ServedCalibrationConfig, overhead_of, server_timing, served_engine,
                                        tier_seconds)
 from warmpath.cli import serve_namespace
 
@@ -56,7 +56,7 @@ def test_the_served_phase_measures_a_real_cluster_and_stops_it(tmp_path):
     trace, and nothing started here is left running."""
     import os
 
-    from warmpath.calibrate_served import run_served
+    from warmpath.calibrate.served import run_served
     from warmpath.engine.step_trace import read_step_trace
 
     def children() -> set[int]:

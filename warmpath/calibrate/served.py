@@ -129,9 +129,10 @@ async def _sequential(url: str, sessions, encode, headers: dict, limit: int) -> 
 def run_served(cfg: ServedCalibrationConfig, workdir: Path, model: str = "smollm2") -> dict:
     """Start ``cfg.topology``, measure (module docstring), stop; returns the measurements and
     the step traces' folder (``workdir / "trace"``)."""
+    from warmpath.bench.cli import run as bench_run
     from warmpath.bench.workload import coding_agent
-    from warmpath.cli import main as cli_main, serve_namespace
-    from warmpath.cluster import launcher
+    from warmpath.cli_args import serve_namespace
+    from warmpath.launch import launcher
     from warmpath.models.loader import load_tokenizer
     from warmpath.procs import free_port
 
@@ -148,13 +149,15 @@ def run_served(cfg: ServedCalibrationConfig, workdir: Path, model: str = "smollm
         holder = c.service.holder_proc.pid if c.service and c.service.holder_proc else None
         h0, load_t0 = (cpu_seconds(holder) if holder else 0.0), time.monotonic()   # the traces' clock
         for i, rate in enumerate(cfg.rates):
-            argv = ["--log-level", "WARNING", "bench", "--url", c.url, "--workload", "coding-agent",
+            argv = ["--url", c.url, "--workload", "coding-agent",
                     "--rate", str(rate), "--duration", str(cfg.duration_s), "--seed", str(cfg.seed + 1 + i),
                     "--scale", str(cfg.scale), "--quiet", "--out", str(workdir / f"load_{rate:g}")]
             if c.api_keys:
                 argv += ["--api-key", c.api_keys[0]]
-            if cli_main(argv) != 0:
-                raise RuntimeError(f"served calibration: the load at {rate:g}/s failed")
+            try:
+                bench_run(argv)
+            except ValueError as e:
+                raise RuntimeError(f"served calibration: the load at {rate:g}/s failed ({e})") from e
         holder_s = (cpu_seconds(holder) - h0) if holder else 0.0
     finally:
         c.stop()
@@ -183,8 +186,8 @@ def served_engine(a, max_position_embeddings: int, block_bytes: int, workers: in
 def served_engine_for(topology: str, serve_args: list[str], model: str, max_position_embeddings: int,
                       kv_bytes_per_token: int) -> dict:
     """:func:`served_engine` of ``warmpath serve --topology TOPOLOGY --model MODEL SERVE_ARGS``."""
-    from warmpath.cli import serve_namespace
-    from warmpath.cluster.topology import resolve
+    from warmpath.cli_args import serve_namespace
+    from warmpath.launch.topology import resolve
 
     a = serve_namespace(["--topology", topology, "--model", model, *serve_args])
     return served_engine(a, max_position_embeddings, kv_bytes_per_token * a.block_size,

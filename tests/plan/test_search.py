@@ -7,8 +7,8 @@ import pytest
 
 from warmpath.bench.metrics import Record, SLOMissWatch
 from warmpath.cli import main
-from warmpath.sim.plan import PlanConfig, plan, search_load
-from warmpath.sim.plan_space import Candidate, candidates
+from warmpath.plan.search import PlanConfig, plan, search_load
+from warmpath.plan.space import Candidate, candidates
 
 
 def test_candidates_of_four_gpus_by_hand():
@@ -53,7 +53,7 @@ def test_ppd_on_cpd_and_the_pd_kv_policy_when_asked():
         candidates(3, (1,), ppd_kinds=("replica",))
     with pytest.raises(ValueError, match="PD policies must be among pd, pd-kv"):
         candidates(3, (1,), pd_policies=("cpd",))
-    from warmpath.sim.plan_cli import topology_json
+    from warmpath.plan.report import topology_json
     row = {"kind": "pd", "policy": "pd-kv", "ppd": "off", "workers": {"prefill": 2, "decode": 1}}
     assert json.loads(topology_json(row)) == {"policy": "pd-kv", "ppd": "off", "workers": {"prefill": 2, "decode": 1}}
 
@@ -179,7 +179,7 @@ def test_cli_unknown_hardware_is_refused(capsys):
 def test_ppd_modes_only_where_sessions_have_turns_two_and_up(tmp_path):
     import argparse
 
-    from warmpath.sim.plan_cli import add_parser, build
+    from warmpath.plan.cli import add_parser, build
 
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers())

@@ -4,13 +4,13 @@ replica whose every step takes 0.1 s)."""
 
 import pytest
 
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.bench.targets import Target
-from warmpath.sim.plan_eval import SimEvaluator, with_classes
-from warmpath.sim.plan_space import Candidate
+from warmpath.plan.evaluate import SimEvaluator, with_classes
+from warmpath.plan.space import Candidate
 from warmpath.sim.run import simulate_rate
 
-from .test_simulator import one_turn, setup
+from tests.sim.test_simulator import one_turn, setup
 
 ONE = Topology("one", "replica", {"replica": 1})
 

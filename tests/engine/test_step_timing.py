@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from warmpath.engine.profile import profile_engine
+from warmpath.engine.step_timing import profile_engine
 from warmpath.engine.step_model import StepModel, fit_linear
 from warmpath.router.ppd import CTX_REP, PPDConfig, bucket_of, decide, table_from_model
 from warmpath.router.views import RequestView, WorkerView
@@ -89,7 +89,7 @@ def test_answer_roundtrip_miss_checks_the_block_the_answer_starts(tiny):
     """4-token answers. A 15-token prompt leaves 1 answer token in its block: the lost last
     token is outside it (no miss); a 16-token prompt starts a new block holding all 4 (miss).
     Two of each → 0.5; a lossless round trip → 0."""
-    from warmpath.engine.profile import answer_roundtrip_miss
+    from warmpath.engine.step_timing import answer_roundtrip_miss
 
     prompts = [list(range(3, 18)), list(range(20, 35)), list(range(3, 19)), list(range(40, 56))]
     assert [len(p) % 16 for p in prompts] == [15, 15, 0, 0]

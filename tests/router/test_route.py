@@ -1,9 +1,9 @@
-"""The one request plan (router/plan.py) that the router and the simulator both run."""
+"""The one request plan (router/route.py) that the router and the simulator both run."""
 
 import pytest
 
 from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.plan import Planner
+from warmpath.router.route import RouteDecider
 from warmpath.router.policy import CPDPolicy, PDPolicy
 from warmpath.router.ppd import PPDConfig
 from warmpath.router.sessions import SessionState
@@ -20,36 +20,36 @@ WORKERS = [w("c1", "pre-prefill"), w("p1", "prefill", q=100), w("p2", "prefill")
            w("d1", "decode", running=2), w("d2", "decode", running=1)]
 
 
-def snapshot(planner, hits, session_decode=None, workers=WORKERS):
-    return planner.snapshot(workers, lambda wid: hits.get(wid, PrefixHit()), session_decode, 1000)
+def snapshot(decider, hits, session_decode=None, workers=WORKERS):
+    return decider.snapshot(workers, lambda wid: hits.get(wid, PrefixHit()), session_decode, 1000)
 
 
 def test_request_view_turn_and_new_tokens():
     sess = SessionState(decode_worker="d1", turns=2, context_tokens=1000)
-    rv = Planner.request_view(1200, HASHES[:75], 16, "s", sess, 64)
+    rv = RouteDecider.request_view(1200, HASHES[:75], 16, "s", sess, 64)
     assert (rv.turn, rv.new_tokens, rv.max_tokens, rv.session_id) == (3, 200, 64, "s")
-    assert (Planner.request_view(1200, (), 16, None, None, 64).turn,
-            Planner.request_view(1200, (), 16, None, None, 64).new_tokens) == (1, 1200)
+    assert (RouteDecider.request_view(1200, (), 16, None, None, 64).turn,
+            RouteDecider.request_view(1200, (), 16, None, None, 64).new_tokens) == (1, 1200)
     # a history longer than the prompt (the client cut it): everything is new
-    assert Planner.request_view(900, (), 16, "s", sess, 64).new_tokens == 900
+    assert RouteDecider.request_view(900, (), 16, "s", sess, 64).new_tokens == 900
 
 
 def test_snapshot_looks_up_prefixes_only_where_a_prompt_is_computed():
     asked = []
-    snap = Planner(CPDPolicy()).snapshot(WORKERS, lambda wid: asked.append(wid) or PrefixHit(1, 0), "d2", 1000)
+    snap = RouteDecider(CPDPolicy()).snapshot(WORKERS, lambda wid: asked.append(wid) or PrefixHit(1, 0), "d2", 1000)
     assert asked == ["c1", "p1", "p2", "d2"] and set(snap.hits) == {"c1", "p1", "p2", "d2"}
     assert snap.session_decode_worker == "d2" and snap.kv_bytes_per_token == 1000
 
 
 def test_the_class_is_the_requests_reuse_not_the_chosen_workers():
-    planner, rv = Planner(PDPolicy()), RequestView(1600, HASHES, 16)
+    decider, rv = RouteDecider(PDPolicy()), RequestView(1600, HASHES, 16)
     # PD is cache-blind: it takes the least queued worker (c1 or p2, no prefix), yet 90 of
     # the 100 blocks are cached on p1, so the request is warm
-    d = planner.plan(rv, snapshot(planner, {"p1": PrefixHit(90, 0)}))
+    d = decider.decide_route(rv, snapshot(decider, {"p1": PrefixHit(90, 0)}))
     assert (d.prefill, d.cached_tokens, d.cls) == ("c1", 0, "warm")
-    assert planner.plan(rv, snapshot(planner, {})).cls == "cold"
+    assert decider.decide_route(rv, snapshot(decider, {})).cls == "cold"
     # 40 of 100 blocks (640 of 1600 tokens) is below half: cold
-    assert planner.plan(rv, snapshot(planner, {"p1": PrefixHit(40, 0)})).cls == "cold"
+    assert decider.decide_route(rv, snapshot(decider, {"p1": PrefixHit(40, 0)})).cls == "cold"
 
 
 def test_cold_rule_by_hand():
@@ -58,36 +58,36 @@ def test_cold_rule_by_hand():
     assert r.label(200, 201) == "cold"       # 99% reused, but under 256 tokens
     with pytest.raises(ValueError):
         ColdRule(1.5)
-    planner = Planner(PDPolicy())
-    snap = snapshot(planner, {"p1": PrefixHit(90, 0), "c1": PrefixHit(10, 5)})
+    decider = RouteDecider(PDPolicy())
+    snap = snapshot(decider, {"p1": PrefixHit(90, 0), "c1": PrefixHit(10, 5)})
     assert reuse(RequestView(1600, HASHES, 16), snap) == 1440
 
 
 def test_cpd_class_is_its_tier():
-    planner, rv = Planner(CPDPolicy()), RequestView(1600, HASHES, 16)
-    d = planner.plan(rv, snapshot(planner, {"p2": PrefixHit(90, 0)}))
+    decider, rv = RouteDecider(CPDPolicy()), RequestView(1600, HASHES, 16)
+    d = decider.decide_route(rv, snapshot(decider, {"p2": PrefixHit(90, 0)}))
     assert (d.tier, d.cls, d.prefill) == ("warm", "warm", "p2")
-    d = planner.plan(rv, snapshot(planner, {}))
+    d = decider.decide_route(rv, snapshot(decider, {}))
     assert (d.tier, d.cls, d.prefill) == ("cold", "cold", "c1")
 
 
 def test_ppd_switch_local_remote_and_retry():
     rv = RequestView(1600, HASHES, 16, "s", turn=2, new_tokens=100, max_tokens=64)
     hits = {"d1": PrefixHit(93, 0), "p2": PrefixHit(93, 0)}
-    local = Planner(CPDPolicy(), PPDConfig("x1"))
-    d = local.plan(rv, snapshot(local, hits, "d1"))
+    local = RouteDecider(CPDPolicy(), PPDConfig("x1"))
+    d = local.decide_route(rv, snapshot(local, hits, "d1"))
     assert (d.prefill, d.decode, d.tier, d.ppd, d.cached_tokens, d.cls) == (None, "d1", "local", "local", 1488, "warm")
-    d = local.plan(rv, snapshot(local, hits, "d1"), allow_local=False)   # a retry never goes local
+    d = local.decide_route(rv, snapshot(local, hits, "d1"), allow_local=False)   # a retry never goes local
     assert (d.prefill, d.decode, d.ppd) == ("p2", "d1", "remote")
-    never = Planner(CPDPolicy(), PPDConfig("x0"))
-    assert never.plan(rv, snapshot(never, hits, "d1")).ppd == "remote"
+    never = RouteDecider(CPDPolicy(), PPDConfig("x0"))
+    assert never.decide_route(rv, snapshot(never, hits, "d1")).ppd == "remote"
     # turn 1, or no PPD, or the session's decode worker gone: the switch does not apply
-    assert local.plan(RequestView(1600, HASHES, 16), snapshot(local, hits, "d1")).ppd is None
-    assert Planner(CPDPolicy()).plan(rv, snapshot(local, hits, "d1")).ppd is None
-    assert local.plan(rv, snapshot(local, hits, "d9")).ppd is None
+    assert local.decide_route(RequestView(1600, HASHES, 16), snapshot(local, hits, "d1")).ppd is None
+    assert RouteDecider(CPDPolicy()).decide_route(rv, snapshot(local, hits, "d1")).ppd is None
+    assert local.decide_route(rv, snapshot(local, hits, "d9")).ppd is None
 
 
 def test_decode_for_keeps_the_session_else_least_loaded():
-    planner = Planner(CPDPolicy())
-    assert planner.decode_for(snapshot(planner, {}, "d1")) == "d1"
-    assert planner.decode_for(snapshot(planner, {}, None)) == "d2"
+    decider = RouteDecider(CPDPolicy())
+    assert decider.decode_for(snapshot(decider, {}, "d1")) == "d1"
+    assert decider.decode_for(snapshot(decider, {}, None)) == "d2"

@@ -66,10 +66,13 @@ def plot(result: dict, path: Path) -> Path:
     return path
 
 
+def topology_json(row: dict) -> str:
+    """The row as a ``--topology FILE.json`` for ``warmpath sim`` / ``serve``."""
+    return json.dumps({"policy": row.get("policy", row["kind"]), "ppd": row["ppd"], "workers": row["workers"]})
+
+
 def write(out: Path, result: dict) -> None:
     """Every file of the plan into ``out``."""
-    from warmpath.sim.plan_cli import topology_json
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(result, indent=1, default=str))
     rows = table(result)

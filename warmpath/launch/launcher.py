@@ -30,7 +30,7 @@ from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 
 import httpx
 
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 from warmpath.procs import die_with_parent
 from warmpath.router.admission import AdmissionConfig
 
@@ -232,7 +232,7 @@ def serve_cluster(a, model_id: str) -> int:
 
 def start_from_args(a) -> Cluster:
     """Start the cluster ``warmpath serve --topology NAME`` describes (its parsed flags)."""
-    from warmpath.cluster.topology import resolve
+    from warmpath.launch.topology import resolve
 
     topo = resolve(a.topology, a.ppd, getattr(a, "route_policy", None))
     router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
@@ -255,14 +255,14 @@ def worker_argv(a) -> list[str]:
     argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--quantization", a.quantization,
             "--block-size", str(a.block_size),
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
-            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--policy", a.policy,
-            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--load-policy", a.load_policy,
+            "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--schedule-order", a.schedule_order,
+            "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--kv-load-mode", a.kv_load_mode,
             "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
             "--max-body-mib", str(a.max_body_mib)]
     argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
-    argv += ["--kv-write-policy", a.kv_write_policy] if a.kv_write_policy else []
+    argv += ["--kv-write-mode", a.kv_write_mode] if a.kv_write_mode else []
     argv += ["--step-trace", a.step_trace] if getattr(a, "step_trace", None) else []
     if a.override_generation_config:   # checked here already; the workers check it again
         argv += ["--override-generation-config", json.dumps(a.override_generation_config)]

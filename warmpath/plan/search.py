@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from warmpath.bench.sweep import max_rate_from_sweep, search_max_rate
-from warmpath.cluster.topology import PPD_MODES
-from warmpath.sim.plan_space import KINDS, PD_POLICIES, Candidate
+from warmpath.launch.topology import PPD_MODES
+from warmpath.plan.space import KINDS, PD_POLICIES, Candidate
 
 # (candidate, load, whole: the full trace / duration, else the screening sample) -> a point:
 # {"rate": cluster requests (sessions)/s, "slo_met", "ttft_p90_s", "tpot_s", "success_rate", "headroom", ...}

@@ -53,7 +53,7 @@ def _traced(paths: list[str]):
 
 
 def _served(a: argparse.Namespace, workdir: Path) -> dict:
-    from warmpath.calibrate_served import ServedCalibrationConfig, run_served
+    from warmpath.calibrate.served import ServedCalibrationConfig, run_served
 
     try:
         rates = tuple(float(x) for x in a.served_rates.split(","))
@@ -71,7 +71,7 @@ def main(a: argparse.Namespace) -> int:
     import torch
 
     from warmpath.bench.workload import coding_agent
-    from warmpath.engine.profile import answer_roundtrip_miss, profile_engine
+    from warmpath.engine.step_timing import answer_roundtrip_miss, profile_engine
     from warmpath.engine.step_trace import trace_variation
     from warmpath.models.loader import load_model
     from warmpath.router.ppd import table_from_model
@@ -107,7 +107,7 @@ def main(a: argparse.Namespace) -> int:
     model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
     table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
-    from warmpath.calibrate_served import served_engine_for
+    from warmpath.calibrate.served import served_engine_for
 
     out["engine"] = served_engine_for(a.served_topology, shlex.split(a.serve_args), a.model,
                                       lm.config.max_position_embeddings, kvb)

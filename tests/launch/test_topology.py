@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from warmpath.cluster.topology import TOPOLOGIES, Topology, resolve
+from warmpath.launch.topology import TOPOLOGIES, Topology, resolve
 
 
 def test_named_topologies():
@@ -51,7 +51,7 @@ def test_unknown_name_and_missing_file():
 
 def test_serve_passes_its_generation_override_to_the_workers(monkeypatch):
     import warmpath.cli as cli
-    from warmpath.cluster.launcher import worker_argv
+    from warmpath.launch.launcher import worker_argv
 
     got = []
     monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)

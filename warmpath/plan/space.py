@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmpath.cluster.topology import Topology
+from warmpath.launch.topology import Topology
 
 KINDS = ("replica", "pd", "cpd")
 PLAN_PPD_MODES = ("off", "x1", "dynamic")

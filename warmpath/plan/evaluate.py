@@ -20,7 +20,7 @@ from warmpath.bench.metrics import SLOMissWatch
 from warmpath.bench.targets import Target
 from warmpath.bench.replay import TracePoint, own_rate, replay
 from warmpath.bench.workload import Session
-from warmpath.sim.plan_space import Candidate
+from warmpath.plan.space import Candidate
 from warmpath.sim.run import GIB, SimSetup, simulate_rate
 
 def fits(setup: SimSetup, tp: int) -> bool:

@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
 
 def run_store(a: argparse.Namespace) -> int:
     """Start what was asked, print where it is, and run until SIGINT / SIGTERM."""
-    from warmpath.cluster.netaddr import parse_kv_store
-    from warmpath.cluster.netaddr import is_wildcard
+    from warmpath.launch.netaddr import parse_kv_store
+    from warmpath.launch.netaddr import is_wildcard
     from warmpath.kv.mooncake_service import MooncakeService
 
     if is_wildcard(a.host):
