@@ -262,7 +262,7 @@ def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=N
     finally:
         if sink is not None:
             sink.close()
-    reused = sum(1 for t in keys if t[:2] not in todo)
+    reused = len(keys) - sum(len(labs) for labs in todo.values())
     return assemble(cfg, cells, arms, labels, results, time.perf_counter() - t0, reused)
 
 
