@@ -233,6 +233,9 @@ def add_serve_parser(sub, fn=None) -> None:
     s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
     s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
                    help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
+    s.add_argument("--pin", action="append", default=None, metavar="NAME=CPUS",
+                   help="pin a process (worker id, role or router) to CPUs, e.g. --pin prefill-0=0 --pin decode=1; "
+                        "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
                    help="elastic CPD tiers (auto: on for cpd topologies)")

@@ -193,8 +193,9 @@ def main() -> int:
     p.add_argument("--ppd-duration", type=float, default=150.0)
     p.add_argument("--flood-rate", type=float, default=0.2)
     p.add_argument("--parts", default="cpd,flood,ppd")
-    p.add_argument("--configs", default="cpd-1d,pd-2p1d",
-                   help="part cpd: topologies to compare, TOPOLOGY[+POLICY] (e.g. pd-2p1d+pd-kv)")
+    p.add_argument("--configs", default="cpd-1d,pd-2p1d,replica-3",
+                   help="part cpd: topologies to compare, TOPOLOGY[+POLICY] (e.g. pd-2p1d+pd-kv); the default's "
+                        "replica-3 is the 3 workers' cores as replicas (replica-2: the 2-worker splits')")
     p.add_argument("--seed", type=int, default=SEED,
                    help="part cpd: seed of the sessions and arrivals (a repeat with other arrivals)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/cluster"))

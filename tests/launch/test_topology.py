@@ -9,7 +9,9 @@ from warmpath.launch.topology import TOPOLOGIES, Topology, resolve
 
 def test_named_topologies():
     assert sorted(TOPOLOGIES) == ["cpd-1d", "cpd-2d", "pd-2p1d", "pd-2p2d", "ppd-1p3d", "ppd-2p2d",
-                                  "ppd-3p1d", "replica"]
+                                  "ppd-3p1d", "replica", "replica-2", "replica-3"]
+    # replicas at the core counts of the 2- and 3-worker splits
+    assert resolve("replica-2").workers == {"replica": 2} and resolve("replica-3").workers == {"replica": 3}
     cpd = resolve("cpd-1d")
     assert (cpd.policy, cpd.ppd, cpd.size) == ("cpd", "off", 3)
     assert cpd.roles() == [("pre-prefill-0", "pre-prefill"), ("prefill-0", "prefill"), ("decode-0", "decode")]

@@ -191,3 +191,9 @@ def test_ppd_modes_only_where_sessions_have_turns_two_and_up(tmp_path):
         "replica 2r tp1", "replica 1r tp2", "pd 1p+1d tp1", "pd 1p+1d tp1 ppd-x1", "pd 1p+1d tp1 ppd-dynamic"]
     *_, cands, _, _, modes = build(p.parse_args([*common, "--trace", str(trace)]))
     assert modes == ("off",) and len(cands) == 3   # one-turn requests: PPD changes nothing
+
+
+def test_replicas_are_always_candidates():
+    """Replicas are in every comparison: ``--kinds pd,cpd`` still tries them."""
+    assert PlanConfig(4, (1.0,), kinds=("pd", "cpd")).kinds == ("replica", "pd", "cpd")
+    assert PlanConfig(4, (1.0,), kinds=("replica",)).kinds == ("replica",)

@@ -31,6 +31,7 @@ def test_cpd_topologies_count_nodes():
     assert cpd_topology("3P2D", "cpd").workers == {"pre-prefill": 1, "prefill": 2, "decode": 8}
     assert cpd_topology("2P2D", "pd-kv").workers == {"prefill": 2, "decode": 8}
     assert cpd_topology("2P2D", "pd-kv").policy == "pd-kv"
+    assert cpd_topology("2P1D", "replica").workers == {"replica": 3}        # 3 nodes: 3 TP4 replicas, 12 GPUs
 
 
 def test_sustained_gain_and_its_bounds():
@@ -54,10 +55,10 @@ def test_annotations_keep_three_figures_and_show_the_grid_cut():
     assert cell_text(g(120.0, ">")) == ">120"
     assert [fmt_seconds(s) for s in (0.028, 0.1234, 1.49, 37.71, None)] == ["28 ms", "123 ms", "1.49 s", "37.7 s", "-"]
     cpd = {"kind": "cpd", "config": {"rates": [0.2, 0.4, 0.8]}, "comparisons": {"cpd_vs_pd": ["cpd", "pd"]}}
-    arms = lambda a, b: {"arms": {"cpd": {"sustained": a}, "pd": {"sustained": b}}}   # noqa: E731
+    arms = lambda a, b: {"arms": {"cpd": {"2": {"goodput": a}}, "pd": {"2": {"goodput": b}}}}   # noqa: E731
     # not even the lowest rate: below it; the highest: at least it
-    assert arm_text(cpd, arms(0.4, None), "cpd_vs_pd") == "0.4 vs <0.2"
-    assert arm_text(cpd, arms(0.8, 0.4), "cpd_vs_pd") == "≥0.8 vs 0.4"
+    assert arm_text(cpd, arms(0.4, None), "cpd_vs_pd", "2") == "0.4 vs <0.2"
+    assert arm_text(cpd, arms(0.8, 0.4), "cpd_vs_pd", "2") == "≥0.8 vs 0.4"
     ppd = {"kind": "ppd", "comparisons": {"x1_vs_x0": ["x1", "x0"]}}
     cell = {"arms": {"x1": {"turn2_ttft_p50_s": 0.028}, "x0": {"turn2_ttft_p50_s": 1.49}}}
     assert arm_text(ppd, cell, "x1_vs_x0") == "28 ms vs 1.49 s"
@@ -114,21 +115,29 @@ def test_tiny_cpd_map_end_to_end(tmp_path, capsys):
     out = tmp_path / "cpd"
     assert main(["map", "cpd", "--quick", "--cold-shares", "0.5", "--jobs", "2", "--out", str(out)]) == 0
     m = json.loads((out / "map.json").read_text())
-    assert (out / "cpd_vs_pd.png").stat().st_size > 0 and (out / "cpd_vs_pd-kv.png").stat().st_size > 0
+    for png in ("cpd_vs_pd", "cpd_vs_pd-kv", "cpd_vs_replica", "winner"):
+        assert (out / f"{png}.png").stat().st_size > 0
     assert set(m) == {"kind", "config", "metric", "slo", "dims", "comparisons", "operating_point", "cells", "wall_s",
-                      "reused_runs"}
-    assert m["reused_runs"] == 0 and len((out / "cells.jsonl").read_text().splitlines()) == 3   # one per policy
-    assert m["slo"] == {"ttft_p90": 2.0, "min_success": 0.99} and "TTFT p90 <= 2.0 s with >= 99% success" in m["metric"]
+                      "reused_runs", "arms", "tpot_targets"}
+    # one line per arm and TPOT target
+    assert m["reused_runs"] == 0 and len((out / "cells.jsonl").read_text().splitlines()) == 4 * 3
+    assert m["slo"]["ttft_p90"] == 2.0 and m["slo"]["attain"] == 0.9 and m["slo"]["tpot_targets"] == ["none", "2", "1.3"]
+    assert ">= 90% of requests attain TTFT <= 2.0 s" in m["metric"]
     assert m["dims"] == [{"name": "answer", "values": [32]}, {"name": "split", "values": ["2P1D"]},
                          {"name": "cold_share", "values": [0.5]}, {"name": "cold_tokens", "values": [2048]}]
-    assert m["comparisons"] == {"cpd_vs_pd": ["cpd", "pd"], "cpd_vs_pd-kv": ["cpd", "pd-kv"]}
+    assert m["comparisons"] == {"cpd_vs_pd": ["cpd", "pd"], "cpd_vs_pd-kv": ["cpd", "pd-kv"],
+                                "cpd_vs_replica": ["cpd", "replica"]}
     (cell,) = m["cells"]
     for arm in cell["arms"].values():      # 4 admitted at a time: 1.0/GPU passes, 4.0 fails, nothing above it runs
-        assert arm["sustained"] == 1.0 and arm["gpus"] == 12
-        assert [(r, v["slo_met"]) for r, v in arm["runs"].items()] == [("1.0", True), ("4.0", False)]
-    assert cell["gain"]["cpd_vs_pd"] == {"value": 1.0, "bound": "=", "note": ""}
+        for lab in ("none", "2", "1.3"):
+            assert arm[lab]["sustained"] == 1.0 and arm[lab]["goodput"] == 1.0 and arm[lab]["gpus"] == 12
+            assert [(r, v["attained"]) for r, v in arm[lab]["runs"].items()] == [("1.0", True), ("4.0", False)]
+        assert arm["none"]["tpot_bound_s"] is None
+        assert arm["1.3"]["tpot_bound_s"] == pytest.approx(1.3 * cell["unloaded_tpot_s"])
+    assert cell["gain"]["cpd_vs_pd"]["none"] == {"value": 1.0, "bound": "=", "note": ""}
+    assert cell["winner"]["1.3"]["arms"] == ["cpd", "pd", "pd-kv", "replica"]      # all tied at 1.0
     assert m["operating_point"]["cell"] == {"answer": 32, "split": "2P1D", "cold_share": 0.5, "cold_tokens": 2048}
-    assert "cpd_vs_pd 1.00" in capsys.readouterr().out
+    assert "tpot=1.3 | winner cpd=pd=pd-kv=replica 1 | cpd_vs_pd 1.00" in capsys.readouterr().out
     # the same for the seed with one job as with two
     assert _without_walls(run_map(cfg, jobs=1)["cells"]) == _without_walls(m["cells"])
 

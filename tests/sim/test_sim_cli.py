@@ -147,6 +147,9 @@ def test_repro_cpd_assumption_flags_and_validation():
     d = assumptions_from_args(p.parse_args(["repro", "cpd"]))        # defaults: the repro as before
     assert d == CPDAssumptions() and d.workload() == repro.CPD_WORKLOAD and d.max_concurrency is None
     assert d.setup("2P1D").topology.workers == {"prefill": 2, "decode": 4} and d.setup("2P1D").gpus == 12
+    # the replica arm: 2P1D's 12 GPUs as 3 TP4 replicas, whatever the decode TP
+    assert asm.setup("3R-TP4").topology.workers == {"replica": 3} and asm.setup("3R-TP4").gpus == 12
+    assert "3R-TP4" in a.configs.split(",")
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.model = "x"
     for kw, msg in ((dict(model="gpt-9"), "--model must be one of"), (dict(cold_share=1.0), "cold_share must be"),

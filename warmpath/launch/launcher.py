@@ -30,7 +30,7 @@ from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 
 import httpx
 
-from warmpath.launch.topology import Topology
+from warmpath.launch.topology import Topology, pinning
 from warmpath.procs import die_with_parent
 from warmpath.router.admission import AdmissionConfig
 
@@ -52,6 +52,7 @@ class Cluster:
     _due: dict = field(default_factory=dict)      # name -> when its restart is due
     token: str | None = field(default=None, repr=False)      # the cluster token of every process
     api_keys: tuple = field(default=(), repr=False)          # the router's API keys
+    pins: dict = field(default_factory=dict)      # name -> the CPUs it is pinned to (topology's cpus)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -80,7 +81,7 @@ class Cluster:
         self.argv[name] = argv
         env = {CLUSTER_TOKEN_ENV: self.token} if self.token else {}
         env[API_KEY_ENV] = ",".join(self.api_keys) if name == "router" else ""   # workers: none
-        self.procs[name] = _spawn(argv, self.quiet, env)
+        self.procs[name] = _spawn(argv, self.quiet, env, self.pins.get(name))
 
     def restart_dead_workers(self, now: float) -> list[str]:
         """Start again every worker that exited (not the router) once its back-off passed
@@ -130,11 +131,19 @@ def _copy_stderr(pipe) -> None:
             sys.stderr.flush()
 
 
-def _spawn(args: list[str], quiet: bool, env: dict | None = None) -> subprocess.Popen:
+def _spawn(args: list[str], quiet: bool, env: dict | None = None, cpus: frozenset | None = None) -> subprocess.Popen:
+    """``warmpath ARGS`` as a child that dies with this process, pinned to ``cpus`` (before
+    it runs anything, so its threads inherit the mask) when given."""
     env = {**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **(env or {})}
+
+    def pre() -> None:
+        die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     p = subprocess.Popen([sys.executable, "-m", "warmpath.cli", *args], env=env,
                          stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE,
-                         preexec_fn=die_with_parent)
+                         preexec_fn=pre)
     p.started_at = time.monotonic()
     threading.Thread(target=_copy_stderr, args=(p.stderr,), daemon=True).start()
     return p
@@ -145,7 +154,10 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
           timeout_s: float = 300.0, token: str | None = None, api_keys: tuple = ()) -> Cluster:
     """Start everything and wait until every worker is registered; raises ``RuntimeError``
     (after stopping what started) when a process dies or the wait times out. Without a
-    ``token`` a random one secures this cluster's own processes (``Cluster.headers``)."""
+    ``token`` a random one secures this cluster's own processes (``Cluster.headers``).
+    ``topo.cpus`` pins processes (checked against this machine first, ``ValueError`` naming
+    an unknown CPU); a pinned worker's ``--threads`` is its CPU count unless ``threads``."""
+    pins = pinning(topo)
     service = None
     if kv_store is None and l3_gib > 0:
         from warmpath.kv.mooncake_service import MooncakeService
@@ -155,7 +167,7 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
     url = f"http://{host}:{port}"
     logging.getLogger("httpx").setLevel(logging.WARNING)
     c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"),
-                token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys))
+                token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys), pins=pins)
     try:
         ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
         if "--elastic" not in router_argv and topo.policy == "cpd":
@@ -165,9 +177,10 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
         per = threads or max(1, (os.cpu_count() or 2) // topo.size)
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
+            n = threads or (len(pins[wid]) if wid in pins else per)
             c.spawn(wid, ["--log-level", log_level, "worker", "--role", role, "--router", url,
                           "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
-                          "--threads", str(per), *store, *worker_argv])
+                          "--threads", str(n), *store, *worker_argv])
         wait_ready(c, timeout_s)
     except BaseException:
         c.stop()
@@ -232,9 +245,9 @@ def serve_cluster(a, model_id: str) -> int:
 
 def start_from_args(a) -> Cluster:
     """Start the cluster ``warmpath serve --topology NAME`` describes (its parsed flags)."""
-    from warmpath.launch.topology import resolve
+    from warmpath.launch.topology import resolve, with_pins
 
-    topo = resolve(a.topology, a.ppd, getattr(a, "route_policy", None))
+    topo = with_pins(resolve(a.topology, a.ppd, getattr(a, "route_policy", None)), getattr(a, "pin", None))
     router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
                    "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]

@@ -1,8 +1,10 @@
-"""Named deployments: which worker roles, how many of each, which policy and PPD mode (pure)."""
+"""Named deployments: which worker roles, how many of each, which policy and PPD mode, and
+optionally which CPUs each process is pinned to (pure)."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,12 +15,17 @@ PPD_MODES = ("off", "x0", "x1", "dynamic")
 
 @dataclass(frozen=True)
 class Topology:
-    """``workers``: role → count. ``ppd``: ``off`` (turn 2+ like turn 1) or a PPD mode."""
+    """``workers``: role → count. ``ppd``: ``off`` (turn 2+ like turn 1) or a PPD mode.
+    ``cpus``: process → CPU list (``"0"``, ``"0-1,3"``), a process being a worker id
+    (``prefill-0``), a role (all its workers) or ``router``; a worker id wins over its role.
+    The launcher pins each process there and a pinned worker's ``--threads`` defaults to its
+    CPU count (:func:`pinning`)."""
 
     name: str
     policy: str
     workers: dict = field(default_factory=dict)
     ppd: str = "off"
+    cpus: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from warmpath.router.policy import POLICIES
@@ -38,6 +45,12 @@ class Topology:
         if self.policy in ("cpd", "pd", "pd-kv") and ("decode" not in has or not has & {"prefill", "pre-prefill"}
                                               or "replica" in has):
             raise ValueError(f"topology {self.name}: {self.policy} needs prefill-type and decode workers")
+        known = {"router", *has, *(w for w, _ in self.roles())}
+        for key, spec in self.cpus.items():
+            if key not in known:
+                raise ValueError(f"topology {self.name}: cpus names {key!r}, which is none of its processes "
+                                 f"({', '.join(sorted(known))})")
+            parse_cpus(spec, f"topology {self.name}: cpus of {key}")
 
     def roles(self) -> list[tuple[str, str]]:
         """``(worker_id, role)`` for every worker, e.g. ``("prefill-0", "prefill")``."""
@@ -50,6 +63,8 @@ class Topology:
 
 TOPOLOGIES = {t.name: t for t in (
     Topology("replica", "replica", {"replica": 2}),
+    Topology("replica-2", "replica", {"replica": 2}),
+    Topology("replica-3", "replica", {"replica": 3}),
     Topology("pd-2p1d", "pd", {"prefill": 2, "decode": 1}),
     Topology("pd-2p2d", "pd", {"prefill": 2, "decode": 2}),
     Topology("cpd-1d", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 1}),
@@ -58,6 +73,54 @@ TOPOLOGIES = {t.name: t for t in (
     Topology("ppd-2p2d", "pd", {"prefill": 2, "decode": 2}, "dynamic"),
     Topology("ppd-3p1d", "pd", {"prefill": 3, "decode": 1}, "dynamic"),
 )}
+
+
+def parse_cpus(spec, what: str = "cpus") -> frozenset[int]:
+    """``"0-2,5"`` (or a list of ints / an int) → {0, 1, 2, 5}; empty or malformed raises."""
+    items = spec if isinstance(spec, (list, tuple)) else [spec] if isinstance(spec, int) else str(spec).split(",")
+    out: set[int] = set()
+    try:
+        for part in items:
+            lo, _, hi = str(part).strip().partition("-")
+            a, b = int(lo), int(hi or lo)
+            if a < 0 or b < a:
+                raise ValueError
+            out.update(range(a, b + 1))
+    except ValueError:
+        raise ValueError(f"{what}: expected CPU numbers like 0 or 0-1,3, got {spec!r}") from None
+    if not out:
+        raise ValueError(f"{what}: no CPU given")
+    return frozenset(out)
+
+
+def pinning(topo: Topology, available=None) -> dict[str, frozenset[int]]:
+    """Process name (``router``, each worker id) → its CPUs, from ``topo.cpus`` (a worker id
+    over its role); every CPU must be one this process may run on (``available``, default
+    ``os.sched_getaffinity(0)``), else a ``ValueError`` naming it."""
+    avail = set(os.sched_getaffinity(0) if available is None else available)
+    out = {}
+    for name, role in [("router", "router"), *topo.roles()]:
+        spec = topo.cpus.get(name, topo.cpus.get(role))
+        if spec is None:
+            continue
+        cpus = parse_cpus(spec, f"topology {topo.name}: cpus of {name}")
+        missing = sorted(cpus - avail)
+        if missing:
+            raise ValueError(f"topology {topo.name}: {name} is pinned to CPU {', '.join(map(str, missing))}, "
+                             f"not available here (available: {', '.join(map(str, sorted(avail)))})")
+        out[name] = cpus
+    return out
+
+
+def with_pins(topo: Topology, pins: list[str] | None) -> Topology:
+    """``--pin NAME=CPUS`` items (``decode-0=1``, ``prefill=0-1``) over the topology's ``cpus``."""
+    extra = {}
+    for item in pins or []:
+        name, sep, cpus = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--pin: expected NAME=CPUS (e.g. decode-0=1), got {item!r}")
+        extra[name.strip()] = cpus.strip()
+    return replace(topo, cpus={**topo.cpus, **extra}) if extra else topo
 
 
 def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Topology:
@@ -72,10 +135,11 @@ def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Top
             raise ValueError(f"--topology: no such file {spec}")
         try:
             d = json.loads(path.read_text())
-            t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"))
+            t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"),
+                         dict(d.get("cpus", {})))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"--topology {spec}: expected {{\"policy\", \"ppd\", \"workers\": "
-                             f"{{role: count}}}}: {e}") from e
+                             f"{{role: count}}, \"cpus\": {{process: cpus}} (optional)}}: {e}") from e
     else:
         raise ValueError(f"--topology: {spec!r} is neither one of {sorted(TOPOLOGIES)} nor a .json file")
     t = replace(t, ppd=ppd) if ppd else t

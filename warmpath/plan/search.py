@@ -66,6 +66,8 @@ class PlanConfig:
             raise ValueError(f"--tp-set must be GPU counts >= 1, got {list(self.tp_set)}")
         if not self.kinds or set(self.kinds) - set(KINDS):
             raise ValueError(f"--kinds must be among {', '.join(KINDS)}, got {list(self.kinds)}")
+        if "replica" not in self.kinds:    # replicas are in every comparison (issue 28)
+            object.__setattr__(self, "kinds", ("replica", *self.kinds))
         if not self.ppd_modes or set(self.ppd_modes) - set(PPD_MODES):
             raise ValueError(f"--ppd must be among {', '.join(PPD_MODES)}, got {list(self.ppd_modes)}")
         if set(self.ppd_kinds) - {"pd", "cpd"}:

@@ -1,10 +1,11 @@
 """``warmpath map cpd|ppd``: where CPD and PPD pay off — a grid of simulated workloads and
 clusters, drawn as facets of heatmaps (``sim/map_plot.py``) plus ``map.json``.
 
-* ``cpd``: CPD's sustained rate over PD's and over ``pd-kv``'s (the KV-aware single pool)
-  across answer length (facet rows) × P:D split (facet columns) × cold share (y) × cold
-  document length (x). Sustained is :func:`~warmpath.bench.sweep.max_rate_from_sweep` of the
-  rate grid under the repro's SLO; the cluster and workload are ``warmpath repro cpd``'s.
+* ``cpd``: each arm's goodput (``sim/map_cpd.py``: CPD, PD, ``pd-kv`` — the KV-aware single
+  pool — and TP4 replicas on the same GPUs) per TPOT target (none / k × the unloaded TPOT),
+  which arm wins, and CPD's goodput over each other arm's, across TPOT target × answer length
+  (facet rows) × P:D split (facet columns) × cold share (y) × cold document length (x); the
+  cluster and workload are ``warmpath repro cpd``'s.
 * ``ppd``: turn-2+ TTFT p50 of x=0 over dynamic's and over x=1's across link speed (rows) ×
   load (columns) × history length (y) × append length (x), on ``warmpath repro ppd``'s cluster.
 
@@ -16,29 +17,28 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from warmpath.bench.sweep import max_rate_from_sweep
 from warmpath.bench.targets import CPD_TARGET
-from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, coding_agent, fast_tokens
-from warmpath.launch.topology import Topology
+from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, fast_tokens
 from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
+from warmpath.sim.map_cpd import ARMS, GPUS_PER_NODE, cpd_sweep, cpd_topology, parse_split, tpot_label, winner
 from warmpath.sim.hardware import HARDWARE
-from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, cpd_setup, ppd_setup
+from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, ppd_setup
 from warmpath.sim.run import simulate_rate
 
-GPUS_PER_NODE = 4                   # the blog's nodes: one TP4 prefill-type worker or four TP1 decoders
+__all__ = ["cpd_topology", "parse_split", "GPUS_PER_NODE"]   # the CPD arms live in sim/map_cpd.py
 CPD_SLO = CPD_TARGET                # warmpath repro cpd's (bench/targets.py)
 DIMS = {"cpd": ("answer", "split", "cold_share", "cold_tokens"),       # facet row, facet column, y, x
         "ppd": ("link_gbps", "load", "history", "append")}
-COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-kv")},
+COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-kv"),
+                       "cpd_vs_replica": ("cpd", "replica")},
                "ppd": {"dynamic_vs_x0": ("dynamic", "x0"), "x1_vs_x0": ("x1", "x0")}}
-_SPLIT = re.compile(r"(\d+)P(\d+)D")
+PPD_ARMS = ("x0", "x1", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ class MapConfig:
     splits ``"<p>P<d>D"`` count 4-GPU nodes (CPD: ``p // 2`` pre-prefill + the rest prefill);
     ``context_tokens`` is the warm repositories' shared context. PPD: a session is a turn of
     ``history - answer`` new tokens and its ``answer``, then an append and another ``answer``;
-    ``loads`` are sessions/s on the ``ppd_split`` cluster (TP1 workers)."""
+    ``loads`` are sessions/s on the ``ppd_split`` cluster (TP1 workers). CPD only: ``arms``
+    (of ``cpd``, ``pd``, ``pd-kv``, ``replica``) and ``tpot_targets`` (``none`` or factors of
+    the unloaded TPOT; ``sim/map_cpd.py``)."""
 
     kind: str = "cpd"
     cold_shares: tuple = (0.2, 0.5)
@@ -67,12 +69,17 @@ class MapConfig:
     duration_s: float = 20.0
     ramp_s: float = 10.0
     seed: int = 0
+    arms: tuple = ARMS
+    tpot_targets: tuple = ("none", "2", "1.3")
 
     def __post_init__(self) -> None:
         if self.kind not in DIMS:
             raise ValueError(f"map: kind must be one of {sorted(DIMS)}, got {self.kind!r}")
+        object.__setattr__(self, "tpot_targets", tuple(tpot_label(x) for x in self.tpot_targets))
+        if not self.arms or set(self.arms) - set(ARMS) or len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"map: arms must be distinct, of {', '.join(ARMS)}; got {list(self.arms)}")
         for name in ("cold_shares", "cold_tokens", "answers", "splits", "rates", "histories", "appends",
-                     "links_gbps", "loads"):
+                     "links_gbps", "loads", "tpot_targets"):
             v = getattr(self, name)
             if not v or len(set(v)) != len(v):
                 raise ValueError(f"map: {name} must be non-empty without repeats, got {v!r}")
@@ -109,25 +116,10 @@ def quick(kind: str, seed: int = 0) -> MapConfig:
                      duration_s=2.0 if kind == "cpd" else 3.0, ramp_s=0.0, seed=seed)
 
 
-def parse_split(spec: str) -> tuple[int, int]:
-    """``"2P1D"`` → (2, 1) nodes."""
-    m = _SPLIT.fullmatch(spec)
-    if not m or int(m[1]) < 1 or int(m[2]) < 1:
-        raise ValueError(f"map: a split is <p>P<d>D with p, d >= 1, got {spec!r}")
-    return int(m[1]), int(m[2])
-
-
 def grid(cfg: MapConfig) -> list[dict]:
     """Every cell, row-major over the facet rows, facet columns, y, then x."""
     axes = cfg.axes()
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
-
-
-def cpd_topology(split: str, policy: str) -> Topology:
-    """The split's nodes as workers: prefill-type TP4 (one per node), decoders four per node."""
-    p, d = parse_split(split)
-    roles = {"pre-prefill": p // 2, "prefill": p - p // 2} if policy == "cpd" else {"prefill": p}
-    return Topology(f"{split}-{policy}", policy, {**roles, "decode": d * GPUS_PER_NODE})
 
 
 def sustained_gain(new: float | None, base: float | None, rates: tuple) -> dict:
@@ -187,26 +179,6 @@ def _distance(dim: str, a, b) -> float:
     return abs(math.log(a / b))
 
 
-def cpd_sweep(cfg: MapConfig, cell: dict, policy: str) -> dict:
-    """One policy's sweep up the rate grid, stopped at the first rate that misses the SLO
-    (no rate above it can count as sustained)."""
-    setup = replace(cpd_setup(cpd_topology(cell["split"], policy), cfg.max_in_flight), kv_blocks=cfg.kv_blocks)
-    wl = {**CPD_WORKLOAD, "context": cfg.context_tokens, "warm_ratio": 1 - cell["cold_share"],
-          "doc_tokens": cell["cold_tokens"], "answer": cell["answer"]}
-    make = partial(coding_agent, gen=fast_tokens, **wl)
-    runs: dict[float, dict] = {}
-    t0 = time.perf_counter()
-    for r in cfg.rates:
-        run = simulate_rate(setup, make, r * setup.gpus, cfg.duration_s, CPD_SLO, cfg.ramp_s, seed=cfg.seed)
-        a = run["classes"]["all"]
-        runs[r] = {"slo_met": run["slo_met"], "ttft_p90_s": a["ttft_p90_s"], "success_rate": a["success_rate"],
-                   "achieved_per_gpu": run["achieved_rps"] / setup.gpus}
-        if not run["slo_met"]:
-            break
-    return {"sustained": max_rate_from_sweep(runs), "gpus": setup.gpus, "wall_s": time.perf_counter() - t0,
-            "runs": {str(r): v for r, v in runs.items()}}
-
-
 def ppd_sessions(n: int, seed: int, history: int, append: int, answer: int) -> list[Session]:
     """Two-turn sessions: ``history - answer`` new tokens and an answer, then ``append``."""
     rng = random.Random(seed)
@@ -227,64 +199,99 @@ def ppd_run(cfg: MapConfig, cell: dict, mode: str) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
+def _key(cfg: MapConfig, cell: dict, arm: str, label: str | None) -> str:
+    """A run's cache key: CPD's cell carries its TPOT target (so runs judged otherwise, or
+    before the targets existed, are never reused for it); PPD's as before."""
+    return task_key(asdict(cfg), cell if label is None else {**cell, "tpot_target": label}, arm)
+
+
+def run_task(cfg: MapConfig, cell: dict, arm: str, labels: tuple) -> dict:
+    """One (cell, arm): CPD's sweep judged under every TPOT target of ``labels`` (label →
+    result), PPD's run (``{None: result}``)."""
+    if cfg.kind == "cpd":
+        return cpd_sweep(cfg, cell, arm, labels)
+    return {None: ppd_run(cfg, cell, arm)}
+
+
 def run_map(cfg: MapConfig, jobs: int = 1, cache: Path | None = None, progress=None) -> dict:
-    """Every cell × policy (CPD) or mode (PPD), ``jobs`` in parallel; ``map.json``'s content
-    (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone). With ``cache``,
-    each finished run is appended to it as a JSON line and runs already there for the same
-    settings are reused, so an interrupted (or grown) map resumes where it stopped. ``progress(line)``
-    hears about every run as it finishes."""
+    """Every cell × arm (CPD: × TPOT target) or mode (PPD), ``jobs`` in parallel; ``map.json``'s
+    content (the same for any ``jobs``: each run is seeded by ``cfg.seed`` alone). With
+    ``cache``, each finished run is appended to it as a JSON line and runs already there for
+    the same settings are reused, so an interrupted (or grown) map resumes where it stopped:
+    a (cell, arm) reruns only for the TPOT targets it lacks. ``progress(line)`` hears about
+    every (cell, arm) as it finishes."""
     cells = grid(cfg)
-    arms = ("cpd", "pd", "pd-kv") if cfg.kind == "cpd" else ("x0", "x1", "dynamic")
-    fn = cpd_sweep if cfg.kind == "cpd" else ppd_run
+    arms = cfg.arms if cfg.kind == "cpd" else PPD_ARMS
+    labels = cfg.tpot_targets if cfg.kind == "cpd" else (None,)
     t0 = time.perf_counter()
-    tasks = [(i, arm) for i in range(len(cells)) for arm in arms]
-    keys = {t: task_key(asdict(cfg), cells[t[0]], t[1]) for t in tasks}
+    keys = {(i, arm, lab): _key(cfg, cells[i], arm, lab)
+            for i in range(len(cells)) for arm in arms for lab in labels}
     cached = load_cache(cache)
-    results = {t: cached[keys[t]] for t in tasks if keys[t] in cached}
-    todo = [t for t in tasks if t not in results]
-    sink = open_cache(cache) if cache is not None else None
+    results = {t: cached[k] for t, k in keys.items() if k in cached}
+    todo: dict[tuple, tuple] = {}
+    for i, arm, lab in keys:
+        if (i, arm, lab) not in results:
+            todo[(i, arm)] = (*todo.get((i, arm), ()), lab)
+    sink = open_cache(cache) if cache is not None and todo else None
+    total, done = len(cells) * len(arms), [len(cells) * len(arms) - len(todo)]
 
     def finished(t: tuple, res: dict) -> None:
-        results[t] = res
-        if sink is not None:
-            append(sink, keys[t], res)
+        done[0] += 1
+        for lab, r in res.items():
+            results[(*t, lab)] = r
+            if sink is not None:
+                append(sink, keys[(*t, lab)], r)
         if progress is not None:
-            i, arm = t
-            what = (f"sustained {res['sustained']}" if cfg.kind == "cpd"
-                    else f"turn-2+ TTFT p50 {res['turn2_ttft_p50_s']}")
-            progress(f"[{len(results)}/{len(tasks)}] " + " ".join(f"{k}={v}" for k, v in cells[i].items())
-                     + f" {arm}: {what} ({res['wall_s']:.0f} s; {time.perf_counter() - t0:.0f} s elapsed)")
+            what = (", ".join(f"TPOT {lab}: goodput {r['goodput']}" for lab, r in res.items()) if cfg.kind == "cpd"
+                    else f"turn-2+ TTFT p50 {res[None]['turn2_ttft_p50_s']}")
+            wall = next(iter(res.values()))["wall_s"]
+            progress(f"[{done[0]}/{total}] " + " ".join(f"{k}={v}" for k, v in cells[t[0]].items())
+                     + f" {t[1]}: {what} ({wall:.0f} s; {time.perf_counter() - t0:.0f} s elapsed)")
 
     if progress is not None and results:
-        progress(f"reusing {len(results)} of {len(tasks)} runs from {cache}")
+        progress(f"reusing {len(results)} of {len(keys)} runs from {cache}")
     try:
-        if jobs > 1 and todo:
+        if jobs > 1 and len(todo) > 1:
             with ProcessPoolExecutor(jobs) as pool:
-                futs = {pool.submit(fn, cfg, cells[i], arm): (i, arm) for i, arm in todo}
+                futs = {pool.submit(run_task, cfg, cells[i], arm, labs): (i, arm) for (i, arm), labs in todo.items()}
                 for f in as_completed(futs):
                     finished(futs[f], f.result())
         else:
-            for i, arm in todo:
-                finished((i, arm), fn(cfg, cells[i], arm))
+            for (i, arm), labs in todo.items():
+                finished((i, arm), run_task(cfg, cells[i], arm, labs))
     finally:
         if sink is not None:
             sink.close()
-    done = [results[t] for t in tasks]
-    for (i, arm), res in zip(tasks, done):
-        cells[i].setdefault("arms", {})[arm] = res
-    for c in cells:
-        arm = c["arms"]
-        c["gain"] = {name: sustained_gain(arm[a]["sustained"], arm[b]["sustained"], cfg.rates) if cfg.kind == "cpd"
-                     else ttft_gain(arm[a]["turn2_ttft_p50_s"], arm[b]["turn2_ttft_p50_s"])
-                     for name, (a, b) in COMPARISONS[cfg.kind].items()}
-    min_success = CPD_SLO.min_success
-    metric = (f"sustained target sessions/s per GPU: the highest of {list(cfg.rates)} meeting TTFT p90 <= "
-              f"{CPD_SLO.flat()['ttft_p90']} s with >= {min_success:.0%} success, every lower rate meeting it too"
-              if cfg.kind == "cpd" else "turn-2+ TTFT p50 (s), no SLO: gain = baseline TTFT / mode TTFT")
-    return {"kind": cfg.kind, "config": asdict(cfg), "metric": metric,
-            "slo": {**CPD_SLO.flat(), "min_success": min_success} if cfg.kind == "cpd" else None,
-            "dims": [{"name": d, "values": list(v)} for d, v in cfg.axes().items()],
-            "comparisons": {k: list(v) for k, v in COMPARISONS[cfg.kind].items()},
-            "operating_point": operating_point(cfg), "cells": cells, "wall_s": time.perf_counter() - t0,
-            "reused_runs": len(tasks) - len(todo)}
+    reused = len(keys) - sum(len(labs) for labs in todo.values())
+    return assemble(cfg, cells, arms, labels, results, time.perf_counter() - t0, reused)
 
+
+def assemble(cfg: MapConfig, cells: list[dict], arms: tuple, labels: tuple, results: dict, wall_s: float,
+             reused: int) -> dict:
+    """``map.json``: per cell its arms' results, the gains and (CPD) each TPOT target's winner."""
+    comparisons = {k: v for k, v in COMPARISONS[cfg.kind].items() if set(v) <= set(arms)}
+    for i, c in enumerate(cells):
+        if cfg.kind == "ppd":
+            c["arms"] = {arm: results[(i, arm, None)] for arm in arms}
+            c["gain"] = {name: ttft_gain(c["arms"][a]["turn2_ttft_p50_s"], c["arms"][b]["turn2_ttft_p50_s"])
+                         for name, (a, b) in comparisons.items()}
+            continue
+        c["arms"] = {arm: {lab: results[(i, arm, lab)] for lab in labels} for arm in arms}
+        c["unloaded_tpot_s"] = c["arms"][arms[0]][labels[0]]["unloaded_tpot_s"]
+        good = {lab: {arm: c["arms"][arm][lab]["goodput"] for arm in arms} for lab in labels}
+        c["gain"] = {name: {lab: sustained_gain(good[lab][a], good[lab][b], cfg.rates) for lab in labels}
+                     for name, (a, b) in comparisons.items()}
+        c["winner"] = {lab: winner(good[lab], cfg.rates) for lab in labels}
+    if cfg.kind == "cpd":
+        metric = (f"goodput, target sessions/s per GPU: the highest of {list(cfg.rates)} at which >= "
+                  f"{CPD_SLO.attain:.0%} of requests attain TTFT <= {CPD_SLO.flat()['ttft_p90']} s (and, under TPOT "
+                  "target k, TPOT <= k x the cell's unloaded TPOT p90), every lower rate attaining too")
+        slo = {**CPD_SLO.flat(), "min_success": CPD_SLO.min_success, "attain": CPD_SLO.attain,
+               "tpot_targets": list(labels), "unloaded_tpot": "roofline batch-1 decode, one B200 (TP1), p90"}
+    else:
+        metric, slo = "turn-2+ TTFT p50 (s), no SLO: gain = baseline TTFT / mode TTFT", None
+    return {"kind": cfg.kind, "config": asdict(cfg), "metric": metric, "slo": slo,
+            "dims": [{"name": d, "values": list(v)} for d, v in cfg.axes().items()],
+            "arms": list(arms), "tpot_targets": list(labels) if cfg.kind == "cpd" else None,
+            "comparisons": {k: list(v) for k, v in comparisons.items()},
+            "operating_point": operating_point(cfg), "cells": cells, "wall_s": wall_s, "reused_runs": reused}

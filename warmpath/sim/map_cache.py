@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 from typing import IO
 
-GRID_FIELDS = ("cold_shares", "cold_tokens", "answers", "splits", "histories", "appends", "links_gbps", "loads")
+GRID_FIELDS = ("cold_shares", "cold_tokens", "answers", "splits", "histories", "appends", "links_gbps", "loads",
+               "arms", "tpot_targets")
 
 
 def task_key(config: dict, cell: dict, arm: str) -> str:
     """What a finished run depends on, as one string: the config (``asdict(MapConfig)``) but
-    its grid axes (a run sees only its own cell, so a grown grid reuses the runs it shares),
-    the cell, the arm."""
+    its grid axes, arms and TPOT targets (a run sees only its own cell, so a grown grid reuses
+    the runs it shares), the cell (CPD: with its ``tpot_target``), the arm."""
     settings = {k: v for k, v in config.items() if k not in GRID_FIELDS}
     return json.dumps({"config": settings, "cell": cell, "arm": arm}, sort_keys=True)
 

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     d = MapConfig()
     for flag, name in (("--cold-shares", "cold_shares"), ("--cold-tokens", "cold_tokens"), ("--answers", "answers"),
                        ("--splits", "splits"), ("--rates", "rates"), ("--histories", "histories"),
-                       ("--appends", "appends"), ("--links", "links_gbps"), ("--loads", "loads")):
+                       ("--appends", "appends"), ("--links", "links_gbps"), ("--loads", "loads"),
+                       ("--arms", "arms"), ("--tpot-targets", "tpot_targets")):
         m.add_argument(flag, dest=name, default=None,
                        help=f"comma-separated (default {','.join(map(str, getattr(d, name)))})")
     for flag, name, typ in (("--context-tokens", "context_tokens", int), ("--max-in-flight", "max_in_flight", int),
@@ -42,7 +43,7 @@ def config_from_args(a: argparse.Namespace) -> MapConfig:
         if val is None or not hasattr(base, name) or name in ("kind", "seed"):
             continue
         if isinstance(getattr(base, name), tuple):
-            cast = str if name == "splits" else int if name in ("cold_tokens", "answers", "histories",
+            cast = str if name in ("splits", "arms", "tpot_targets") else int if name in ("cold_tokens", "answers", "histories",
                                                                  "appends") else float
             try:
                 val = tuple(cast(x) for x in val.split(","))
@@ -53,7 +54,7 @@ def config_from_args(a: argparse.Namespace) -> MapConfig:
 
 
 def main(a: argparse.Namespace) -> int:
-    from warmpath.sim.map_plot import cell_text, plot_map
+    from warmpath.sim.map_plot import cell_text, plot_map, winner_text
 
     if a.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
@@ -67,8 +68,13 @@ def main(a: argparse.Namespace) -> int:
     (out / "map.json").write_text(json.dumps(result, indent=1))
     figures = plot_map(result, out)
     for c in result["cells"]:
-        print(" ".join(f"{k}={c[k]}" for k in cfg.axes()), "|",
-              ", ".join(f"{k} {cell_text(g)}" for k, g in c["gain"].items()), flush=True)
+        where = " ".join(f"{k}={c[k]}" for k in cfg.axes())
+        if cfg.kind == "ppd":
+            print(where, "|", ", ".join(f"{k} {cell_text(g)}" for k, g in c["gain"].items()), flush=True)
+            continue
+        for lab in cfg.tpot_targets:
+            print(f"{where} tpot={lab} | winner " + " ".join(winner_text(c["winner"][lab], list(cfg.rates))) + " | "
+                  + ", ".join(f"{k} {cell_text(g[lab])}" for k, g in c["gain"].items()), flush=True)
     reused = f" ({result['reused_runs']} runs reused from {cache})" if result["reused_runs"] else ""
     print(f"{len(result['cells'])} cells in {result['wall_s']:.0f} s{reused}; wrote {out / 'map.json'}, "
           + ", ".join(str(f) for f in figures))

@@ -1,7 +1,8 @@
 """The heatmaps of ``warmpath map`` (``sim/map.py``): one PNG per comparison, a grid of
-facets (rows × columns of the first two dimensions), each a heatmap of the last two; colour
-is the gain on a log scale centred at 1.0 (diverging), each cell annotated, the seed's
-operating point outlined. Reads only ``map.json``'s content."""
+facets (rows: CPD's TPOT targets × the first dimension; columns: the second), each a heatmap
+of the last two; colour is the gain on a log scale centred at 1.0 (diverging), each cell
+annotated, the seed's operating point outlined. CPD adds ``winner.png``: per facet cell the
+arm with the highest goodput. Reads only ``map.json``'s content."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from matplotlib.patches import Rectangle  # noqa: E402
 LABELS = {"answer": "answer tokens", "split": "P:D nodes", "cold_share": "cold share",
           "cold_tokens": "cold document tokens", "link_gbps": "link Gb/s", "load": "sessions/s",
           "history": "history tokens", "append": "append tokens"}
-TITLES = {"cpd_vs_pd": "CPD / PD sustained rate", "cpd_vs_pd-kv": "CPD / pd-kv sustained rate",
+TITLES = {"cpd_vs_pd": "CPD / PD goodput", "cpd_vs_pd-kv": "CPD / pd-kv goodput",
+          "cpd_vs_replica": "CPD / TP4 replicas goodput",
           "dynamic_vs_x0": "PPD dynamic: turn-2+ TTFT p50 x=0 / dynamic",
           "x1_vs_x0": "PPD x=1: turn-2+ TTFT p50 x=0 / x=1"}
 CLIP = 3.0                      # log2 of the largest gain (and 1 / it) the colours tell apart
@@ -52,17 +54,31 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s:.3g} s"
 
 
-def arm_text(result: dict, cell: dict, comparison: str) -> str:
-    """The two measurements behind a gain, new then baseline: CPD's sustained sessions/s per
-    GPU with the grid's cut shown (``<0.2``: not even the lowest rate; ``≥0.8``: the highest,
-    may go higher), PPD's turn-2+ TTFT p50."""
+def rate_text(rates: list, v: float | None) -> str:
+    """A goodput with the grid's cut shown: ``<0.2`` (not even the lowest rate), ``≥0.8`` (the
+    highest, may go higher)."""
+    return f"<{min(rates):g}" if v is None else f"≥{v:g}" if v == max(rates) else f"{v:g}"
+
+
+def gain_of(cell: dict, comparison: str, label: str | None) -> dict:
+    """A cell's gain for ``comparison``: CPD's per TPOT target ``label``, PPD's own."""
+    g = cell["gain"][comparison]
+    return g if label is None else g[label]
+
+
+def tpot_title(label: str | None) -> str:
+    """``no TPOT target`` / ``TPOT p90 <= 1.3x unloaded`` (``""``: PPD, no targets)."""
+    return "" if label is None else "no TPOT target" if label == "none" else f"TPOT ≤ {label}× unloaded"
+
+
+def arm_text(result: dict, cell: dict, comparison: str, label: str | None = None) -> str:
+    """The two measurements behind a gain, new then baseline: CPD's goodput (sessions/s per
+    GPU, :func:`rate_text`) under TPOT target ``label``, PPD's turn-2+ TTFT p50."""
     new, base = result["comparisons"][comparison]
     if result["kind"] == "cpd":
         rates = result["config"]["rates"]
-
-        def one(v):
-            return f"<{min(rates):g}" if v is None else f"≥{v:g}" if v == max(rates) else f"{v:g}"
-        return f"{one(cell['arms'][new]['sustained'])} vs {one(cell['arms'][base]['sustained'])}"
+        return (f"{rate_text(rates, cell['arms'][new][label]['goodput'])} vs "
+                f"{rate_text(rates, cell['arms'][base][label]['goodput'])}")
     return (f"{fmt_seconds(cell['arms'][new]['turn2_ttft_p50_s'])} vs "
             f"{fmt_seconds(cell['arms'][base]['turn2_ttft_p50_s'])}")
 
@@ -102,55 +118,117 @@ def _matrix(result: dict, row, col) -> list[list[dict]]:
     return [[found[(y, x)] for x in xs] for y in ys]
 
 
-def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
-    """One figure: facets of heatmaps of ``cells[*].gain[comparison]``."""
+def facets(result: dict, draw, width: float = 1.1):
+    """A figure of facets — rows: TPOT target (CPD) × the first dimension, columns: the
+    second — each drawn by ``draw(ax, matrix, label)``, ticked, titled and the seed's point
+    outlined; returns ``(fig, axes)``."""
     rows, cols, ys, xs = (d["values"] for d in result["dims"])
     names = [d["name"] for d in result["dims"]]
-    values = [g["value"] for c in result["cells"] for g in [c["gain"][comparison]] if g["value"]]
-    top = max([abs(math.log2(v)) for v in values] + [math.log2(1.25)])
-    lim = min(top, CLIP)        # beyond 8x the colour saturates; the annotation still says how far
-    norm, cmap = Normalize(-lim, lim), plt.get_cmap("RdBu").with_extremes(bad="lightgrey")
-    fig, axes = plt.subplots(len(rows), len(cols), squeeze=False, layout="constrained",
-                             figsize=(max(6.0, 1.5 + 1.1 * len(xs) * len(cols)), 1.2 + 1.0 * len(ys) * len(rows)))
+    frows = [(lab, row) for lab in (result.get("tpot_targets") or [None]) for row in rows]
+    fig, axes = plt.subplots(len(frows), len(cols), squeeze=False, layout="constrained",
+                             figsize=(max(6.0, 1.5 + width * len(xs) * len(cols)), 1.2 + 1.0 * len(ys) * len(frows)))
     op = result["operating_point"]["cell"]
-    for i, row in enumerate(rows):
+    for i, (lab, row) in enumerate(frows):
         for j, col in enumerate(cols):
-            ax, cm = axes[i][j], _matrix(result, row, col)
-            m = [[c["gain"][comparison] for c in line] for line in cm]
-            data = [[math.log2(g["value"]) if g["value"] else float("nan") for g in line] for line in m]
-            im = ax.imshow(data, cmap=cmap, norm=norm, origin="lower", aspect="auto")
-            for y, line in enumerate(m):
-                for x, g in enumerate(line):
-                    dark = g["value"] and abs(math.log2(g["value"])) > 0.6 * lim
-                    ax.text(x, y + 0.05, cell_text(g), ha="center", va="bottom", fontsize=9, weight="bold",
-                            color="white" if dark else "black")
-                    ax.text(x, y - 0.05, arm_text(result, cm[y][x], comparison), ha="center", va="top",
-                            fontsize=6.5, color="white" if dark else "black")
+            ax = axes[i][j]
+            draw(ax, _matrix(result, row, col), lab)
             if op[names[0]] == row and op[names[1]] == col:
                 y, x = ys.index(op[names[2]]), xs.index(op[names[3]])
                 ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=3, ec="gold"))
             ax.set_xticks(range(len(xs)), [fmt_value(v) for v in xs], fontsize=7)
             ax.set_yticks(range(len(ys)), [fmt_value(v) for v in ys], fontsize=7)
-            ax.set_title(f"{facet_title(names[0], row)}, {facet_title(names[1], col)}", fontsize=8)
-            if i == len(rows) - 1:
+            head = f"{tpot_title(lab)}\n" if lab is not None else ""
+            ax.set_title(f"{head}{facet_title(names[0], row)}, {facet_title(names[1], col)}", fontsize=8)
+            if i == len(frows) - 1:
                 ax.set_xlabel(LABELS[names[3]], fontsize=8)
             if j == 0:
                 ax.set_ylabel(LABELS[names[2]], fontsize=8)
+    return fig, axes
+
+
+def _suptitle(fig, result: dict, head: str) -> None:
+    where = "exact" if result["operating_point"]["exact"] else "nearest cell"
+    fig.suptitle(f"{head}\n{textwrap.fill(result['metric'], 100)}\n{textwrap.fill(settings_text(result), 100)}\n"
+                 + textwrap.fill(f"gold: {result['operating_point']['label']} ({where})", 100), fontsize=7)
+
+
+def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
+    """One figure: facets of heatmaps of each cell's gain for ``comparison``."""
+    labels = result.get("tpot_targets") or [None]
+    values = [g["value"] for c in result["cells"] for lab in labels
+              for g in [gain_of(c, comparison, lab)] if g["value"]]
+    top = max([abs(math.log2(v)) for v in values] + [math.log2(1.25)])
+    lim = min(top, CLIP)        # beyond 8x the colour saturates; the annotation still says how far
+    norm, cmap = Normalize(-lim, lim), plt.get_cmap("RdBu").with_extremes(bad="lightgrey")
+    drawn = []
+
+    def draw(ax, cm, lab):
+        m = [[gain_of(c, comparison, lab) for c in line] for line in cm]
+        data = [[math.log2(g["value"]) if g["value"] else float("nan") for g in line] for line in m]
+        drawn.append(ax.imshow(data, cmap=cmap, norm=norm, origin="lower", aspect="auto"))
+        for y, line in enumerate(m):
+            for x, g in enumerate(line):
+                dark = g["value"] and abs(math.log2(g["value"])) > 0.6 * lim
+                ax.text(x, y + 0.05, cell_text(g), ha="center", va="bottom", fontsize=9, weight="bold",
+                        color="white" if dark else "black")
+                ax.text(x, y - 0.05, arm_text(result, cm[y][x], comparison, lab), ha="center", va="top",
+                        fontsize=6.5, color="white" if dark else "black")
+
+    fig, axes = facets(result, draw)
     ticks = colorbar_ticks(lim)
-    bar = fig.colorbar(im, ax=axes, shrink=0.8, ticks=[math.log2(v) for v in ticks], label="gain (log scale)",
+    bar = fig.colorbar(drawn[-1], ax=axes, shrink=0.8, ticks=[math.log2(v) for v in ticks], label="gain (log scale)",
                        extend="both" if top > lim else "neither")
     bar.ax.set_yticklabels([f"{v:.3g}×" for v in ticks], fontsize=7)
-    where = "exact" if result["operating_point"]["exact"] else "nearest cell"
     new, base = result["comparisons"][comparison]
-    fig.suptitle(f"{TITLES[comparison]} (>1: {new} better; small print: {new} vs {base})\n"
-                 f"{textwrap.fill(result['metric'], 100)}\n{textwrap.fill(settings_text(result), 100)}\n"
-                 + textwrap.fill(f"gold: {result['operating_point']['label']} ({where})", 100), fontsize=7)
+    _suptitle(fig, result, f"{TITLES[comparison]} (>1: {new} better; small print: {new} vs {base})")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red"}
+
+
+def winner_text(w: dict, rates: list) -> tuple[str, str]:
+    """A cell of ``winner.png``: the winning arm(s) (``pd=pd-kv`` for a tie, ``none``) and,
+    below, its goodput and the runner-up's (``0.6 (next 0.4)``)."""
+    if not w["arms"]:
+        return "none", f"<{min(rates):g}"
+    nxt = "" if w["runner_up"] is None else f" (next {rate_text(rates, w['runner_up'])})"
+    return "=".join(w["arms"]), rate_text(rates, w["goodput"]) + nxt
+
+
+def plot_winner(result: dict, path: Path) -> Path:
+    """CPD: per cell and TPOT target, the arm with the highest goodput (grey: a tie, light
+    grey: no arm sustains the lowest rate), annotated with its goodput and the runner-up's."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
+    rates = result["config"]["rates"]
+
+    def colour(w):
+        return to_rgb("lightgrey" if not w["arms"] else ARM_COLORS[w["arms"][0]] if len(w["arms"]) == 1 else "grey")
+
+    def draw(ax, cm, lab):
+        ws = [[c["winner"][lab] for c in line] for line in cm]
+        ax.imshow([[colour(w) for w in line] for line in ws], origin="lower", aspect="auto", alpha=0.55)
+        for y, line in enumerate(ws):
+            for x, w in enumerate(line):
+                top, low = winner_text(w, rates)
+                ax.text(x, y + 0.05, top, ha="center", va="bottom", fontsize=8, weight="bold")
+                ax.text(x, y - 0.05, low, ha="center", va="top", fontsize=6.5)
+
+    fig, _ = facets(result, draw, width=1.3)
+    fig.legend(handles=[Patch(color=ARM_COLORS[a], alpha=0.55, label=a) for a in result["arms"]]
+               + [Patch(color="grey", alpha=0.55, label="tie")], loc="outside lower center", ncol=5, fontsize=7)
+    _suptitle(fig, result, "Highest goodput among " + ", ".join(result["arms"]) + " (sessions/s per GPU)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
 def plot_map(result: dict, out: Path) -> list[Path]:
-    """``<comparison>.png`` for every comparison of the map, under ``out``."""
+    """``<comparison>.png`` for every comparison of the map (CPD: and ``winner.png``), under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    return [plot_comparison(result, name, out / f"{name}.png") for name in result["comparisons"]]
+    paths = [plot_comparison(result, name, out / f"{name}.png") for name in result["comparisons"]]
+    return paths + ([plot_winner(result, out / "winner.png")] if result["kind"] == "cpd" else [])

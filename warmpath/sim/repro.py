@@ -34,6 +34,7 @@ CPD_CONFIGS = {
     "2P2D": Topology("2P2D", "pd", {"prefill": 2, "decode": 8}),
     "CPD-1D": Topology("CPD-1D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 4}),
     "CPD-2D": Topology("CPD-2D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 8}),
+    "3R-TP4": Topology("3R-TP4", "replica", {"replica": 3}),       # 2P1D's 12 GPUs as prefix-aware TP4 replicas
 }
 CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
                     answer=128)
@@ -79,11 +80,11 @@ class CPDAssumptions:
     def topology(self, name: str) -> Topology:
         """``name`` of :data:`CPD_CONFIGS` with ``4 // decode_tp`` decode instances per node."""
         t = CPD_CONFIGS[name]
-        return replace(t, workers={**t.workers, "decode": t.workers["decode"] // self.decode_tp})
+        return t if t.policy == "replica" else replace(t, workers={**t.workers, "decode": t.workers["decode"] // self.decode_tp})
 
     def setup(self, name: str) -> SimSetup:
         return replace(cpd_setup(self.topology(name), self.max_in_flight), model=MODELS[self.model],
-                       tp={"prefill": 4, "pre-prefill": 4, "decode": self.decode_tp},
+                       tp={"prefill": 4, "pre-prefill": 4, "decode": self.decode_tp, "replica": 4},
                        max_concurrency=self.max_concurrency)
 
 
@@ -103,7 +104,7 @@ def add_parser(sub) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--jobs", type=int, default=2, help="configurations simulated in parallel")
     r.add_argument("--max-in-flight", type=int, default=24, help="cpd: router admission limit (the blog's 24)")
-    r.add_argument("--configs", default="2P1D,2P2D,CPD-1D,CPD-2D", help="cpd: which configurations")
+    r.add_argument("--configs", default="2P1D,2P2D,CPD-1D,CPD-2D,3R-TP4", help="cpd: which configurations")
     d = CPDAssumptions()
     r.add_argument("--model", default=d.model, help="cpd: model profile (sim/hardware.py)")
     r.add_argument("--context-tokens", type=int, default=d.context_tokens, help="cpd: a repository's shared context")
@@ -178,7 +179,7 @@ def repro_cpd(a: argparse.Namespace, out: Path) -> dict:
                  "achieved_qps_per_gpu": {r: s["runs"][r]["achieved_rps"] / s["gpus"] for r in s["runs"]},
                  "ttft_p50_s": {r: s["rates"][r]["all"]["ttft_p50_s"] for r in s["rates"]},
                  "ttft_p90_s": {r: s["rates"][r]["all"]["ttft_p90_s"] for r in s["rates"]}} for n, s in res.items()}
-    for base, cpd in (("2P1D", "CPD-1D"), ("2P2D", "CPD-2D")):
+    for base, cpd in (("2P1D", "CPD-1D"), ("2P2D", "CPD-2D"), ("3R-TP4", "CPD-1D")):
         if base not in table or cpd not in table:
             continue
         b, c = table[base]["max_qps_per_gpu"], table[cpd]["max_qps_per_gpu"]
