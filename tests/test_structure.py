@@ -19,6 +19,8 @@ ALLOWED = {
     "bench": {"models", "protocol"},
     "sim": {"bench", "cluster", "engine", "kv", "router"},
     "cluster": {"kv", "procs", "protocol", "router"},
+    # a vLLM server behind the router: its HTTP face, registration (torch-free) and events
+    "vllm": {"cluster", "kv", "models", "protocol", "worker"},
     "calibrate": {"bench", "calibrate_served", "engine", "models", "router"},
     # the served phase starts a cluster as `warmpath serve` does and drives it with the bench
     "calibrate_served": {"bench", "cli", "cluster", "engine", "kv", "models"},
@@ -42,6 +44,14 @@ def _imports(tree):
 def test_no_upward_imports():
     bad = [f"{path} imports warmpath.{dep}" for pkg, path, tree in _modules() if pkg in ALLOWED
            for dep in _imports(tree) if dep != pkg and dep not in ALLOWED[pkg] | (BASE - {pkg})]
+    assert not bad, bad
+
+
+def test_warmpath_never_imports_vllm():
+    """vLLM workers are driven over HTTP and ZeroMQ (DESIGN §8): no module imports vllm."""
+    bad = [path for _, path, tree in _modules() for n in ast.walk(tree)
+           if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in n.names)
+           or isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").split(".")[0] == "vllm"]
     assert not bad, bad
 
 

@@ -9,16 +9,19 @@ from pathlib import Path
 from warmpath.router.views import ROLES
 
 PPD_MODES = ("off", "x0", "x1", "dynamic")
+ENGINES = ("warmpath", "vllm")
 
 
 @dataclass(frozen=True)
 class Topology:
-    """``workers``: role → count. ``ppd``: ``off`` (turn 2+ like turn 1) or a PPD mode."""
+    """``workers``: role → count. ``ppd``: ``off`` (turn 2+ like turn 1) or a PPD mode.
+    ``engines``: role → ``warmpath`` | ``vllm`` (roles left out run ``serve --engine``'s)."""
 
     name: str
     policy: str
     workers: dict = field(default_factory=dict)
     ppd: str = "off"
+    engines: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from warmpath.router.policy import POLICIES
@@ -32,6 +35,8 @@ class Topology:
             raise ValueError(f"topology {self.name}: unknown roles {sorted(bad)}; roles are {ROLES}")
         if any(not isinstance(n, int) or n < 0 for n in self.workers.values()) or not any(self.workers.values()):
             raise ValueError(f"topology {self.name}: worker counts must be integers >= 0, at least one > 0")
+        if set(self.engines) - set(ROLES) or set(self.engines.values()) - set(ENGINES):
+            raise ValueError(f"topology {self.name}: engines must map roles {ROLES} to {ENGINES}, got {self.engines}")
         has = {r for r, n in self.workers.items() if n}
         if self.policy == "replica" and has != {"replica"}:
             raise ValueError(f"topology {self.name}: the replica policy needs only replica workers")
@@ -61,7 +66,8 @@ TOPOLOGIES = {t.name: t for t in (
 
 
 def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Topology:
-    """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n}}``;
+    """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n},
+    "engine": "vllm"}`` (or ``"engines": {role: engine}``);
     ``ppd`` and ``policy`` override its PPD mode and routing policy (e.g. ``pd-2p1d`` with
     ``pd-kv``: the same workers under the KV-aware baseline)."""
     if spec in TOPOLOGIES:
@@ -72,10 +78,13 @@ def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Top
             raise ValueError(f"--topology: no such file {spec}")
         try:
             d = json.loads(path.read_text())
-            t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"))
+            engines = d.get("engines", {})
+            if "engine" in d:   # one engine for every role
+                engines = {r: d["engine"] for r in d["workers"]} | dict(engines)
+            t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"), dict(engines))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"--topology {spec}: expected {{\"policy\", \"ppd\", \"workers\": "
-                             f"{{role: count}}}}: {e}") from e
+                             f"{{role: count}}, \"engine\" or \"engines\": {{role: engine}}}}: {e}") from e
     else:
         raise ValueError(f"--topology: {spec!r} is neither one of {sorted(TOPOLOGIES)} nor a .json file")
     t = replace(t, ppd=ppd) if ppd else t

@@ -9,14 +9,11 @@ import asyncio
 import dataclasses
 import logging
 import os
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import httpx
 
 from warmpath.protocol.internal import Heartbeat, Registration
-
-if TYPE_CHECKING:
-    from warmpath.engine.llm_engine import LLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +36,7 @@ class RegistrationConfig:
             raise ValueError(f"--router must be an http URL, got {self.router_url!r}")
 
 
-def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> Heartbeat:
+def load_report(engine: "warmpath.engine.llm_engine.LLMEngine", worker_id: str, healthy: bool = True) -> Heartbeat:
     """The heartbeat (read from the engine thread's state; approximate)."""
     s = engine.scheduler
     queued = sum(q.num_tokens - q.num_computed_tokens for q in list(s.waiting))
@@ -66,7 +63,7 @@ async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
         return False
 
 
-async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
+async def register_and_heartbeat(cfg: RegistrationConfig, engine: "warmpath.engine.llm_engine.LLMEngine",
                                  alive: Callable[[], bool] = lambda: True, defaults: dict | None = None) -> None:
     """Runs until cancelled: (re)registers whenever the router does not know us; stops
     heartbeating once ``alive()`` turns false (the failure is reported separately).
