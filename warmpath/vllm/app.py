@@ -4,7 +4,7 @@
 → vLLM's ``/v1/completions`` (``relay.py``) → the client's OpenAI answer, JSON or SSE, in the
 shape warmpath's workers give it. vLLM unreachable: 503 ``engine_failed`` (the router retries
 elsewhere). A client that leaves closes the upstream stream, and vLLM aborts the request.
-``GET /health`` (the vLLM process runs), ``/ready`` (it answers), ``/metrics`` (vLLM's own
+``GET /health`` (the vLLM process runs; its URL and pid), ``/ready`` (it answers), ``/metrics`` (vLLM's own
 exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/models``.
 """
 
@@ -42,6 +42,7 @@ class FrontConfig:
     max_model_len: int
     defaults: GenerationDefaults = GenerationDefaults()
     aliases: tuple[str, ...] = ()                # other names a request may use for the model
+    vllm_pid: int | None = None                  # shown on /health (tests, operators)
     request_timeout_s: float = 600.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     cluster_token: str | None = field(default=None, repr=False)
@@ -144,7 +145,7 @@ def _status_routes(app: FastAPI, cfg: FrontConfig, alive: Callable[[], bool], re
         """Liveness: 503 once the vLLM process exited."""
         if not alive():
             return JSONResponse({"status": "error", "detail": "the vLLM server exited"}, 503)
-        return JSONResponse({"status": "ok", "engine": "vllm"})
+        return JSONResponse({"status": "ok", "engine": "vllm", "vllm_url": cfg.vllm_url, "vllm_pid": cfg.vllm_pid})
 
     @app.get("/ready", responses=status(503))
     async def ready() -> Response:

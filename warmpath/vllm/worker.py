@@ -58,6 +58,19 @@ def server_config(a: argparse.Namespace, model_dir: Path, model_id: str, events:
         startup_timeout_s=a.vllm_startup_s)
 
 
+def vllm_block_size(block_size: int) -> int:
+    """vLLM's CPU attention takes block sizes that are multiples of 32 (``No common block size
+    for 16 (CPU_ATTN: [MultipleOf(32)])``): others are rounded up, with a warning. The router
+    hashes prompts with the block size the worker registers, so keys still match."""
+    if block_size <= 0:
+        raise ValueError(f"--block-size must be > 0, got {block_size}")
+    if block_size % 32:
+        up = -(-block_size // 32) * 32
+        log.warning("--block-size %d: vLLM's CPU attention needs a multiple of 32; using %d", block_size, up)
+        return up
+    return block_size
+
+
 def namespace(model_id: str, model_dir: Path, dtype: str, block_size: int) -> KVNamespace:
     """The KV namespace a vLLM worker registers: its own revision and dtype labels (its KV is
     vLLM's, not interchangeable with warmpath's engine), the model's tokenizer identity."""
@@ -87,6 +100,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     mdir = vllm_model_dir(a.model)
+    a.block_size = vllm_block_size(a.block_size)
     ns = namespace(model_id, mdir, a.dtype, a.block_size)
     mcfg = model_config(a.model)
     max_len = min(a.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
@@ -114,7 +128,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
             kv_capacity_tokens=m.kv_tokens).model_dump()
         book = RelayBook()
         fcfg = FrontConfig(vllm_url=scfg.url, model=model_id, max_model_len=max_len, defaults=defaults,
-                           aliases=(a.model,), max_body_bytes=int(a.max_body_mib * (1 << 20)),
+                           aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),
                            cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
         app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book)
         reg = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role, url, a.heartbeat_s,
