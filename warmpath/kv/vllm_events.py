@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
-from warmpath.kv.events import END, AllBlocksCleared, BlockRemoved, BlockStored
+from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored, request_replay
 from warmpath.kv.hashing import KVNamespace, NO_PARENT, hash_packed_blocks, pack_tokens
 
 # vLLM's media → warmpath's tiers: its KV cache proper is L1 (on vLLM-CPU too: the medium
@@ -219,22 +219,12 @@ class VLLMEventSubscriber:
         """vLLM's buffered batches from ``start`` on (``[]`` without a replay endpoint)."""
         if self.replay_endpoint is None:
             return []
-        d = self.ctx.socket(zmq.DEALER)
-        d.setsockopt(zmq.LINGER, 0)
-        d.connect(self.replay_endpoint)
-        d.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
         out = []
-        try:
-            while d.poll(timeout_ms):
-                frames = d.recv_multipart()
-                if len(frames) >= 3 and frames[-2] == END:   # vLLM: [b"", b"", END, b""]
-                    break
-                try:
-                    out.append(self._decode(frames[-2], frames[-1]))
-                except (ValueError, IndexError, TypeError, msgpack.UnpackException):
-                    self.malformed += 1
-        finally:
-            d.close()
+        for frames in request_replay(self.ctx, self.replay_endpoint, start, timeout_ms):
+            try:   # vLLM: [b"", topic, seq, payload]
+                out.append(self._decode(frames[-2], frames[-1]))
+            except (ValueError, IndexError, TypeError, msgpack.UnpackException):
+                self.malformed += 1
         self.replays += 1
         return out
 
