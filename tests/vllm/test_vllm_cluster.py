@@ -9,6 +9,7 @@ router's index fed by vLLM's re-keyed events) and hits vLLM's prefix cache; a wo
 is killed is dropped at once and restarted by the launcher.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -65,8 +66,7 @@ def test_greedy_answers_equal_a_single_vllm(cluster):
                       json={"model": model, "messages": QUESTION, "stream": True, **GREEDY}) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
-                text += (httpx.Response(200, content=line[6:]).json()["choices"] or [{}])[0].get(
-                    "delta", {}).get("content") or ""
+                text += (json.loads(line[6:])["choices"] or [{}])[0].get("delta", {}).get("content") or ""
     assert text == want
     ids = list(range(1000, 1040))
     direct = httpx.post(single + "/v1/completions", timeout=120,

@@ -93,8 +93,10 @@ class VLLMServerConfig:
         return out + list(self.extra_args)
 
     def environ(self) -> dict[str, str]:
-        """vLLM's environment: ours plus its CPU KV space and thread binding."""
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), **self.env}
+        """vLLM's environment: ours (less ``PYTHONPATH`` / ``VIRTUAL_ENV``, which name warmpath's
+        Python, not vLLM's) plus its CPU KV space and thread binding, then ``env``."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env |= {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), **self.env}
         if self.threads_bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.threads_bind
         return env
