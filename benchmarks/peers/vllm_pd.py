@@ -89,18 +89,23 @@ def probe(name: str, out: Path) -> dict:
         rec["kv_transfer_params"] = pre.get("kv_transfer_params")
         before = external_hits(d.cfg.url)
         got = httpx.post(d.cfg.url + "/v1/completions", timeout=300,
-                         json={**body, "kv_transfer_params": pre.get("kv_transfer_params")}).json()
+                         json={**body, "kv_transfer_params": pre.get("kv_transfer_params")})
+        rec["decode_status"] = got.status_code
         rec["external_hits"] = external_hits(d.cfg.url) - before
-        alone = httpx.post(d.cfg.url + "/v1/completions", timeout=300, json={**body, "prompt": [7] + ids[1:]}).json()
-        rec["answer"] = got["choices"][0]["text"]
-        rec["ok"] = bool(rec["kv_transfer_params"]) and rec["external_hits"] > 0
-        rec["control_differs"] = alone["choices"][0]["text"] != rec["answer"]
+        if got.status_code != 200:
+            rec["error"] = f"decode answered {got.status_code}: {got.text[:300]} (see {name}-decode.log)"
+            return rec
+        rec["answer"] = got.json()["choices"][0]["text"]
+        # the same prompt computed by the decode server alone (its prefix cache now holds it)
+        alone = httpx.post(d.cfg.url + "/v1/completions", timeout=60, json=body).json()
+        rec["same_as_decode_alone"] = alone["choices"][0]["text"] == rec["answer"]
+        rec["ok"] = bool(rec["kv_transfer_params"]) and rec["external_hits"] > 0 and rec["same_as_decode_alone"]
     except Exception as e:  # noqa: BLE001 - the probe reports what failed
         rec["error"] = f"{type(e).__name__}: {e}"[:2000]
     finally:
         for s in (p, d):
             s.stop()
-    (out / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
+        (out / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
     return rec
 
 
