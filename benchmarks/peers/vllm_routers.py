@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -66,25 +67,39 @@ def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, st
            "--host", "127.0.0.1", "--port", str(port), "--no-l3", "--kv-cache-gib", str(a.kv_cache_gib),
            "--max-model-len", str(a.max_model_len), "--heartbeat-s", "1", *shlex.split(a.worker_args)]
     logs.mkdir(parents=True, exist_ok=True)
+    token = os.environ.get("WARMPATH_CLUSTER_TOKEN") or secrets.token_urlsafe(24)   # reads worker URLs
     proc = subprocess.Popen(cmd, stdout=(logs / "fleet.log").open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
-    base, token = f"http://127.0.0.1:{port}", os.environ.get("WARMPATH_CLUSTER_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    deadline = time.time() + a.startup_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the fleet exited (see {logs / 'fleet.log'})")
-        try:
-            ws = httpx.get(base + "/v1/cluster", timeout=2, headers=headers).json()["workers"]
-            if len(ws) == a.workers:
-                break
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        if time.time() > deadline:
-            raise RuntimeError(f"the vLLM workers did not register within {a.startup_s:.0f} s")
-        time.sleep(2)
-    vllm = [httpx.get(w["url"] + "/health", timeout=5).json()["vllm_url"] for w in ws]
+                            start_new_session=True, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+                                                         "WARMPATH_CLUSTER_TOKEN": token})
+    base, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+    try:
+        deadline = time.time() + a.startup_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the fleet exited (see {logs / 'fleet.log'})")
+            try:
+                ws = httpx.get(base + "/v1/cluster", timeout=2, headers=headers).json()["workers"]
+                if len(ws) == a.workers:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"the vLLM workers did not register within {a.startup_s:.0f} s")
+            time.sleep(2)
+        vllm = [httpx.get(w["url"] + "/health", timeout=5).json()["vllm_url"] for w in ws]
+    except BaseException:
+        stop_fleet(proc)
+        raise
     return proc, base, vllm, cmd
+
+
+def stop_fleet(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher (it stops its workers, which stop their vLLM servers)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def bench_cmd(a: argparse.Namespace, url: str, out: Path, seed: int) -> list[str]:
@@ -154,11 +169,7 @@ def main() -> int:
                 print(json.dumps({k: rec[k] for k in ("router", "seed", "exit", "seconds")} |
                                  {"hit_rate": rec["prefix_cache"]["hit_rate"]}), flush=True)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_fleet(proc)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet_cmd), "vllm": vllm,
                                                     "runs": records}, indent=1) + "\n")
