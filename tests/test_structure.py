@@ -29,6 +29,8 @@ ALLOWED = {
     "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router"},
     "cli": {"bench", "calibrate", "cli_args", "engine", "kv", "launch", "models", "plan", "protocol", "router",
             "sim", "worker"},
+    # a vLLM server behind the router: its HTTP face, registration (torch-free) and events
+    "vllm": {"kv", "launch", "models", "protocol", "worker"},
 }
 
 
@@ -152,6 +154,14 @@ def test_no_upward_imports():
     graph = import_graph()
     bad = [f"{m} imports {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
            if layer_of(d) != layer_of(m) and layer_of(d) not in ALLOWED.get(layer_of(m), set()) | BASE]
+    assert not bad, bad
+
+
+def test_warmpath_never_imports_vllm():
+    """vLLM workers are driven over HTTP and ZeroMQ (DESIGN §8): no module imports vllm."""
+    bad = [path for _, path, tree in _modules() for n in ast.walk(tree)
+           if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in n.names)
+           or isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").split(".")[0] == "vllm"]
     assert not bad, bad
 
 

@@ -16,6 +16,9 @@ def _serve(a: argparse.Namespace) -> int:
 
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", a.worker_id):
         raise ValueError(f"--worker-id must be 1-64 of A-Z a-z 0-9 . _ -, got {a.worker_id!r}")
+    if a.engine == "vllm" and a.cmd == "serve" and a.topology == "single":
+        raise ValueError("serve --engine vllm needs a --topology (e.g. replica): a vLLM worker serves "
+                         "behind warmpath's router")
     if a.cmd == "serve" and a.topology != "single":
         from warmpath.launch.launcher import serve_cluster
 
@@ -26,6 +29,10 @@ def _serve(a: argparse.Namespace) -> int:
 
     a.cluster_token, a.api_key = cluster_token(a.cluster_token), list(api_keys(a.api_key))
     warn_if_open(a.host, a.cluster_token, "this worker")
+    if a.engine == "vllm":
+        from warmpath.vllm.worker import run
+
+        return run(a, _model_id(a.model), advertise_host(a))
 
     from warmpath.engine.llm_engine import LLMEngine
     from warmpath.worker.app import ServerConfig, build_app

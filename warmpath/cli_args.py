@@ -201,6 +201,7 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                         "per sequence) to DIR/<worker-id>.jsonl")
     _auth_args(p)
     _engine_args(p)
+    _vllm_args(p)
 
 
 def _store_gib(a: argparse.Namespace, workers: int) -> float:
@@ -262,3 +263,23 @@ def size_cluster_store(a: argparse.Namespace) -> argparse.Namespace:
 
     a.l3_gib = _store_gib(a, resolve(a.topology, a.ppd, a.route_policy).size)
     return a
+
+
+def _vllm_args(p: argparse.ArgumentParser) -> None:
+    """``--engine vllm``: the worker starts and supervises a vLLM server (``warmpath/vllm/``)."""
+    g = p.add_argument_group("vLLM engine (--engine vllm)")
+    g.add_argument("--engine", default="warmpath", choices=("warmpath", "vllm"),
+                   help="warmpath's own engine, or a vLLM OpenAI server started and supervised by this worker "
+                        "(replica role; --model, --block-size, --max-num-seqs, --max-model-len, --dtype and "
+                        "--kv-cache-gib apply to it)")
+    g.add_argument("--vllm-python", default=None, metavar="PATH",
+                   help="the Python that runs `-m vllm.entrypoints.openai.api_server` (default: the venv "
+                        "`python -m benchmarks.peers.vllm_cpu` installs)")
+    g.add_argument("--vllm-command", default=None, metavar="CMD",
+                   help="the command that starts vLLM's OpenAI server, before its flags (instead of --vllm-python)")
+    g.add_argument("--vllm-args", default=None, metavar="ARGS", help="more vLLM flags, as one shell-quoted string")
+    g.add_argument("--vllm-port", type=int, default=0, help="vLLM's own HTTP port on 127.0.0.1 (0 = a free one)")
+    g.add_argument("--vllm-cpus", default=None, metavar="LIST",
+                   help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0-1 (default: every CPU)")
+    g.add_argument("--vllm-startup-s", type=_positive, default=900.0, help="how long vLLM may take to answer")
+    g.add_argument("--vllm-log", default=None, metavar="FILE", help="vLLM's output (default: this worker's)")

@@ -75,6 +75,27 @@ def decode_event(e: list):
     raise ValueError(f"unknown KV event {tag!r}")
 
 
+def request_replay(ctx, endpoint: str, start: int, timeout_ms: int, configure=None):
+    """Ask a replay ROUTER at ``endpoint`` for its batches from ``start`` on; yields each
+    reply's frames until the end marker (``END`` second to last: warmpath's ``[b"", END,
+    b""]``, vLLM's ``[b"", b"", END, b""]``) or ``timeout_ms`` of silence. ``configure``:
+    called on the DEALER socket before it connects (credentials)."""
+    d = ctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    if configure is not None:
+        configure(d)
+    d.connect(endpoint)
+    d.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
+    try:
+        while d.poll(timeout_ms):
+            frames = d.recv_multipart()
+            if len(frames) >= 3 and frames[-2] == END:
+                return
+            yield frames
+    finally:
+        d.close()
+
+
 class KVEventPublisher:
     """PUB + replay ROUTER bound on ``host`` (ports 0 = pick free ones); the endpoints it
     announces name ``advertise_host`` (default ``host``): bind ``0.0.0.0``, advertise the
@@ -185,26 +206,15 @@ class KVEventSubscriber:
 
     def replay(self, start: int, timeout_ms: int = 2000) -> list[tuple[int, list, str]]:
         """Fetch buffered batches from ``start`` on."""
-        d = self.ctx.socket(zmq.DEALER)
-        d.setsockopt(zmq.LINGER, 0)
-        self._credentials(d)
-        d.connect(self.replay_endpoint)
-        d.send_multipart([b"", start.to_bytes(8, "big", signed=True)])
         out = []
-        try:
-            while d.poll(timeout_ms):
-                frames = d.recv_multipart()
-                if len(frames) == 3 and frames[1] == END:
-                    break
-                try:
-                    _, seq_b, payload = frames
-                    ts, events, worker = msgpack.unpackb(payload, raw=False)
-                    out.append((int.from_bytes(seq_b, "big", signed=True),
-                                [decode_event(e) for e in events], worker))
-                except Exception:  # noqa: BLE001 - skip what cannot be decoded
-                    self.malformed += 1
-        finally:
-            d.close()
+        for frames in request_replay(self.ctx, self.replay_endpoint, start, timeout_ms, self._credentials):
+            try:
+                _, seq_b, payload = frames
+                ts, events, worker = msgpack.unpackb(payload, raw=False)
+                out.append((int.from_bytes(seq_b, "big", signed=True),
+                            [decode_event(e) for e in events], worker))
+            except Exception:  # noqa: BLE001 - skip what cannot be decoded
+                self.malformed += 1
         self.replays += 1
         return out
 

@@ -178,9 +178,10 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
             n = threads or (len(pins[wid]) if wid in pins else per)
+            engine = ["--engine", topo.engines[role]] if role in topo.engines else []
             c.spawn(wid, ["--log-level", log_level, "worker", "--role", role, "--router", url,
                           "--worker-id", wid, "--host", "127.0.0.1", "--port", "0",
-                          "--threads", str(n), *store, *worker_argv])
+                          "--threads", str(n), *store, *worker_argv, *engine])
         wait_ready(c, timeout_s)
     except BaseException:
         c.stop()
@@ -257,9 +258,11 @@ def start_from_args(a) -> Cluster:
         router_argv += ["--elastic", a.elastic]
     from warmpath.protocol.auth import api_keys, cluster_token
 
+    vllm = a.engine == "vllm" or "vllm" in topo.engines.values()
     return start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
                  0 if a.no_l3 else a.l3_gib, a.threads,
                  log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
+                 timeout_s=a.vllm_startup_s + 60 if vllm else 300.0,
                  token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
 
 
@@ -277,6 +280,9 @@ def worker_argv(a) -> list[str]:
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
     argv += ["--kv-write-mode", a.kv_write_mode] if a.kv_write_mode else []
     argv += ["--step-trace", a.step_trace] if getattr(a, "step_trace", None) else []
+    argv += ["--engine", a.engine, "--vllm-startup-s", str(a.vllm_startup_s)]
+    argv += [f for k in ("vllm_python", "vllm_command", "vllm_args", "vllm_cpus") if getattr(a, k)
+             for f in (f"--{k.replace('_', '-')}", getattr(a, k))]
     if a.override_generation_config:   # checked here already; the workers check it again
         argv += ["--override-generation-config", json.dumps(a.override_generation_config)]
     return argv

@@ -11,6 +11,7 @@ from pathlib import Path
 from warmpath.router.views import ROLES
 
 PPD_MODES = ("off", "x0", "x1", "dynamic")
+ENGINES = ("warmpath", "vllm")
 
 
 @dataclass(frozen=True)
@@ -19,13 +20,16 @@ class Topology:
     ``cpus``: process → CPU list (``"0"``, ``"0-1,3"``), a process being a worker id
     (``prefill-0``), a role (all its workers) or ``router``; a worker id wins over its role.
     The launcher pins each process there and a pinned worker's ``--threads`` defaults to its
-    CPU count (:func:`pinning`)."""
+    CPU count (:func:`pinning`).
+
+    ``engines``: role → ``warmpath`` | ``vllm`` (roles left out run ``serve --engine``'s)."""
 
     name: str
     policy: str
     workers: dict = field(default_factory=dict)
     ppd: str = "off"
     cpus: dict = field(default_factory=dict)
+    engines: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from warmpath.router.policy import POLICIES
@@ -39,6 +43,8 @@ class Topology:
             raise ValueError(f"topology {self.name}: unknown roles {sorted(bad)}; roles are {ROLES}")
         if any(not isinstance(n, int) or n < 0 for n in self.workers.values()) or not any(self.workers.values()):
             raise ValueError(f"topology {self.name}: worker counts must be integers >= 0, at least one > 0")
+        if set(self.engines) - set(ROLES) or set(self.engines.values()) - set(ENGINES):
+            raise ValueError(f"topology {self.name}: engines must map roles {ROLES} to {ENGINES}, got {self.engines}")
         has = {r for r, n in self.workers.items() if n}
         if self.policy == "replica" and has != {"replica"}:
             raise ValueError(f"topology {self.name}: the replica policy needs only replica workers")
@@ -124,7 +130,8 @@ def with_pins(topo: Topology, pins: list[str] | None) -> Topology:
 
 
 def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Topology:
-    """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n}}``;
+    """A topology name, or a JSON file ``{"policy": ..., "ppd": ..., "workers": {role: n},
+    "engine": "vllm"}`` (or ``"engines": {role: engine}``);
     ``ppd`` and ``policy`` override its PPD mode and routing policy (e.g. ``pd-2p1d`` with
     ``pd-kv``: the same workers under the KV-aware baseline)."""
     if spec in TOPOLOGIES:
@@ -135,11 +142,15 @@ def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Top
             raise ValueError(f"--topology: no such file {spec}")
         try:
             d = json.loads(path.read_text())
+            engines = d.get("engines", {})
+            if "engine" in d:   # one engine for every role
+                engines = {r: d["engine"] for r in d["workers"]} | dict(engines)
             t = Topology(path.stem, d.get("policy", "cpd"), dict(d["workers"]), d.get("ppd", "off"),
-                         dict(d.get("cpus", {})))
+                         dict(d.get("cpus", {})), dict(engines))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"--topology {spec}: expected {{\"policy\", \"ppd\", \"workers\": "
-                             f"{{role: count}}, \"cpus\": {{process: cpus}} (optional)}}: {e}") from e
+                             f"{{role: count}}, \"cpus\": {{process: cpus}}, \"engine\" or \"engines\": "
+                             f"{{role: engine}} (both optional)}}: {e}") from e
     else:
         raise ValueError(f"--topology: {spec!r} is neither one of {sorted(TOPOLOGIES)} nor a .json file")
     t = replace(t, ppd=ppd) if ppd else t

@@ -1,4 +1,7 @@
-"""A worker's side of discovery: register with the router, then heartbeat its load."""
+"""A worker's side of discovery: register with the router, then heartbeat its load.
+
+:func:`keep_registered` is the loop any worker kind runs (warmpath's engine here, a vLLM
+server in ``warmpath/vllm/``); it imports no torch."""
 
 from __future__ import annotations
 
@@ -6,12 +9,14 @@ import asyncio
 import dataclasses
 import logging
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import httpx
 
-from warmpath.engine.llm_engine import LLMEngine
 from warmpath.protocol.internal import Heartbeat, Registration
+
+if TYPE_CHECKING:   # no torch at import: the vLLM worker runs this module too
+    from warmpath.engine.llm_engine import LLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ class RegistrationConfig:
             raise ValueError(f"--router must be an http URL, got {self.router_url!r}")
 
 
-def load_report(engine: LLMEngine, worker_id: str, healthy: bool = True) -> Heartbeat:
+def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> Heartbeat:
     """The heartbeat (read from the engine thread's state; approximate)."""
     s = engine.scheduler
     queued = sum(q.num_tokens - q.num_computed_tokens for q in list(s.waiting))
@@ -61,7 +66,7 @@ async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
         return False
 
 
-async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
+async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
                                  alive: Callable[[], bool] = lambda: True, defaults: dict | None = None) -> None:
     """Runs until cancelled: (re)registers whenever the router does not know us; stops
     heartbeating once ``alive()`` turns false (the failure is reported separately).
@@ -75,6 +80,18 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
         replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults,
         max_num_seqs=engine.scheduler.cfg.max_num_seqs,
         kv_capacity_tokens=engine.pool.num_blocks * engine.namespace.block_size).model_dump()
+
+    async def report() -> Heartbeat:
+        return load_report(engine, cfg.worker_id)
+
+    await keep_registered(cfg, body, report, alive)
+
+
+async def keep_registered(cfg: RegistrationConfig, body: dict, report: Callable[[], Awaitable[Heartbeat]],
+                          alive: Callable[[], bool] = lambda: True) -> None:
+    """Runs until cancelled: posts ``body`` (a :class:`Registration`'s JSON) whenever the
+    router does not know this worker, then ``await report()`` every ``heartbeat_s``; stops
+    once ``alive()`` turns false."""
     registered = False
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():
@@ -85,8 +102,7 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: LLMEngine,
                     if not registered:
                         log.warning("router refused registration: %s", r.text[:200])
                 if registered:
-                    r = await http.post(cfg.router_url + "/internal/heartbeat",
-                                        json=load_report(engine, cfg.worker_id).model_dump())
+                    r = await http.post(cfg.router_url + "/internal/heartbeat", json=(await report()).model_dump())
                     registered = r.status_code == 200
             except httpx.HTTPError as e:
                 log.info("router not reachable yet (%s)", e)

@@ -1,0 +1,180 @@
+"""Routers over the same vLLM workers: warmpath's router vs vLLM's router and the SGLang Model
+Gateway (``vllm-router`` / ``smg``, ``cache_aware``), issue 30.
+
+One ``warmpath serve --topology <N replicas, engine vllm>`` runs for the whole comparison: N
+workers, each supervising a vLLM CPU server (``VLLM_SERVER_DEV_MODE=1``, so
+``/reset_prefix_cache`` answers). Each router then drives *those same vLLM servers*: warmpath
+through its own router (cache-aware from vLLM's re-keyed KV events), a peer with
+``--worker-urls`` = the vLLM servers' own URLs (from each worker's ``/health``). Before each
+run every vLLM's prefix cache is reset; after it, each vLLM's prefix-cache counters
+(``vllm:prefix_cache_hits`` / ``queries``, the run's deltas) give the hit rate the router
+achieved. Per router and seed: ``warmpath bench`` (coding-agent, text prompts so every router
+sees the same bytes, the joint SLO) into ``<out>/<router>/seed<S>/``; all in
+``<out>/routers.json`` with the exact commands. Usage::
+
+    .venv/bin/python -m benchmarks.peers.vllm_routers --workers 2 --routers warmpath,smg,vllm-router \\
+        --rates 0.05,0.1 --duration 300 --seeds 0,1,2 --scale 0.25 --slo ttft_p90=2.0,tpot=0.2
+    .venv/bin/python -m benchmarks.peers.vllm_routers --smoke     # a few requests per router
+
+Installs what is missing: the vLLM peer (``benchmarks/peers/vllm_cpu.py``) and the peer
+routers (``benchmarks/peers/peers.py install``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks.peers.peers import PEERS, Stack, default_root, install as install_peer
+from benchmarks.peers.vllm_cpu import install as install_vllm
+from warmpath.procs import free_port
+
+
+def prefix_counters(vllm_urls: list[str]) -> dict[str, dict[str, float]]:
+    """Each vLLM server's prefix-cache ``queries`` and ``hits`` (tokens) now."""
+    from warmpath.vllm.load import parse_metrics
+
+    out = {}
+    for u in vllm_urls:
+        m = parse_metrics(httpx.get(u + "/metrics", timeout=10).text)
+        out[u] = {"queries": m.prefix_queries, "hits": m.prefix_hits}
+    return out
+
+
+def hit_rate(before: dict, after: dict) -> dict:
+    """Per server and overall: prefix-cache hits / queries over the run."""
+    per = {u: {k: after[u][k] - before[u][k] for k in ("queries", "hits")} for u in after}
+    q, h = sum(v["queries"] for v in per.values()), sum(v["hits"] for v in per.values())
+    return {"servers": per, "queries": q, "hits": h, "hit_rate": h / q if q else None}
+
+
+def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, str, list[str], list[str]]:
+    """``warmpath serve`` with N vLLM replicas; returns (process, router URL, vLLM URLs, command)."""
+    topo = Path(tempfile.mkdtemp()) / f"vllm-replica-{a.workers}.json"
+    topo.write_text(json.dumps({"policy": "replica", "workers": {"replica": a.workers}, "engine": "vllm"}))
+    port = free_port()
+    cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", str(topo),
+           "--host", "127.0.0.1", "--port", str(port), "--no-l3", "--kv-cache-gib", str(a.kv_cache_gib),
+           "--max-model-len", str(a.max_model_len), "--heartbeat-s", "1", *shlex.split(a.worker_args)]
+    logs.mkdir(parents=True, exist_ok=True)
+    token = os.environ.get("WARMPATH_CLUSTER_TOKEN") or secrets.token_urlsafe(24)   # reads worker URLs
+    proc = subprocess.Popen(cmd, stdout=(logs / "fleet.log").open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+                                                         "WARMPATH_CLUSTER_TOKEN": token})
+    base, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+    try:
+        deadline = time.time() + a.startup_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the fleet exited (see {logs / 'fleet.log'})")
+            try:
+                ws = httpx.get(base + "/v1/cluster", timeout=2, headers=headers).json()["workers"]
+                if len(ws) == a.workers:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"the vLLM workers did not register within {a.startup_s:.0f} s")
+            time.sleep(2)
+        vllm = [httpx.get(w["url"] + "/health", timeout=5).json()["vllm_url"] for w in ws]
+    except BaseException:
+        stop_fleet(proc)
+        raise
+    return proc, base, vllm, cmd
+
+
+def stop_fleet(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher (it stops its workers, which stop their vLLM servers)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def bench_cmd(a: argparse.Namespace, url: str, out: Path, seed: int) -> list[str]:
+    if a.smoke:
+        return [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", "coding-agent",
+                "--rate", "0.5", "--duration", "8", "--scale", "0.05", "--seed", str(seed), "--out", str(out),
+                "--text-prompts", "--quiet"]
+    return [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", a.workload,
+            "--rates", a.rates, "--duration", str(a.duration), "--scale", str(a.scale), "--seed", str(seed),
+            "--out", str(out), "--text-prompts", "--quiet", "--slo", a.slo]
+
+
+def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, peers_root: Path) -> dict:
+    """Reset the prefix caches, run the bench through ``name`` and read the hit rate."""
+    for u in vllm:
+        httpx.post(u + "/reset_prefix_cache", timeout=30).raise_for_status()
+    with Stack(0, 1, out / "logs", []) as st:
+        url = base
+        if name != "warmpath":
+            st.workers, st.n = list(vllm), len(vllm)
+            url = st.start_peer(PEERS[name], peers_root)
+        before = prefix_counters(vllm)
+        cmd = bench_cmd(a, url, out, seed)
+        t0 = time.time()
+        code = subprocess.run(cmd, check=False).returncode
+        rec = {"router": name, "seed": seed, "bench": shlex.join(cmd), "exit": code,
+               "seconds": round(time.time() - t0, 1), "peer_commands": st.commands,
+               "prefix_cache": hit_rate(before, prefix_counters(vllm))}
+    summary = out / "summary.json"
+    rec["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
+    return rec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--routers", default="warmpath,smg,vllm-router")
+    ap.add_argument("--workload", default="coding-agent")
+    ap.add_argument("--rates", default="0.1")
+    ap.add_argument("--duration", type=float, default=300)
+    ap.add_argument("--scale", type=float, default=0.25)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--slo", default="ttft_p90=2.0,tpot=0.2")
+    ap.add_argument("--kv-cache-gib", type=int, default=1)
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--worker-args", default="", help="more `warmpath serve` flags for the vLLM workers")
+    ap.add_argument("--startup-s", type=float, default=1200)
+    ap.add_argument("--smoke", action="store_true", help="one seed, a few requests per router (checks the wiring)")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peers/vllm_routers"))
+    a = ap.parse_args()
+    routers = a.routers.split(",")
+    if bad := [r for r in routers if r != "warmpath" and r not in PEERS]:
+        ap.error(f"unknown routers {bad}; known: warmpath, {', '.join(PEERS)}")
+    seeds = [0] if a.smoke else [int(s) for s in a.seeds.split(",")]
+    install_vllm()
+    peers_root = default_root()
+    for r in routers:
+        if r != "warmpath":
+            install_peer(PEERS[r], peers_root)
+    proc, base, vllm, fleet_cmd = start_fleet(a, a.out / "logs")
+    records = []
+    try:
+        for seed in seeds:
+            for r in routers:
+                rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root)
+                records.append(rec)
+                print(json.dumps({k: rec[k] for k in ("router", "seed", "exit", "seconds")} |
+                                 {"hit_rate": rec["prefix_cache"]["hit_rate"]}), flush=True)
+    finally:
+        stop_fleet(proc)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet_cmd), "vllm": vllm,
+                                                    "runs": records}, indent=1) + "\n")
+    return 0 if all(r["exit"] == 0 for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

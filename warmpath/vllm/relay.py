@@ -1,0 +1,139 @@
+"""``/internal/generate`` onto vLLM's ``/v1/completions``: the request as token ids with every
+sampling field explicit, vLLM's SSE stream back in the shape warmpath's own workers answer.
+
+The prompt travels as token ids (the router tokenized it, chat template included), so vLLM
+computes exactly the tokens the router hashed. Fields a request leaves out get the worker's
+defaults (``models.generation``: the same rule and values as warmpath's own workers), sent
+explicitly so vLLM's own defaults never apply. vLLM is always asked to stream (with usage):
+a non-streamed answer is assembled here, and the first token's time is measured the same
+way for both.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from warmpath.models.generation import GenerationDefaults
+from warmpath.protocol.errors import APIError, bad
+from warmpath.protocol.internal import GenerateRequest
+
+
+def completion_body(req: GenerateRequest, model: str, aliases: set[str], defaults: GenerationDefaults,
+                    max_model_len: int) -> dict:
+    """vLLM's ``/v1/completions`` body for ``req``; :class:`APIError` (400 naming the field)
+    for what this worker cannot run."""
+    p = req.request
+    if p.model is not None and p.model not in aliases:
+        raise APIError(400, f"model {p.model!r} does not exist; available: {model!r}",
+                       param="model", code="model_not_found")
+    if req.first_token is not None:
+        raise bad("first_token", "a vLLM worker takes no P→D handoff (no KV connector configured): "
+                                 "run vLLM workers as replicas")
+    ids = req.prompt_token_ids
+    room = max_model_len - len(ids)
+    if room < 1:
+        raise bad("prompt_token_ids", f"prompt_token_ids: {len(ids)} tokens leave no room in the "
+                                      f"context window ({max_model_len})")
+    max_tokens = p.max_new_tokens or max(1, min(defaults.max_tokens, room))
+    if max_tokens > room:
+        raise bad(p.max_tokens_field, f"{p.max_tokens_field}: {len(ids)} prompt tokens + {max_tokens} "
+                                      f"exceed the context window ({max_model_len})")
+    kw = p.sampling_kwargs(defaults.sampling())
+    body = {"model": model, "prompt": list(ids), "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": kw["temperature"], "top_p": kw["top_p"], "top_k": kw["top_k"] or -1,
+            "min_p": kw["min_p"], "repetition_penalty": kw["repetition_penalty"],
+            "stop": list(kw["stop"]), "stop_token_ids": list(kw["stop_token_ids"]),
+            "ignore_eos": kw["ignore_eos"]}
+    if kw["seed"] is not None:
+        body["seed"] = kw["seed"]
+    if p.cache_salt:
+        body["cache_salt"] = p.cache_salt
+    return body
+
+
+def upstream_error(status: int, content: bytes) -> APIError:
+    """vLLM's error answer as an OpenAI error of the same status (its body is OpenAI-shaped,
+    ``{"error": {...}}``, or the older ``{"object": "error", "message": ...}``)."""
+    import orjson
+
+    try:
+        obj = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        obj = {}
+    err = obj.get("error", obj) if isinstance(obj, dict) else {}
+    msg = err.get("message") if isinstance(err, dict) else None
+    return APIError(status if 400 <= status < 600 else 502, f"vLLM: {msg or content[:200].decode(errors='replace')}")
+
+
+@dataclass
+class Answer:
+    """One request's answer as it streams in from vLLM, rendered in warmpath's shapes."""
+
+    kind: str                      # "chat" | "text"
+    model: str
+    prompt_tokens: int
+    start: float = field(default_factory=time.monotonic)
+    rid: str = ""
+    texts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict | None = None
+    ttft: float | None = None
+
+    def __post_init__(self) -> None:
+        self.rid = self.rid or f"{'chatcmpl' if self.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+
+    def chunk(self, text: str | None, reason: str | None, first: bool = False) -> dict:
+        """A streamed chunk (``first``: the chat role chunk)."""
+        if self.kind == "chat":
+            delta: dict = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+            obj = "text_completion"
+        return {"id": self.rid, "object": obj, "created": int(time.time()), "model": self.model, "choices": [choice]}
+
+    def feed(self, data: dict) -> list[dict]:
+        """Take one of vLLM's chunks; returns the chunks to send on (text, then the finish)."""
+        out = []
+        if isinstance(data.get("usage"), dict) and not data.get("choices"):
+            self.usage = self._usage(data["usage"])
+            return out
+        for c in data.get("choices") or []:
+            text, reason = c.get("text") or "", c.get("finish_reason")
+            if self.ttft is None and (text or reason):
+                self.ttft = time.monotonic() - self.start
+            if text:
+                self.texts.append(text)
+                out.append(self.chunk(text, None))
+            if reason:
+                self.finish_reason = reason
+                out.append(self.chunk(None, reason))
+        return out
+
+    def _usage(self, u: dict) -> dict:
+        """vLLM's usage with warmpath's ``usage["warmpath"]["worker"]`` (its prefix cache is L1)."""
+        prompt, done = int(u.get("prompt_tokens", self.prompt_tokens)), int(u.get("completion_tokens", 0))
+        cached = int(((u.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+                "prompt_tokens_details": {"cached_tokens": cached},
+                "warmpath": {"worker": {"loaded_tokens": {"L1": cached}, "recomputed_tokens": prompt - cached}}}
+
+    def usage_chunk(self) -> dict:
+        return {**self.chunk(None, None), "choices": [], "usage": self.usage or self._usage({})}
+
+    def whole(self) -> dict:
+        """The non-streamed answer."""
+        text, reason = "".join(self.texts), self.finish_reason
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            obj = "text_completion"
+        return {"id": self.rid, "object": obj, "created": int(time.time()), "model": self.model,
+                "choices": [choice], "usage": self.usage or self._usage({})}
