@@ -26,11 +26,11 @@ def test_overlaps_are_other_workers_seconds_over_the_step():
     assert got["c"] == [1.25]                # all of a's second step and a quarter of b
 
 
-def test_profile_from_trace_keeps_single_prefills_and_pure_decodes_that_ran_alone():
+def test_profile_from_trace_keeps_single_prefills_pure_decodes_and_mixed_steps_that_ran_alone():
     steps = {"w": [
         {"t0": 0.0, "t1": 0.5, "tiers_s": 0.1, "items": [[64, 1536]]},          # prefill: 0.4 s
         {"t0": 1.0, "t1": 1.1, "tiers_s": 0.0, "items": [[1, 1600], [1, 1700]]},  # decode of 2
-        {"t0": 2.0, "t1": 2.3, "items": [[1, 100], [32, 100]]},                 # mixed: left out
+        {"t0": 2.0, "t1": 2.3, "items": [[1, 100], [1, 300], [32, 100], [16, 400]]},  # mixed: 0.3 s
         {"t0": 3.0, "t1": 3.2, "items": [[16, 0], [16, 0]]},                    # two prefills: left out
         {"t0": 4.0, "t1": 4.0, "items": [[8, 0]]},                              # no time: left out
         {"t0": 5.0, "t1": 6.0, "items": [[8, 0]]},                              # beside v's step: left out
@@ -38,7 +38,8 @@ def test_profile_from_trace_keeps_single_prefills_and_pure_decodes_that_ran_alon
     p = profile_from_trace(steps)
     assert [(n, c, round(t, 9)) for n, c, t in p.prefill] == [(64, 1536, 0.4)]
     assert [(b, c, round(t, 9)) for b, c, t in p.decode] == [(2, 1650, 0.1)]
-    assert p.mixed == []
+    # 2 decodes at mean context 200; 48 prefill tokens at (32·100 + 16·400) / 48 = 200
+    assert [(b, cd, t, cp, round(s, 9)) for b, cd, t, cp, s in p.mixed] == [(2, 200, 48, 200, 0.3)]
 
 
 def test_trace_variation_scatter_alone_and_slowdown_beside_one_other():

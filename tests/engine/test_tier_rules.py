@@ -40,19 +40,21 @@ def test_write_through_announces_exactly_what_the_store_took():
     pool, bm, mover, rules, batches = setup(4, 0, 2, "write-through")
     seq = computed(bm, list(range(12)), "a")
     h0, h1, h2 = seq.full_block_hashes()
-    # store of 2 blocks: h0 and h1 go in, h2 evicts h0 (LRU)
-    assert rules.flush() == [h0, h1, h2]
+    # store of 2 blocks: h0 and h1 go in, h2 is refused (full, as Mooncake's NO_SPACE)
+    assert rules.flush() == [h0, h1]
     assert batches == [[AllBlocksCleared(), BlockStored([h0, h1, h2], None, [], BS, "L1"),
-                        BlockStored([h0, h1, h2], None, [], BS, "L3"), BlockRemoved([h0], "L3")]]
-    assert list(rules.l3_known) == [h1, h2] and mover.put_blocks == 3
+                        BlockStored([h0, h1], None, [], BS, "L3")]]
+    assert list(rules.l3_known) == [h0, h1] and mover.put_blocks == 2 and mover.store.refused == 1
     assert rules.flush() == [] and len(batches) == 1   # nothing new: nothing published
-    # a second worker writing the same blocks: present, announced, not written
+    # a second worker writing h0, h1: at 2 of 2 (over the 0.95 watermark) the master has
+    # evicted ceil(0.05 · 2) = 1 block, the LRU h0, since the last put; h0 is written again
+    # (not announced as removed: it is back), h1 is present: announced, not written
     _, bm2, mover2, rules2, batches2 = setup(4, 0, 2, "write-through")
     mover2.store = mover.store
     computed(bm2, list(range(8)), "b")
-    # store [h1, h2]: h0 evicts h1, then h1 is written again and evicts h2
-    assert rules2.flush() == [h0, h1] and list(mover.store.blocks) == [h0, h1]
-    assert batches2[0][2:] == [BlockStored([h0, h1], None, [], BS, "L3"), BlockRemoved([h2], "L3")]
+    assert rules2.flush() == [h0] and list(mover.store.blocks) == [h0, h1]
+    assert batches2[0][2:] == [BlockStored([h0, h1], None, [], BS, "L3")]
+    assert mover.store.evicted == 0 and mover.store.refused == 1
     computed(bm2, list(range(4)), "c")        # h0 is sealed again (its L1 block was freed)
     assert rules2.flush() == []                # present in the store: announced, not written
 

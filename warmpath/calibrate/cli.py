@@ -102,7 +102,8 @@ def main(a: argparse.Namespace) -> int:
             out.update(request_overhead_s=served["request_overhead_s"], transfer_cpu=served["transfer_cpu"],
                        served=served)
     if traced is not None:
-        print(f"from the traces: {len(traced.prefill)} prefill and {len(traced.decode)} decode steps that ran alone")
+        print(f"from the traces: {len(traced.prefill)} prefill, {len(traced.decode)} decode and "
+              f"{len(traced.mixed)} mixed steps that ran alone")
         prof = prof.extend(traced)
     model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
@@ -125,6 +126,9 @@ def main(a: argparse.Namespace) -> int:
     d0, d1, d2 = model.decode_coef
     print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
     print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
+    print(f"mixed:   {model.mixed_form}" + (
+        " ({:.2f} ms + {:.3f} ms/token + {:.4f} us/token/ctx-token + {:.3f} ms/seq + {:.4f} us/seq/ctx-token)"
+        .format(*(k * f for k, f in zip(model.mixed_coef, (1e3, 1e3, 1e6, 1e3, 1e6)))) if model.mixed_coef else ""))
     for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
         if out.get(k) is not None:
             print(f"{k}: {out[k]:.4g}")

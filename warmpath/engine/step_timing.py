@@ -5,7 +5,8 @@ Three kinds of step are timed on the engine as it is (model, device, threads):
 * decode of ``b`` sequences at context ``c``;
 * the same decode batch with an append-prefill of ``t`` tokens in the step (PPD's local path).
 The fit (least squares) is ``prefill = a0 + a1·t + a2·t·c`` and
-``decode = d0 + d1·b + d2·b·c``; the mixed step is modelled as decode + prefill − a0.
+``decode = d0 + d1·b + d2·b·c``; the mixed steps are fitted on their own
+(``m0 + m1·t + m2·t·c + m3·b + m4·b·c``, :func:`~warmpath.engine.step_model.fit_mixed`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
                 eng.add_request(ctx + _tokens(seed := seed + 1, t, vocab), _ONE)
                 t0 = time.perf_counter()
                 eng.step()
-                prof.mixed.append((b, c, t, time.perf_counter() - t0))
+                prof.mixed.append((b, c, t, c, time.perf_counter() - t0))
             for rid in eng.request_ids():
                 eng.abort(rid)
         eng.close()

@@ -58,9 +58,10 @@ def overlaps(steps: dict[str, list[dict]]) -> dict[str, list[float]]:
 
 
 def profile_from_trace(steps: dict[str, list[dict]]) -> StepProfile:
-    """Rows from the workers' step traces of one run: one-sequence prefill steps and pure
-    decode steps that ran alone, timed without their KV-tier work (the simulator charges that
-    separately); mixed and multi-prefill steps are left out."""
+    """Rows from the workers' step traces of one run: one-sequence prefill steps, pure decode
+    steps and mixed steps (decodes plus prefill chunks: their token sum at its token-weighted
+    context) that ran alone, timed without their KV-tier work (the simulator charges that
+    separately); steps of several prefills and no decode are left out."""
     prof = StepProfile()
     ov = overlaps(steps)
     for w, mine in steps.items():
@@ -69,8 +70,13 @@ def profile_from_trace(steps: dict[str, list[dict]]) -> StepProfile:
             t = s["t1"] - s["t0"] - s.get("tiers_s", 0.0)
             if not items or t <= 0 or k >= ALONE:
                 continue
-            if all(n == 1 for n, _ in items):
-                prof.decode.append((len(items), sum(c for _, c in items) // len(items), t))
+            dec = [c for n, c in items if n == 1]
+            pre = [(n, c) for n, c in items if n > 1]
+            if not pre:
+                prof.decode.append((len(dec), sum(dec) // len(dec), t))
+            elif dec:
+                n = sum(x for x, _ in pre)
+                prof.mixed.append((len(dec), sum(dec) // len(dec), n, sum(x * c for x, c in pre) // n, t))
             elif len(items) == 1:
                 prof.prefill.append((items[0][0], items[0][1], t))
     return prof

@@ -3,7 +3,9 @@
 GPU numbers are the vendors' dense bf16 peaks; ``mfu`` / ``mbu`` are the fractions of peak
 FLOP/s and HBM bandwidth a good engine reaches (defaults from published serving traces:
 ~50% MFU in prefill, ~70% MBU in decode). ``cpu`` has no roofline: its step times come from
-``warmpath calibrate`` (a fitted :class:`~warmpath.engine.step_model.StepModel`).
+``warmpath calibrate`` (a fitted :class:`~warmpath.engine.step_model.StepModel`, whose
+mixed steps are fitted too). The GPU profiles price a mixed step by the roofline over all its
+items at once (:class:`~warmpath.sim.step_time.Roofline`): an assumed form, not a measured one.
 """
 
 from __future__ import annotations

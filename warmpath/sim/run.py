@@ -144,6 +144,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
                     "events_per_s": sim.stats.events / wall if wall > 0 else None,
                     "requests": len(records), "handoff_bytes": sim.stats.handoff_bytes,
                     "l3_bytes": sim.store.link.bytes_moved if sim.store else 0.0,
+                    "l3_refused_blocks": sim.store.refused if sim.store else 0,
                     "ppd_local": sim.stats.ppd_local, "ppd_remote": sim.stats.ppd_remote,
                     "rejected": sim.stats.rejected, "routed": sim.stats.routed,
                     "admission": {k: v for k, v in sim.admission.to_json().items() if k not in ("slots", "reason")},

@@ -34,6 +34,12 @@ class Roofline(StepTime):
     (attention, quadratic in the context). Bytes: weights once per step + the KV read for
     every item's context + the KV written for new tokens. All-reduce: 2 per layer, each
     moving ``2·(tp−1)/tp`` of the activations over NVLink, plus a latency per call.
+
+    Mixed steps (decodes with a prefill chunk) are not fitted here: the step's items are
+    priced together, so the chunk's FLOPs and the decodes' KV reads add up and the weights are
+    read once — ``max(FLOPs_d + FLOPs_p, bytes_w + KV_d + KV_p)``, one overhead. A chunk that
+    keeps the step memory-bound costs (nearly) nothing beside decodes; no measured
+    interference enters (unlike :class:`Fitted`'s calibrated form).
     """
 
     def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int = 1,
@@ -63,8 +69,10 @@ class Roofline(StepTime):
 
 class Fitted(StepTime):
     """Step times from a :class:`StepModel` fitted on the real engine (``warmpath calibrate``):
-    decodes cost ``decode_s(batch, mean ctx)``; prefill tokens add ``prefill_s`` minus its
-    fixed part when they share the step with decodes (the calibrated mixed-step form)."""
+    decodes cost ``decode_s(batch, mean ctx)``, prefills ``prefill_s``; a step with both costs
+    ``mixed_s`` — the mixed form fitted on timed and served mixed steps
+    (``m0 + m1·t + m2·t·c_prefill + m3·b + m4·b·c_decode``), or decode + prefill − a0 for a
+    calibration with too few of them (its ``mixed_form`` says which)."""
 
     def __init__(self, model: StepModel) -> None:
         self.model = model

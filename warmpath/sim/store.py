@@ -1,6 +1,11 @@
 """The simulated distributed store (L3) and the bandwidth it shares (pure).
 
-L3 is one cluster-wide LRU set of block hashes with a capacity in blocks. Transfers to and
+L3 is one cluster-wide LRU set of block hashes with a capacity in blocks, full as Mooncake's
+is: a put that does not fit is refused (``NO_SPACE``: not stored, a future miss — whoever
+needs those blocks recomputes them), and the master evicts in the background, not for the
+put: when a put finds the store at ``high_watermark`` of its capacity or above, the master
+has evicted the ``eviction_ratio`` least recently used share of the capacity since the last
+put (Mooncake's defaults: 0.95 and 0.05; its eviction is approximately LRU). Transfers to and
 from it share the store's aggregate bandwidth: a transfer starting while ``k`` others are
 in flight gets ``min(worker NIC, store bandwidth / (k + 1))`` for its whole length (a
 deterministic approximation of processor sharing).
@@ -9,6 +14,7 @@ deterministic approximation of processor sharing).
 from __future__ import annotations
 
 import bisect
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -38,12 +44,16 @@ class SharedLink:
 
 @dataclass
 class SimStore:
-    """Cluster-wide L3: LRU block set; ``on_evict`` is told which hashes fell out."""
+    """Cluster-wide L3: LRU block set that refuses puts when full (module docstring);
+    ``refused`` counts the blocks it turned away."""
 
     capacity_blocks: int
     link: SharedLink
+    high_watermark: float = 0.95
+    eviction_ratio: float = 0.05
     blocks: OrderedDict = field(default_factory=OrderedDict)
     evicted: int = 0
+    refused: int = 0
 
     def count_prefix(self, hashes: list[bytes]) -> int:
         n = 0
@@ -55,18 +65,21 @@ class SimStore:
         return n
 
     def put(self, hashes: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-        """Store blocks; returns (newly stored, evicted) hashes."""
-        new, gone = [], []
+        """The master's eviction since the last put if the store is at its watermark, then
+        store the blocks that fit and refuse the rest; returns (newly stored, evicted) hashes."""
+        gone = []
+        if self.capacity_blocks > 0 and len(self.blocks) >= self.high_watermark * self.capacity_blocks:
+            for _ in range(min(len(self.blocks), max(1, math.ceil(self.eviction_ratio * self.capacity_blocks)))):
+                gone.append(self.blocks.popitem(last=False)[0])
+        new = []
         for h in hashes:
             if h in self.blocks:
                 self.blocks.move_to_end(h)
-                continue
-            if self.capacity_blocks <= 0:
-                break
-            while len(self.blocks) >= self.capacity_blocks:
-                gone.append(self.blocks.popitem(last=False)[0])
-            self.blocks[h] = None
-            new.append(h)
+            elif len(self.blocks) < self.capacity_blocks:
+                self.blocks[h] = None
+                new.append(h)
+            else:
+                self.refused += 1
         gone = [g for g in gone if g not in self.blocks]   # evicted, then stored again by this put
         self.evicted += len(gone)
         return new, gone
