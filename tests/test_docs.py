@@ -24,6 +24,8 @@ def _load_time_imports(path: Path) -> set[str]:
     for top in ast.parse(path.read_text()).body:
         if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
+        if isinstance(top, ast.If) and ast.unparse(top.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            continue   # for type checkers only: never imported at run time
         for n in ast.walk(top):
             if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
                 out.add(n.module)
