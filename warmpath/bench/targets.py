@@ -280,7 +280,7 @@ def goodput(runs: dict[float, dict]) -> dict:
             "attainment": run.get("attainment")}
 
 
-# Stated before measuring (benchmarks/cluster.py, plan_vs_real, policies): interactive (warm)
+# Stated before measuring (benchmarks/policies/real_policies.py, plan_vs_real, sim_policies): interactive (warm)
 # requests start within 2 s and new documents within 20 s, at p90; 99% succeed.
 CLUSTER_TARGET = Target.parse("warm.ttft_p90=2,cold.ttft_p90=20")
 # warmpath repro cpd / warmpath map cpd (the CPD blog's): TTFT p90 <= 2 s, 99% succeed.

@@ -11,7 +11,7 @@ A stored block is a header then the raw tensor bytes. The header says what the b
   key, accidental or crafted, is a miss and never another prefix's KV;
 * ``checksum``: xxh3-128 of the payload (seeded from the secret when there is one) against
   bit flips, truncation and torn writes. A keyed BLAKE2b (or HMAC-SHA-256) over the payload
-  would be a MAC but hashes ≤ 0.5 GB/s on one core, slower than the store (``docs/benchmarks.md``);
+  would be a MAC but hashes ≤ 0.5 GB/s on one core, slower than the store (``docs/benchmarks/engine.md``);
 * ``tag``: BLAKE2b-128 of the header and tokens, keyed with the cluster's secret: without
   it nobody can make a header a reader accepts. (Without a secret it is a plain checksum.)
 

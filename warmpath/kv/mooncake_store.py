@@ -37,7 +37,7 @@ class MooncakeL3:
     """Block store on Mooncake. ``block_bytes`` is the payload size of one block, ``shape``
     its layout ``(layers, 2, block_size, kv_heads, head_dim)``; ``tag_key`` keys the
     headers (``block_codec.derive_key``). ``verify=False`` skips the load checks: only
-    for measuring what they cost (``benchmarks/kv_tiers.py``)."""
+    for measuring what they cost (``benchmarks/engine/kv_tiers.py``)."""
 
     cfg: MooncakeConfig
     block_bytes: int

@@ -63,7 +63,7 @@ class Linear(nn.Module):
 
     NOTE: on CPU, MKL streams a [in, out] weight ~2x faster than PyTorch's usual
     [out, in] layout for the skinny matmuls of decode (measured in
-    benchmarks/engine.py); prefill-sized matmuls run at the same speed.
+    benchmarks/engine/engine.py); prefill-sized matmuls run at the same speed.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:

@@ -12,7 +12,7 @@ Modes (``--quantization``):
   per-input-channel factor ``s`` and multiplies its weight columns by it
   (SmoothQuant, Xiao et al. 2023: ``s = amax_x^α / amax_w^(1-α)``), with ``amax_x``
   measured once at load on a fixed calibration text. Two costs, measured on SmolLM2
-  (``benchmarks/engine.py``): greedy answers differ from the reference from the first
+  (``benchmarks/engine/engine.py``): greedy answers differ from the reference from the first
   tokens, and the activation scale spans every token of a step, so a request's answer
   depends on its batch mates. Opt-in only.
 
@@ -20,7 +20,7 @@ The LM head is quantized too (for tied embeddings a separate head is built; the
 embedding table stays float32 for the lookup). The quantized kernels are CPU kernels:
 ``auto`` means ``fp16w`` on CPU (batch-invariant, greedy answers equal to the reference
 on the test prompts) and ``none`` elsewhere. How the modes compare in speed
-and agreement with the reference is measured in ``benchmarks/engine.py``.
+and agreement with the reference is measured in ``benchmarks/engine/engine.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A trace is replayed whole (or its first ``screen_requests``) at ``load``× its own arrival
 rate (``bench/replay.py``); a workload runs ``load`` sessions/s per GPU for ``duration_s`` (or
 ``screen_duration_s``). Every run stops as soon as its SLO can no longer be met. To mirror a
-benchmark of the real cluster (``benchmarks/plan_vs_real.py``) a workload point can also be
+benchmark of the real cluster (``benchmarks/sim_accuracy/plan_vs_real.py``) a workload point can also be
 primed (``prime``), seeded as the benchmark seeds it (``workload_seed``), held to a TTFT p90
 per request class (``class_slo``: warm and cold) and run PPD ``dynamic`` without an offline
 table (``roofline_ppd=False``: the router's online model, as served without a calibration file).

@@ -6,7 +6,7 @@ it lacks; a later turn's prefill reuses what any tier holds. The PPD paper's bas
 vLLM's one-way P2P connector (its §2.2, B.2): the client's first token comes from the decode
 worker once the KV has arrived, and the P node cannot reach the history the D node computed,
 so a remote turn 2+ recomputes the whole conversation and sends all of its KV.
-:class:`PDHandoff` lets ``warmpath repro ppd`` and ``benchmarks/ppd_search.py`` try either.
+:class:`PDHandoff` lets ``warmpath repro ppd`` and ``benchmarks/repro/ppd_search.py`` try either.
 """
 
 from __future__ import annotations

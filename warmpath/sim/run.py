@@ -113,7 +113,7 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     ``fixed_arrivals``: the sessions carry their own start times (a trace). ``stop(records)``:
     ends the run early when true (``Simulation.run``); the point then fails its SLO and
     ``sim.stopped_at_s`` says when it stopped. ``prime``: sessions run to the end first
-    (e.g. ``benchmarks/cluster.py``'s priming), outside the statistics; the measured ones
+    (e.g. ``benchmarks/policies/real_policies.py``'s priming), outside the statistics; the measured ones
     start 1 s after them. ``session_seed``: the sessions' seed when not ``seed`` (the
     arrivals keep ``seed``; ``sweep`` passes ``bench/arrivals.session_seed`` as ``warmpath bench`` does)."""
     if fixed_arrivals:
