@@ -31,8 +31,15 @@ def _run(tiers, bm, written, r):
 
 
 def _drain(sub, index):
-    for _, batch, _ in sub.poll(1000):
-        index.apply("w", batch, 0.0)
+    """Apply every published batch: poll until none has come for 0.5 s (one poll could return
+    before the last batches of a step were sent, on a loaded machine)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = sub.poll(500)
+        if not got:
+            return
+        for _, batch, _ in got:
+            index.apply("w", batch, 0.0)
 
 
 def test_store_full_then_evicting_keeps_the_index_honest():
