@@ -79,20 +79,75 @@ def namespace(model_id: str, model_dir: Path, dtype: str, block_size: int) -> KV
                        block_size=block_size, tokenizer=tok.identity)
 
 
-def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
-    """Start vLLM, serve until SIGTERM / vLLM's death; the exit code."""
+def _bind(a: argparse.Namespace) -> socket.socket | None:
+    """``--port 0``: bind a free port now (so it can be advertised) and put it in ``a.port``."""
+    if a.port != 0:
+        return None
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((a.host, 0))
+    a.port = sock.getsockname()[1]
+    return sock
+
+
+def _registration(a, ns: KVNamespace, url: str, mcfg, max_len: int, relay: EventRelay, defaults, kv_tokens) -> dict:
+    """What this worker tells the router: namespace, events, defaults and capacity (vLLM's)."""
+    return Registration(
+        worker_id=a.worker_id, role=a.role, url=url, namespace=dataclasses.asdict(ns), pid=os.getpid(),
+        kv_bytes_per_token=mcfg.kv_bytes_per_token(KV_ITEMSIZE.get(a.dtype, 2)), max_model_len=max_len,
+        events_endpoint=relay.pub.endpoint, replay_endpoint=relay.pub.replay_endpoint,
+        generation_defaults=defaults.to_json(), max_num_seqs=a.max_num_seqs,
+        kv_capacity_tokens=kv_tokens).model_dump()
+
+
+def _serve_front(a, app, server: VLLMServer, metrics_url: str, reg, body: dict | None, book: RelayBook,
+                 sock: socket.socket | None) -> bool:
+    """Run the worker's HTTP face until SIGTERM or vLLM's death (then reported unhealthy);
+    ``True`` when vLLM died."""
     import uvicorn
 
+    from warmpath.worker.registration import keep_registered, report_unhealthy
+
+    userver = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
+                                            timeout_graceful_shutdown=10))
+    died = {"v": False}
+
+    async def heartbeat():
+        async with httpx.AsyncClient(timeout=5) as http:
+            return book.heartbeat(a.worker_id, parse_metrics((await http.get(metrics_url)).text))
+
+    async def watch() -> None:
+        while server.alive:
+            await asyncio.sleep(0.5)
+        died["v"] = True
+        log.error("the vLLM server exited (code %s); reporting unhealthy and exiting", server.proc.returncode)
+        if reg is not None:
+            await report_unhealthy(reg, f"vLLM server exited with code {server.proc.returncode}")
+        userver.should_exit = True
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        tasks = [asyncio.create_task(watch())]
+        if reg is not None:
+            tasks.append(asyncio.create_task(keep_registered(reg, body, heartbeat, lambda: server.alive)))
+        yield
+        for t in tasks:
+            t.cancel()
+        await app.state.http.aclose()
+
+    app.router.lifespan_context = lifespan
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # uvicorn's own handler from here on
+    userver.run(sockets=[sock] if sock is not None else None)
+    return died["v"]
+
+
+def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
+    """Start vLLM, serve until SIGTERM / vLLM's death; the exit code."""
     from warmpath.launch.netaddr import url_host
-    from warmpath.worker.registration import RegistrationConfig, keep_registered, report_unhealthy
+    from warmpath.worker.registration import RegistrationConfig
 
     stop = {"sig": False}
-    sock = None
-    if a.port == 0:   # bind now and advertise the port we got
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((a.host, 0))
-        a.port = sock.getsockname()[1]
+    sock = _bind(a)
 
     def on_term(*_):   # while vLLM starts: leave through the finally below
         stop["sig"] = True
@@ -120,12 +175,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         defaults = resolve_defaults(a.override_generation_config, read_generation_config(mdir),
                                     table_entry(model_id), a.default_max_tokens)
         url = f"http://{url_host(advertise)}:{a.port}"
-        body = Registration(
-            worker_id=a.worker_id, role=a.role, url=url, namespace=dataclasses.asdict(ns), pid=os.getpid(),
-            kv_bytes_per_token=mcfg.kv_bytes_per_token(KV_ITEMSIZE.get(a.dtype, 2)), max_model_len=max_len,
-            events_endpoint=relay.pub.endpoint, replay_endpoint=relay.pub.replay_endpoint,
-            generation_defaults=defaults.to_json(), max_num_seqs=a.max_num_seqs,
-            kv_capacity_tokens=m.kv_tokens).model_dump()
+        body = _registration(a, ns, url, mcfg, max_len, relay, defaults, m.kv_tokens)
         book = RelayBook()
         fcfg = FrontConfig(vllm_url=scfg.url, model=model_id, max_model_len=max_len, defaults=defaults,
                            aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),
@@ -133,39 +183,9 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book)
         reg = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role, url, a.heartbeat_s,
                                  cluster_token=a.cluster_token) if a.router else None
-        userver = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
-                                                timeout_graceful_shutdown=10))
-        died = {"v": False}
-
-        async def heartbeat():
-            async with httpx.AsyncClient(timeout=5) as http:
-                return book.heartbeat(a.worker_id, parse_metrics((await http.get(scfg.url + "/metrics")).text))
-
-        async def watch() -> None:
-            while server.alive:
-                await asyncio.sleep(0.5)
-            died["v"] = True
-            log.error("the vLLM server exited (code %s); reporting unhealthy and exiting", server.proc.returncode)
-            if reg is not None:
-                await report_unhealthy(reg, f"vLLM server exited with code {server.proc.returncode}")
-            userver.should_exit = True
-
-        @asynccontextmanager
-        async def lifespan(_app):
-            tasks = [asyncio.create_task(watch())]
-            if reg is not None:
-                tasks.append(asyncio.create_task(keep_registered(reg, body, heartbeat, lambda: server.alive)))
-            yield
-            for t in tasks:
-                t.cancel()
-            await app.state.http.aclose()
-
-        app.router.lifespan_context = lifespan
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # uvicorn's own handler from here on
         print(f"warmpath: vLLM worker {a.worker_id} ({model_id}, vLLM ready in {took:.0f} s at {scfg.url}) "
               f"on {url}", flush=True)
-        userver.run(sockets=[sock] if sock is not None else None)
-        return 1 if died["v"] else 0
+        return 1 if _serve_front(a, app, server, scfg.url + "/metrics", reg, body, book, sock) else 0
     except KeyboardInterrupt:
         return 0 if stop["sig"] else 130
     finally:
