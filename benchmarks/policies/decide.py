@@ -1,6 +1,9 @@
 """Router decision time (``benchmarks/policies/sim_policies.py`` part C): block hashes, KV index lookups
 and ``RouteDecider.decide_route`` with the learnt model and the CPD policy, the tokenizer excluded, as the
 router's handler runs them (``BlockHashCache.hashes`` then the decider's snapshot and route decision).
+The prompt comes as the handler holds it after tokenizing: a compact ``array('I')``
+(``kv.hashing.token_array``, made in the tokenizer's thread). What making that array from the
+tokenizer's list costs is reported apart (``to_array_ms``, cold prompts), not in the total.
 
 Three workers (pre-prefill ``c0``, prefill ``p0``, decode ``d0``); the index holds the first
 half of the prompt's blocks in ``p0``'s L1 and all of them in L3 (as before this split).
@@ -33,7 +36,7 @@ import numpy as np
 
 from warmpath.kv.events import BlockStored
 from warmpath.kv.hash_cache import BlockHashCache
-from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
+from warmpath.kv.hashing import NATIVE, KVNamespace, hash_prefix_blocks, token_array
 from warmpath.router.index import GlobalKVIndex
 from warmpath.router.route import RouteDecider
 from warmpath.router.policy import CPDPolicy
@@ -51,7 +54,7 @@ def indexed(hashes: list[bytes]) -> GlobalKVIndex:
     return index
 
 
-def decide(cache: BlockHashCache, index: GlobalKVIndex, decider: RouteDecider, ids: list[int],
+def decide(cache: BlockHashCache, index: GlobalKVIndex, decider: RouteDecider, ids,
            sid: str) -> tuple[float, float]:
     """One decision, timed: (hash seconds, index + plan seconds)."""
     t0 = time.perf_counter()
@@ -74,27 +77,35 @@ def summary(times: list[tuple[float, float]]) -> dict:
             "total_ms": quantiles([a + b for a, b in times])}
 
 
+def to_array(ids: list[int]) -> tuple[object, float]:
+    """The tokenizer's list as the handler keeps it (``array('I')``), and what that took."""
+    t0 = time.perf_counter()
+    arr = token_array(ids)
+    return arr, time.perf_counter() - t0
+
+
 def run_size(n: int, iters: int) -> dict:
     rng = np.random.default_rng(n)
     decider, cache = RouteDecider(CPDPolicy()), BlockHashCache()
-    cold = []
+    cold, packing = [], []
     for i in range(iters):
-        ids = rng.integers(0, 50000, n).tolist()
+        ids, dt = to_array(rng.integers(0, 50000, n).tolist())
+        packing.append(dt)
         index = indexed(hash_prefix_blocks(NS, ids))
         cold.append(decide(cache, index, decider, ids, f"cold-{i}"))
-    base = rng.integers(0, 50000, n).tolist()
+    base = token_array(rng.integers(0, 50000, n).tolist())
     index, follow = indexed(hash_prefix_blocks(NS, base)), []
     for i in range(iters):
         decide(cache, index, decider, base, "s")              # the previous turn, untimed
-        ids = base + rng.integers(0, 50000, int(rng.integers(64, 1025))).tolist()
+        ids = base + token_array(rng.integers(0, 50000, int(rng.integers(64, 1025))).tolist())
         follow.append(decide(cache, index, decider, ids, "s"))
-    return {"cold": summary(cold), "follow_up": summary(follow)}
+    return {"cold": summary(cold), "follow_up": summary(follow), "to_array_ms": quantiles(packing)}
 
 
 def part_decide(iters: int = 200, sizes: tuple[int, ...] = (2048, 32768, 131072)) -> dict:
     """Cold and follow-up decision times per prompt size (printed as they come)."""
     out = {"iters": iters, "block_size": NS.block_size, "python": platform.python_version(),
-           "cpus": os.cpu_count(), "loadavg_1m_before": round(os.getloadavg()[0], 2)}
+           "cpus": os.cpu_count(), "loadavg_1m_before": round(os.getloadavg()[0], 2), "native_chain": NATIVE}
     for n in sizes:
         r = out[str(n)] = run_size(n, iters)
         for kind in ("cold", "follow_up"):
@@ -102,6 +113,8 @@ def part_decide(iters: int = 200, sizes: tuple[int, ...] = (2048, 32768, 131072)
             print(f"decide {n} tokens {kind}: total p50 {s['total_ms']['p50']:.3f} p99 {s['total_ms']['p99']:.3f} ms "
                   f"(hash {s['hash_ms']['p50']:.3f}/{s['hash_ms']['p99']:.3f}, index+plan "
                   f"{s['index_plan_ms']['p50']:.3f}/{s['index_plan_ms']['p99']:.3f})", flush=True)
+        print(f"decide {n} tokens: list -> array('I') p50 {r['to_array_ms']['p50']:.3f} "
+              f"p99 {r['to_array_ms']['p99']:.3f} ms (tokenizer thread, not in the totals)", flush=True)
     return out
 
 

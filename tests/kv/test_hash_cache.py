@@ -79,3 +79,24 @@ def test_random_sessions_match_fresh_hashing_from_several_threads():
     for t in threads:
         t.join()
     assert errors == [] and cache.reused_blocks > 0 and len(cache) <= 8
+
+
+def test_token_arrays_hash_incrementally_like_lists():
+    from warmpath.kv.hashing import token_array
+    cache = BlockHashCache()
+    a = token_array(range(1000, 1403))                   # 100 full blocks (+3)
+    b = a + token_array([5] * 37)                        # the follow-up: 9 more blocks, the 101st block completed
+    assert cache.hashes(NS, a, "s") == tuple(hash_prefix_blocks(NS, list(a)))
+    assert cache.hashes(NS, b, "s") == tuple(hash_prefix_blocks(NS, list(b)))
+    assert (cache.reused_blocks, cache.hashed_blocks) == (100, 100 + 10)
+
+
+def test_a_session_id_alone_is_never_trusted():
+    cache = BlockHashCache()
+    cache.hashes(NS, list(range(40)), "s")
+    other = [7] + list(range(1, 40))                     # same length and session, first token differs
+    assert cache.hashes(NS, other, "s") == tuple(hash_prefix_blocks(NS, other))
+    assert cache.reused_blocks == 0 and cache.hashed_blocks == 20
+    edited = other[:22] + [9] * 18                       # an edit inside block 5: blocks 0-4 reused
+    assert cache.hashes(NS, edited, "s") == tuple(hash_prefix_blocks(NS, edited))
+    assert cache.reused_blocks == 5

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from warmpath.kv.hashing import NO_PARENT, BlockHash, KVNamespace, hash_packed_blocks, pack_tokens
+from warmpath.kv.hashing import NO_PARENT, BlockHash, KVNamespace, _blockhash, hash_packed_blocks, pack_tokens
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class _Entry:
 def common_blocks(a: bytes, b: bytes, block_size: int) -> int:
     """Leading full blocks (of ``block_size`` u32 tokens) on which packed ``a`` and ``b``
     agree token for token."""
+    if _blockhash is not None:
+        return _blockhash.common_blocks(a, b, block_size)
     step = 4 * block_size
     n = min(len(a), len(b)) // step
     if n == 0:
@@ -73,7 +75,9 @@ class BlockHashCache:
 
     def hashes(self, namespace: KVNamespace, tokens: Sequence[int], key: str | None = None) -> tuple[BlockHash, ...]:
         """The block hash chain of ``tokens`` (every full block), remembered for the next
-        prompt of session ``key`` and for any later prompt with the same first block."""
+        prompt of session ``key`` and for any later prompt with the same first block.
+        ``tokens``: ids as a list or, with no Python int per id, an ``array('I')``
+        (:func:`~warmpath.kv.hashing.token_array`)."""
         packed = pack_tokens(tokens)
         step = 4 * namespace.block_size
         ns = namespace.digest
@@ -84,7 +88,7 @@ class BlockHashCache:
             prev = next((e for e in map(self._table.get, keys) if e is not None), None)
         k = common_blocks(packed, prev.packed, namespace.block_size) if prev is not None else 0
         reused = prev.hashes[:k] if k else ()
-        new = hash_packed_blocks(namespace, packed[k * step:], reused[-1] if k else NO_PARENT)
+        new = hash_packed_blocks(namespace, memoryview(packed)[k * step:], reused[-1] if k else NO_PARENT)
         out = reused + tuple(new)
         entry = _Entry(packed, out)
         with self._lock:

@@ -14,6 +14,12 @@ checked against a BLAKE2b-256 chain over the same tokens (:func:`digest_prefix_b
 ``kv/block_codec.py``), so a key collision, accidental or crafted, costs a miss, never
 another prefix's KV.
 
+The chain runs in C when ``warmpath.kv._blockhash`` is built (``native/blockhash.c``, built
+by the install step, ``setup.py``): one call hashes every block with the GIL released, the
+same bytes as the Python loop below (``NATIVE`` says which one runs; the tests compare them).
+Token ids may come as a list or, without per-token Python ints, as :func:`token_array`'s
+``array('I')`` (or a numpy uint32 array): packing those is one copy.
+
 NOTE: this module imports no torch; the router and simulator depend on that.
 """
 
@@ -28,6 +34,12 @@ from typing import Iterable, Sequence
 
 import xxhash
 
+try:
+    from warmpath.kv import _blockhash
+except ImportError:        # not built (no C compiler at install): the Python loop, same keys
+    _blockhash = None
+
+NATIVE = _blockhash is not None
 BlockHash = bytes  # 16 bytes
 NO_PARENT = b"\x00" * 16   # the parent hash of a sequence's first block
 
@@ -98,16 +110,39 @@ class KVNamespace:
 # NOTE: array('I') packs a list of ints about twice as fast as struct.pack; its bytes are the
 # same little-endian u32 only on a little-endian machine with a 4-byte unsigned int.
 _ARRAY_U32 = array.array("I").itemsize == 4 and sys.byteorder == "little"
+_U32 = "uint32"
 
 
 def pack_tokens(tokens: Sequence[int]) -> bytes:
-    """Token ids as little-endian u32 (the bytes every block hash and digest reads)."""
+    """Token ids as little-endian u32 (the bytes every block hash and digest reads); an
+    ``array('I')`` or a numpy uint32 array (:func:`token_array`) is copied as it is."""
     if _ARRAY_U32:
-        try:
-            return array.array("I", tokens).tobytes()
-        except (TypeError, OverflowError):
-            pass   # struct.pack raises its own error (struct.error) for a bad id, as it always did
+        if isinstance(tokens, array.array) and tokens.typecode == "I":
+            return tokens.tobytes()
+        if _blockhash is not None and type(tokens) in (list, tuple):
+            try:
+                return _blockhash.pack(tokens)
+            except (TypeError, OverflowError):
+                pass   # struct.pack below raises the error it always raised (struct.error)
+        elif getattr(tokens, "dtype", None) == _U32:
+            return tokens.tobytes()       # a numpy uint32 array (little-endian: _ARRAY_U32)
+        else:
+            try:
+                return array.array("I", tokens).tobytes()
+            except (TypeError, OverflowError):
+                pass
     return struct.pack(f"<{len(tokens)}I", *tokens)
+
+
+def token_array(tokens: Sequence[int]) -> array.array:
+    """``tokens`` as a compact ``array('I')`` (4 bytes an id, no Python int per id): the form
+    the router keeps a prompt in from its tokenizer to the block hasher; ``struct.error`` for
+    an id outside [0, 2**32)."""
+    if isinstance(tokens, array.array) and tokens.typecode == "I":
+        return tokens
+    out = array.array("I")
+    out.frombytes(pack_tokens(tokens))
+    return out
 
 
 def hash_block(namespace: KVNamespace, parent: BlockHash | None,
@@ -143,7 +178,17 @@ def hash_packed_blocks(namespace: KVNamespace, packed: bytes, parent: BlockHash 
     """Hash chain of every full block of ``packed`` (tokens as :func:`pack_tokens` gives
     them), the first block's parent being ``parent``: the hashes
     :func:`hash_prefix_blocks` gives for those blocks after a prefix whose last hash is
-    ``parent``. Bytes after the last full block are ignored."""
+    ``parent``. Bytes after the last full block are ignored. ``packed``: any contiguous
+    buffer (bytes, a memoryview of them, ``array('I')``)."""
+    if _blockhash is not None:
+        return _blockhash.chain(namespace.digest, parent, packed, namespace.block_size)
+    return _chain_py(namespace, packed, parent)
+
+
+def _chain_py(namespace: KVNamespace, packed: bytes, parent: BlockHash = NO_PARENT) -> list[BlockHash]:
+    """:func:`hash_packed_blocks` in Python (where the C chain is not built; the tests
+    compare the two)."""
+    packed = memoryview(packed).cast("B")
     step = 4 * namespace.block_size
     end = len(packed) // step * step
     if end == 0:
@@ -155,7 +200,7 @@ def hash_packed_blocks(namespace: KVNamespace, packed: bytes, parent: BlockHash 
     record = struct.Struct(f"16s16s{step}s").pack
     head, digest, out = namespace.digest, xxhash.xxh3_128_digest, []
     append = out.append
-    for (block,) in struct.iter_unpack(f"{step}s", packed if end == len(packed) else packed[:end]):
+    for (block,) in struct.iter_unpack(f"{step}s", packed[:end]):
         parent = digest(record(head, parent, block))
         append(parent)
     return out

@@ -35,8 +35,12 @@ class ColdRule:
         return "cold" if self.is_cold(cached_tokens, num_tokens) else "warm"
 
 
-def reuse(req: RequestView, snap: Snapshot, workers: list[WorkerView] | None = None) -> int:
+def reuse(req: RequestView, snap: Snapshot, workers: list[WorkerView] | None = None,
+          estimates: list | None = None) -> int:
     """The most prompt tokens any of ``workers`` (default: every worker the snapshot has
-    prefix hits for) would get from its caches."""
-    pool = workers if workers is not None else [w for w in snap.workers if w.worker_id in snap.hits]
-    return max((estimate(w, req, snap).cached_tokens for w in pool), default=0)
+    prefix hits for) would get from its caches; ``estimates``: their ``estimate(w, req,
+    snap)`` when the caller has them already (a policy scoring the same workers)."""
+    if estimates is None:
+        pool = workers if workers is not None else [w for w in snap.workers if w.worker_id in snap.hits]
+        estimates = [estimate(w, req, snap) for w in pool]
+    return max((e.cached_tokens for e in estimates), default=0)

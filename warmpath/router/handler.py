@@ -3,13 +3,16 @@ hash off the event loop, then hand the request to the flow (route decision, admi
 
 from __future__ import annotations
 
+import array
 import asyncio
 import time
 from typing import Awaitable
 
+import numpy as np
 from fastapi import Request
 from fastapi.responses import Response
 
+from warmpath.kv.hashing import token_array
 from warmpath.models.tokenizer import ChatTemplateError
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.internal import MAX_PROMPT_IDS
@@ -54,25 +57,29 @@ class RequestHandler:
 
     async def __call__(self, req: Request, body: SamplingFields) -> Response:
         arrival = time.monotonic()
-        ids, msgs = await self._tokens(body)
-        rv, sess = self._view(req, body, ids, msgs, arrival)
+        ids, packed, msgs = await self._tokens(body)
+        rv, sess = self._view(req, body, packed, msgs, arrival)
         return await unless_gone(req, self.flow.serve(id(req), rv, sess, ids, body,
                                                       "chat" if msgs is not None else "text", arrival))
 
-    def _tokenize(self, body: SamplingFields) -> tuple[list[int], list | None]:
+    def _tokenize(self, body: SamplingFields) -> tuple[list[int], array.array, list | None]:
+        """The prompt's ids: the list the workers' messages carry, and the same ids as a compact
+        ``array('I')`` that the checks and the block hasher read (no Python int per id there)."""
         tok = self.state.tok
         if isinstance(body, ChatCompletionRequest):
             msgs = body.flat_messages()
             try:
-                return tok.encode(tok.apply_chat_template(msgs), add_special=False), msgs
+                ids = tok.encode(tok.apply_chat_template(msgs), add_special=False)
             except ChatTemplateError as e:
                 raise bad("messages", str(e)) from e
+            return ids, token_array(ids), msgs
         p = body.prompt
-        return (tok.encode(p) if isinstance(p, str) else p), None
+        ids = tok.encode(p) if isinstance(p, str) else p
+        return ids, token_array(ids), None
 
-    async def _tokens(self, body: SamplingFields) -> tuple[list[int], list | None]:
-        """The prompt's token ids (and flat messages for chat), after the checks that need
-        the router's tokenizer and the workers' context window."""
+    async def _tokens(self, body: SamplingFields) -> tuple[list[int], array.array, list | None]:
+        """The prompt's token ids (a list and an ``array('I')``, and flat messages for chat),
+        after the checks that need the router's tokenizer and the workers' context window."""
         s = self.state
         if body.model is not None and body.model != s.model_id:
             raise APIError(400, f"model {body.model!r} does not exist; available: {s.model_id!r}",
@@ -82,15 +89,15 @@ class RequestHandler:
             raise bad("stop_token_ids", f"token ids must be in [0, {vocab})")
         param = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
         check_prompt_chars(body.prompt_chars(), s.max_model_len, param)
-        ids, msgs = await asyncio.to_thread(self._tokenize, body)   # a long prompt must not stall the loop
-        if msgs is None and any(t >= vocab for t in ids):
+        ids, packed, msgs = await asyncio.to_thread(self._tokenize, body)   # a long prompt must not stall the loop
+        if msgs is None and len(packed) and int(np.frombuffer(packed, np.uint32).max()) >= vocab:
             raise bad("prompt", f"token ids must be in [0, {vocab})")
         limit = min(s.max_model_len or MAX_PROMPT_IDS, MAX_PROMPT_IDS)
         if len(ids) >= limit:
             raise bad(param, f"{param}: the prompt has {len(ids)} tokens; the context window is {limit} tokens")
-        return ids, msgs
+        return ids, packed, msgs
 
-    def _view(self, req: Request, body: SamplingFields, ids: list[int], msgs, arrival: float):
+    def _view(self, req: Request, body: SamplingFields, ids: array.array, msgs, arrival: float):
         """The request as the policies see it (block hashes, session, turn) and its session."""
         s = self.state
         if s.namespace is None or not s.registry.workers:

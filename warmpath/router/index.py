@@ -148,8 +148,20 @@ def _certified_run(cert, hashes: tuple[bytes, ...]) -> int:
     return lo
 
 
+_RUN_CHUNK = 256   # blocks a set checks in one C call (issuperset) before a chunk with a gap is scanned
+
+
 def _held_run(held, hashes: tuple[bytes, ...], start: int) -> int:
-    """First index from ``start`` on whose hash is not in ``held`` (a C-level scan)."""
-    if start >= len(hashes) or hashes[start] not in held:
+    """First index from ``start`` on whose hash is not in ``held`` (a C-level scan).
+
+    A set (L3) is checked a chunk at a time by ``issuperset`` (no Python call per block);
+    the chunk with the first gap, and a dict (a worker's L1/L2), by ``takewhile``."""
+    n = len(hashes)
+    if start >= n or hashes[start] not in held:
         return start
-    return start + len(list(takewhile(held.__contains__, hashes[start:])))
+    if isinstance(held, set):
+        while start < n and held.issuperset(islice(hashes, start, start + _RUN_CHUNK)):
+            start += _RUN_CHUNK
+        if start >= n:
+            return n
+    return start + len(list(takewhile(held.__contains__, islice(hashes, start, None))))

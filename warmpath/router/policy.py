@@ -92,12 +92,12 @@ class CPDPolicy(RoutingPolicy):
         pool = cold_tier + warm_tier
         if not pool:
             raise LookupError("no healthy prefill worker")
-        cached = reuse(req, snap, pool)
+        ests = [estimate(w, req, snap) for w in pool]        # once each, for reuse and the scores
+        cached = reuse(req, snap, pool, ests)
         cls = self.cold_rule.label(cached, req.num_tokens)
         dec = self.decode_for(snap)
         scored = []
-        for w in pool:
-            e = estimate(w, req, snap)
+        for w, e in zip(pool, ests):
             # the delay to the tier's class, in units of this request's own target
             h = self.cfg.harm_weight * harm_s(w, e, snap) * self.cfg.slo(cls) / self.cfg.slo(tier_class(w))
             scored.append((e.ttft_s + h, w.worker_id, w, e, h))
