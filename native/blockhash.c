@@ -8,6 +8,7 @@
  *   chain(head, parent, packed, block_size) -> list[bytes]   every full block of packed
  *   pack(list_or_tuple) -> bytes                             ids as little-endian u32
  *   common_blocks(a, b, block_size) -> int                   leading full blocks a, b share
+ *   KeySet()                                                 a set of 16-byte keys (keyset.c)
  *
  * xxhash.h is xxHash 0.8.4 (BSD-2-Clause, LICENSE.xxhash), the version the xxhash package
  * 4.1.0 bundles; inlined here so the build needs nothing but a C compiler.
@@ -18,6 +19,8 @@
 
 #define XXH_INLINE_ALL
 #include "xxhash.h"
+
+int warmpath_add_keyset(PyObject *m);   /* keyset.c */
 
 #if PY_BIG_ENDIAN
 #error "warmpath's block keys read token ids as little-endian u32: build on a little-endian machine"
@@ -130,6 +133,7 @@ static PyObject *common_blocks(PyObject *self, PyObject *args) {
     return out;
 }
 
+
 static PyMethodDef methods[] = {
     {"chain", chain, METH_VARARGS, "chain(head, parent, packed, block_size) -> list of 16-byte keys"},
     {"pack", pack, METH_O, "pack(ids) -> bytes: a list or tuple of ints as little-endian u32"},
@@ -140,4 +144,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "warmpath.kv._blockhash",
                                     "warmpath's block hash chain in C (see native/blockhash.c).", -1, methods};
 
-PyMODINIT_FUNC PyInit__blockhash(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__blockhash(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && warmpath_add_keyset(m) < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -135,3 +135,27 @@ def test_hashing_releases_nothing_shared_between_threads():
     for t in threads:
         t.join()
     assert got == want
+
+
+def test_keyset_is_a_set_of_16_byte_keys():
+    from warmpath.kv._blockhash import KeySet
+    rng = random.Random(5)
+    keys = [rng.randbytes(16) for _ in range(5000)]
+    s, ref = KeySet(), set()
+    for i in range(0, 5000, 700):                       # batches with repeats, grown past many rehashes
+        batch = keys[max(0, i - 300):i + 700]
+        s.update(tuple(batch))
+        ref.update(batch)
+        assert len(s) == len(ref)
+    s.add(keys[0])
+    assert set(s) == ref and all(k in s for k in keys)
+    assert rng.randbytes(16) not in s and b"short" not in s and 7 not in s
+    with pytest.raises(TypeError, match="16-byte"):
+        s.update([b"short"])
+    with pytest.raises(TypeError, match="16-byte"):
+        s.add("0123456789abcdef")
+    s.clear()
+    assert len(s) == 0 and keys[0] not in s and list(s) == []
+    s.update(iter(keys[:3]))                            # any iterable
+    assert set(s) == set(keys[:3])
+    assert hashing.KeySet is KeySet

@@ -40,6 +40,9 @@ except ImportError:        # not built (no C compiler at install): the Python lo
     _blockhash = None
 
 NATIVE = _blockhash is not None
+# A set of 16-byte block keys (add, update, in, len, iter, clear): the C one stores them inline
+# (one cache line a probe); Python's set where the extension is not built.
+KeySet = _blockhash.KeySet if _blockhash is not None else set
 BlockHash = bytes  # 16 bytes
 NO_PARENT = b"\x00" * 16   # the parent hash of a sequence's first block
 

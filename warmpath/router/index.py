@@ -23,7 +23,9 @@ So "certified" is monotone along a request's chain: a binary search finds the ce
 ``v`` in O(log n) probes, and only blocks after it are checked one by one (at C speed), each
 certified then, once per certified-set lifetime. The result is the same leading run as
 checking every block (``tests/router/test_index_exact.py`` checks it against that).
-Memory: a certified set is never larger than its held set.
+Memory: a certified set is never larger than its held set. The certified sets are
+``kv.hashing.KeySet``s (16-byte keys stored inline, in C): certifying a 32K-token prompt's
+2,048 blocks is the largest part of a cold lookup.
 
 NOTE: no torch, no I/O; ``now`` is passed in so the simulator can drive time.
 """
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from itertools import islice, takewhile
 
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
+from warmpath.kv.hashing import KeySet
 from warmpath.router.views import PrefixHit
 
 
@@ -47,8 +50,8 @@ class GlobalKVIndex:
     l3: set[bytes] = field(default_factory=set)
     approx: dict[str, dict[bytes, float]] = field(default_factory=lambda: defaultdict(dict))
     last_event: dict[str, float] = field(default_factory=dict)
-    certified: dict[str, set[bytes]] = field(default_factory=dict)   # per worker, ⊆ local (see above)
-    l3_certified: set[bytes] = field(default_factory=set)            # ⊆ l3
+    certified: dict[str, KeySet] = field(default_factory=dict)       # per worker, ⊆ local (see above)
+    l3_certified: KeySet = field(default_factory=KeySet)             # ⊆ l3
 
     def apply(self, worker: str, events: list, now: float) -> None:
         """Fold one batch of a worker's events into the index."""
@@ -128,7 +131,9 @@ class GlobalKVIndex:
         else:
             n = _held_run(held, hashes, v)
             if n > v:
-                self.certified.setdefault(worker, set()).update(hashes[v:n])
+                if worker not in self.certified:
+                    self.certified[worker] = KeySet()
+                self.certified[worker].update(hashes[v:n])
         u = _certified_run(self.l3_certified, hashes)
         a = _held_run(self.l3, hashes, u)
         if a > u:
