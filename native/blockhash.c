@@ -5,7 +5,8 @@
  * u32). Python ran one struct.pack and one xxh3 call per block (~0.17 us each); this runs the
  * whole chain in one call with the GIL released while it hashes.
  *
- *   chain(head, parent, packed, block_size) -> list[bytes]   every full block of packed
+ *   chain(head, parent, packed, block_size[, as_tuple]) -> list (or tuple) of every full
+ *       block's key
  *   pack(list_or_tuple) -> bytes                             ids as little-endian u32
  *   common_blocks(a, b, block_size) -> int                   leading full blocks a, b share
  *   KeySet()                                                 a set of 16-byte keys (keyset.c)
@@ -38,7 +39,8 @@ static int block_bytes(Py_ssize_t block_size, Py_ssize_t *step) {
 static PyObject *chain(PyObject *self, PyObject *args) {
     Py_buffer head, parent, packed;
     Py_ssize_t block_size, step;
-    if (!PyArg_ParseTuple(args, "y*y*y*n", &head, &parent, &packed, &block_size))
+    int as_tuple = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*n|p", &head, &parent, &packed, &block_size, &as_tuple))
         return NULL;
     PyObject *out = NULL;
     unsigned char *record = NULL, *keys = NULL;
@@ -65,11 +67,13 @@ static PyObject *chain(PyObject *self, PyObject *args) {
         memcpy(record + 16, keys + 16 * i, 16);
     }
     Py_END_ALLOW_THREADS
-    out = PyList_New(n);
+    out = as_tuple ? PyTuple_New(n) : PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         PyObject *k = PyBytes_FromStringAndSize((const char *)keys + 16 * i, 16);
         if (k == NULL)
             Py_CLEAR(out);
+        else if (as_tuple)
+            PyTuple_SET_ITEM(out, i, k);
         else
             PyList_SET_ITEM(out, i, k);
     }
@@ -135,7 +139,7 @@ static PyObject *common_blocks(PyObject *self, PyObject *args) {
 
 
 static PyMethodDef methods[] = {
-    {"chain", chain, METH_VARARGS, "chain(head, parent, packed, block_size) -> list of 16-byte keys"},
+    {"chain", chain, METH_VARARGS, "chain(head, parent, packed, block_size[, as_tuple]) -> the 16-byte keys"},
     {"pack", pack, METH_O, "pack(ids) -> bytes: a list or tuple of ints as little-endian u32"},
     {"common_blocks", common_blocks, METH_VARARGS, "common_blocks(a, b, block_size) -> leading equal full blocks"},
     {NULL, NULL, 0, NULL},

@@ -159,3 +159,12 @@ def test_keyset_is_a_set_of_16_byte_keys():
     s.update(iter(keys[:3]))                            # any iterable
     assert set(s) == set(keys[:3])
     assert hashing.KeySet is KeySet
+
+
+def test_c_chain_as_a_tuple():
+    from warmpath.kv import _blockhash
+    packed = pack_tokens(list(range(40)))
+    want = _chain_py(NS, packed)
+    got = _blockhash.chain(NS.digest, NO_PARENT, packed, 4, True)
+    assert type(got) is tuple and list(got) == want
+    assert _blockhash.chain(NS.digest, NO_PARENT, packed, 4, False) == want

@@ -51,6 +51,13 @@ def common_blocks(a: bytes, b: bytes, block_size: int) -> int:
     return int(diff.argmax()) // block_size
 
 
+def _chain_tuple(namespace: KVNamespace, packed, parent: BlockHash) -> tuple[BlockHash, ...]:
+    """``tuple(hash_packed_blocks(...))``, built as a tuple in C (no list copied)."""
+    if _blockhash is not None:
+        return _blockhash.chain(namespace.digest, parent, packed, namespace.block_size, True)
+    return tuple(hash_packed_blocks(namespace, packed, parent))
+
+
 class BlockHashCache:
     """``cache.hashes(ns, tokens, key)``: ``hash_prefix_blocks(ns, tokens)`` as a tuple,
     reusing the blocks ``tokens`` shares with the session ``key``'s last prompt.
@@ -88,8 +95,8 @@ class BlockHashCache:
             prev = next((e for e in map(self._table.get, keys) if e is not None), None)
         k = common_blocks(packed, prev.packed, namespace.block_size) if prev is not None else 0
         reused = prev.hashes[:k] if k else ()
-        new = hash_packed_blocks(namespace, memoryview(packed)[k * step:], reused[-1] if k else NO_PARENT)
-        out = reused + tuple(new)
+        new = _chain_tuple(namespace, memoryview(packed)[k * step:], reused[-1] if k else NO_PARENT)
+        out = reused + new
         entry = _Entry(packed, out)
         with self._lock:
             self.reused_blocks += k
