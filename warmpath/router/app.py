@@ -149,11 +149,14 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
 
     @app.post("/internal/heartbeat", dependencies=internal, responses=errors(*BODY, 404))
     async def heartbeat(b: Heartbeat) -> Response:
-        if not b.healthy:   # its engine failed: stop routing to it now, not after drop_after_s
-            state.remove(b.worker_id, "unhealthy")
+        if not b.healthy:   # its engine failed (or it drained): stop routing to it now, not after drop_after_s
+            state.remove(b.worker_id, "drained" if b.draining else "unhealthy")
             return JSONResponse({"ok": True})
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
+        if b.draining and state.registry.drain(b.worker_id):
+            log.warning("worker %s is draining: routing nothing new to it", b.worker_id)
+            state.fit_admission()
         return JSONResponse({"ok": True})
 
 
@@ -197,7 +200,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
 
         def worker(w: str, r) -> dict:
             load = state.load.of(w)
-            out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
+            out = {**vars(r.view), "draining": r.draining, "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {}))}
             believed = state.decider.model.of(r.view)    # what the router's learnt model uses now

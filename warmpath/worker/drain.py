@@ -1,0 +1,125 @@
+"""Graceful termination: a worker's first SIGTERM drains it instead of stopping it at once.
+
+The drain, in order: ``/ready`` answers 503 ``draining``; the router is told at once (a
+heartbeat with ``draining=True``: it routes nothing new here but leaves the requests under
+way alone); the worker keeps serving until no request has been open for ``settle_s`` (a
+request the router routed here just before it learnt of the drain still arrives and is
+answered), at most ``timeout_s``; then it tells the router it left (``healthy=False,
+draining=True``: dropped as ``drained``) and uvicorn shuts down as usual (exit code 0). A
+second SIGTERM or a SIGINT stops at once. Kubernetes' ``terminationGracePeriodSeconds``
+must exceed ``timeout_s`` (``warmpath manifests`` sets it so).
+
+NOTE: no torch; the counting middleware sees every HTTP request but the probes and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import uvicorn
+
+log = logging.getLogger(__name__)
+
+UNCOUNTED = ("/health", "/ready", "/metrics")
+
+
+class InFlight:
+    """ASGI middleware: how many HTTP requests are being answered now (a streamed answer
+    counts until its last chunk went out); probes and ``/metrics`` are not counted."""
+
+    def __init__(self, app) -> None:
+        self.app, self.count = app, 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNCOUNTED:
+            return await self.app(scope, receive, send)
+        self.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+
+
+@dataclass
+class Drain:
+    """One worker's drain: its settings and where it stands (``active`` once SIGTERM came,
+    ``done`` once it may leave)."""
+
+    timeout_s: float = 120.0
+    settle_s: float = 1.0
+    active: bool = False
+    done: bool = False
+    drained: bool | None = field(default=None, init=False)   # None until it ends; False: timed out
+
+    def __post_init__(self) -> None:
+        if self.timeout_s < 0 or self.settle_s < 0:
+            raise ValueError(f"drain: timeout and settle times must be >= 0, got {self.timeout_s} / {self.settle_s}")
+
+    async def run(self, in_flight: Callable[[], int], tell: Callable[[bool], Awaitable[object]]) -> bool:
+        """Drain: ``tell(False)`` (draining), wait until ``in_flight()`` stayed 0 for
+        ``settle_s`` (at most ``timeout_s``), ``tell(True)`` (left); ``True`` when nothing
+        was left open."""
+        self.active = True
+        t0 = time.monotonic()
+        log.warning("SIGTERM: draining (at most %.0f s); no new requests are routed here", self.timeout_s)
+        await _quietly(tell(False))
+        idle_since = None
+        while True:
+            now = time.monotonic()
+            if in_flight() == 0:
+                idle_since = now if idle_since is None else idle_since
+                if now - idle_since >= self.settle_s:
+                    self.drained = True
+                    break
+            else:
+                idle_since = None
+            if now - t0 >= self.timeout_s:
+                self.drained = False
+                log.error("drain timed out after %.0f s with %d request(s) still open", self.timeout_s, in_flight())
+                break
+            await asyncio.sleep(0.05)
+        self.done = True
+        await _quietly(tell(True))
+        log.warning("drained in %.1f s; stopping", time.monotonic() - t0)
+        return self.drained
+
+
+async def _quietly(aw: Awaitable[object]) -> None:
+    """Await ``aw``; a router that cannot be told is no reason not to drain."""
+    try:
+        await aw
+    except Exception:  # noqa: BLE001 - best effort: the router also drops silent workers
+        log.exception("could not tell the router about the drain")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server whose first SIGTERM runs ``drain`` (then exits cleanly, no signal
+    re-raised); any other signal, or a second SIGTERM, is uvicorn's usual stop."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, in_flight: InFlight,
+                 tell: Callable[[bool], Awaitable[object]]) -> None:
+        super().__init__(config)
+        self.drain, self.in_flight, self.tell = drain, in_flight, tell
+        self._task: asyncio.Task | None = None
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if sig != signal.SIGTERM or self.drain.active or self.should_exit:
+            return super().handle_exit(sig, frame)
+        loop = asyncio.get_running_loop()   # the handler runs on the loop's (main) thread
+        loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        async def drain_then_exit() -> None:
+            try:
+                await self.drain.run(lambda: self.in_flight.count, self.tell)
+            finally:
+                self.should_exit = True
+
+        if not self.drain.active:
+            self.drain.active = True   # a second SIGTERM from here on stops at once
+            self._task = asyncio.ensure_future(drain_then_exit())
