@@ -18,8 +18,8 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 import uvicorn
 
@@ -93,7 +93,7 @@ async def _quietly(aw: Awaitable[object]) -> None:
     """Await ``aw``; a router that cannot be told is no reason not to drain."""
     try:
         await aw
-    except Exception:  # noqa: BLE001 - best effort: the router also drops silent workers
+    except Exception:   # best effort: the router also drops silent workers
         log.exception("could not tell the router about the drain")
 
 
