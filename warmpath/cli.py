@@ -205,9 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     from warmpath.sim.repro import add_parser as add_repro
     from warmpath.sim.map_cli import add_parser as add_map
 
+    from warmpath.launch.manifests_cli import add_parser as add_manifests
     from warmpath.launch.store import add_parser as add_store
 
     add_store(sub)
+    add_manifests(sub)
     add_calibrate(sub)
     add_bench(sub, fn=_bench)
     add_sim(sub)
