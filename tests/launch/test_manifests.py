@@ -84,8 +84,10 @@ def test_worker_probes_resources_secret_and_drain():
     cfg = ManifestConfig(resolve("cpd-1d"), drain_timeout_s=90)
     d = by(cfg, "Deployment")["warmpath-prefill"]
     c, pod = container(d), d["spec"]["template"]["spec"]
-    http = lambda path, period, fails: {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,  # noqa: E731
-                                        "timeoutSeconds": 5, "failureThreshold": fails}
+
+    def http(path, period, fails):
+        return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "timeoutSeconds": 5,
+                "failureThreshold": fails}
     assert c["startupProbe"] == http("/health", 5, 120)
     assert c["livenessProbe"] == http("/health", 10, 3)
     assert c["readinessProbe"] == http("/ready", 5, 2)
@@ -165,8 +167,8 @@ def test_committed_manifests_are_a_fresh_render(topo, tmp_path):
     fresh = {p.name: p.read_text() for p in tmp_path.iterdir()}
     committed = {p.name: p.read_text() for p in (REPO / "deploy/k8s" / topo).iterdir()}
     assert sorted(committed) == sorted(fresh)
-    for name in fresh:
-        assert committed[name] == fresh[name], f"deploy/k8s/{topo}/{name} differs from a fresh render"
+    for name, text in fresh.items():
+        assert committed[name] == text, f"deploy/k8s/{topo}/{name} differs from a fresh render"
     kust = yaml.safe_load(fresh["kustomization.yaml"])
     assert sorted(kust["resources"]) == sorted(set(fresh) - {"kustomization.yaml"})
 
