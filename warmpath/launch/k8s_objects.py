@@ -54,12 +54,12 @@ def resources(cpu: str, memory_gib: float, gpus: int = 0, memory_limit_gib: floa
 def container(name: str, image: str, args: list[str], ports: dict[str, int], env: list[dict], res: dict,
               probes: dict, lifecycle: dict | None = None) -> dict:
     """One ``warmpath`` container: ``args`` after the ``warmpath`` command, named ``ports``,
-    ``probes`` (``startupProbe`` / ``livenessProbe`` / ``readinessProbe``), a cache volume."""
+    ``probes`` (``startupProbe`` / ``livenessProbe`` / ``readinessProbe``). The converted
+    model is read from the image's cache (``warmpath prepare`` at build time), else made
+    at start in the container's own layer."""
     out = {"name": name, "image": image, "command": ["warmpath"], "args": args,
            "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()],
-           "env": [*env, {"name": "WARMPATH_CACHE", "value": "/cache"}],
-           "resources": res, **probes,
-           "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+           "env": env, "resources": res, **probes,
            "securityContext": {"allowPrivilegeEscalation": False}}
     if lifecycle:
         out["lifecycle"] = lifecycle
@@ -68,10 +68,10 @@ def container(name: str, image: str, args: list[str], ports: dict[str, int], env
 
 def pod_template(labels: dict, spread: dict | None, containers: list[dict], grace_s: int,
                  gpu: bool = False) -> dict:
-    """Pods without API credentials, a scratch cache (the converted model), spread over
-    nodes when ``spread`` (the selector) is given; GPU pods tolerate the GPU nodes' taint."""
+    """Pods without API credentials, spread over nodes when ``spread`` (the selector) is
+    given; GPU pods tolerate the GPU nodes' taint."""
     spec = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": grace_s,
-            "containers": containers, "volumes": [{"name": "cache", "emptyDir": {}}]}
+            "containers": containers}
     if spread:
         spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                               "whenUnsatisfiable": "ScheduleAnyway",
