@@ -106,9 +106,8 @@ def _drain_teller(scfg):
     """What a draining worker tells its router (nothing without one)."""
     from warmpath.worker.registration import report_drain
 
-    async def tell(left: bool) -> None:
-        if scfg.registration is not None:
-            await report_drain(scfg.registration, left)
+    async def tell(left: bool) -> int | None:
+        return None if scfg.registration is None else await report_drain(scfg.registration, left)
     return tell
 
 

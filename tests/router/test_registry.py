@@ -33,18 +33,3 @@ def test_bad_input():
         r.heartbeat("x", now=101, gpu_temp=80)
     with pytest.raises(ValueError):
         DiscoveryConfig(heartbeat_s=10, drop_after_s=5)
-
-
-def test_a_draining_worker_leaves_the_views_but_keeps_its_record_until_it_registers_again():
-    r = Registry(DiscoveryConfig(heartbeat_s=10, drop_after_s=30))
-    r.register("a", "replica", "http://a", now=0)
-    r.register("b", "replica", "http://b", now=0)
-    assert r.drain("a") is True
-    assert r.drain("a") is False                # only the first time counts
-    assert r.drain("nobody") is False
-    assert [w.worker_id for w in r.views()] == ["b"]
-    assert r.workers["a"].url == "http://a"     # requests under way still reach it
-    assert r.heartbeat("a", now=5, running=2) and r.workers["a"].draining
-    assert r.expire(now=34) == ["b"]            # a draining worker that still heartbeats is kept
-    r.register("a", "replica", "http://a2", now=40)   # a new life (e.g. a new pod with the same id)
-    assert [w.worker_id for w in r.views()] == ["a"]

@@ -82,3 +82,48 @@ def test_sigterm_drains_the_stream_under_way_routes_new_requests_elsewhere_then_
         assert metric(router, "warmpath_router_workers_dropped_total", reason="drained") == 1
         assert metric(router, "warmpath_router_retries_total") == 0
         assert set(workers(router)) == {other}
+
+
+def _drain_with(routed: list, open_here: list, **cfg):
+    """Run a ``Drain`` whose router answers ``routed`` (one value per ask, the last repeated)
+    and whose own open-request count is ``open_here`` (same); returns it, what it told, the time."""
+    import asyncio
+
+    from warmpath.worker.drain import Drain
+
+    told, asks = [], iter(range(10**6))
+    d = Drain(**cfg)
+
+    async def tell(left: bool):
+        told.append(left)
+        return routed[min(next(asks), len(routed) - 1)] if not left else None
+
+    counts = iter(range(10**6))
+    t0 = time.monotonic()
+    ok = asyncio.run(d.run(lambda: open_here[min(next(counts), len(open_here) - 1)], tell))
+    return d, ok, told, time.monotonic() - t0
+
+
+def test_the_drain_waits_for_what_the_router_still_routes_here_then_for_quiet():
+    # nothing open here, but the router has 2, then 1 (a prefill elsewhere whose decode comes here), then 0
+    d, ok, told, took = _drain_with([2, 1, 0], [0], settle_s=0.2, poll_s=0.05, timeout_s=10)
+    assert ok is True and d.drained is True and d.done and d.active
+    assert told[0] is False and told[-1] is True and told.count(False) >= 3    # asked until it said 0
+    assert 2 * 0.05 + 0.2 <= took < 5
+
+
+def test_the_drain_gives_up_at_its_timeout_and_still_says_it_left():
+    d, ok, told, took = _drain_with([None], [1], settle_s=0.1, poll_s=0.05, timeout_s=0.3)
+    assert ok is False and d.drained is False and d.done
+    assert told[-1] is True and 0.3 <= took < 3
+
+
+def test_bad_drain_settings_are_refused():
+    import pytest
+
+    from warmpath.worker.drain import Drain
+
+    with pytest.raises(ValueError, match="poll > 0"):
+        Drain(poll_s=0)
+    with pytest.raises(ValueError, match="timeout, settle >= 0"):
+        Drain(timeout_s=-1)

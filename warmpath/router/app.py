@@ -154,10 +154,12 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             return JSONResponse({"ok": True})
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
-        if b.draining and state.registry.drain(b.worker_id):
-            log.warning("worker %s is draining: routing nothing new to it", b.worker_id)
-            state.fit_admission()
-        return JSONResponse({"ok": True})
+        if not b.draining:
+            return JSONResponse({"ok": True})
+        if b.worker_id not in state.draining:   # it got SIGTERM (worker/drain.py): nothing new for it
+            state.drain(b.worker_id, "drain")
+        # what it must still wait for: its requests here, and prefills elsewhere whose decode goes to it
+        return JSONResponse({"ok": True, "in_flight": state.load.in_flight(b.worker_id)})
 
 
 def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
@@ -200,13 +202,14 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
 
         def worker(w: str, r) -> dict:
             load = state.load.of(w)
-            out = {**vars(r.view), "draining": r.draining, "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
+            out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {}))}
             believed = state.decider.model.of(r.view)    # what the router's learnt model uses now
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
                        model_l3_read_bytes_s=round(believed.l3_read.bytes_s),
                        model_l3_write_bytes_s=round(believed.l3_write.bytes_s))
+            out["draining"] = w in state.draining
             if not full:
                 del out["url"], out["pid"]
             return out

@@ -2,8 +2,7 @@
 
 Workers register with their role and endpoints, then heartbeat every ``heartbeat_s`` with
 their load and measured speeds; a worker silent for ``drop_after_s`` is dropped, and the
-caller removes its index entries, sessions and not-yet-started requests. A draining worker
-(shutting down) stays registered but out of :meth:`Registry.views`.
+caller removes its index entries, sessions and not-yet-started requests.
 
 NOTE: no torch, no I/O; ``now`` is passed in.
 """
@@ -39,7 +38,6 @@ class WorkerRecord:
     events_endpoint: str | None
     replay_endpoint: str | None
     last_seen: float
-    draining: bool = False    # shutting down: nothing new is routed to it (its record serves the requests under way)
 
 
 @dataclass
@@ -82,15 +80,6 @@ class Registry:
         rec.view = replace(rec.view, role=role)
         return True
 
-    def drain(self, worker_id: str) -> bool:
-        """Route nothing new to a worker that is shutting down (its record stays, so the
-        requests under way still reach it); ``True`` the first time."""
-        rec = self.workers.get(worker_id)
-        if rec is None or rec.draining:
-            return False
-        rec.draining = True
-        return True
-
     def expire(self, now: float) -> list[str]:
         """Drop workers silent for longer than ``drop_after_s``; returns their ids."""
         gone = [w for w, r in self.workers.items() if now - r.last_seen > self.cfg.drop_after_s]
@@ -99,5 +88,4 @@ class Registry:
         return gone
 
     def views(self) -> list[WorkerView]:
-        """The workers new requests may be routed to (draining ones left out)."""
-        return [r.view for r in self.workers.values() if not r.draining]
+        return [r.view for r in self.workers.values()]

@@ -2,11 +2,12 @@
 
 The drain, in order: ``/ready`` answers 503 ``draining``; the router is told at once (a
 heartbeat with ``draining=True``: it routes nothing new here but leaves the requests under
-way alone); the worker keeps serving until no request has been open for ``settle_s`` (a
-request the router routed here just before it learnt of the drain still arrives and is
-answered), at most ``timeout_s``; then it tells the router it left (``healthy=False,
-draining=True``: dropped as ``drained``) and uvicorn shuts down as usual (exit code 0). A
-second SIGTERM or a SIGINT stops at once. Kubernetes' ``terminationGracePeriodSeconds``
+way alone, and answers how many it still has for this worker, counting prefills elsewhere
+whose decode will come here); the worker keeps serving, asking the router again every
+``poll_s``, until neither it nor the router has had a request open for ``settle_s``, at
+most ``timeout_s``; then it tells the router it left (``healthy=False, draining=True``:
+dropped as ``drained``) and uvicorn shuts down as usual (exit code 0). A router that cannot
+be reached counts as having nothing. A second SIGTERM or a SIGINT stops at once. Kubernetes' ``terminationGracePeriodSeconds``
 must exceed ``timeout_s`` (``warmpath manifests`` sets it so).
 
 NOTE: no torch; the counting middleware sees every HTTP request but the probes and metrics.
@@ -52,26 +53,30 @@ class Drain:
 
     timeout_s: float = 120.0
     settle_s: float = 1.0
+    poll_s: float = 0.5
     active: bool = False
     done: bool = False
     drained: bool | None = field(default=None, init=False)   # None until it ends; False: timed out
 
     def __post_init__(self) -> None:
-        if self.timeout_s < 0 or self.settle_s < 0:
-            raise ValueError(f"drain: timeout and settle times must be >= 0, got {self.timeout_s} / {self.settle_s}")
+        if self.timeout_s < 0 or self.settle_s < 0 or self.poll_s <= 0:
+            raise ValueError(f"drain: need timeout, settle >= 0 and poll > 0, got "
+                             f"{self.timeout_s} / {self.settle_s} / {self.poll_s}")
 
-    async def run(self, in_flight: Callable[[], int], tell: Callable[[bool], Awaitable[object]]) -> bool:
-        """Drain: ``tell(False)`` (draining), wait until ``in_flight()`` stayed 0 for
-        ``settle_s`` (at most ``timeout_s``), ``tell(True)`` (left); ``True`` when nothing
-        was left open."""
+    async def run(self, in_flight: Callable[[], int], tell: Callable[[bool], Awaitable[int | None]]) -> bool:
+        """Drain: ``tell(False)`` (draining; returns the router's count for this worker, or
+        ``None``), wait until ``in_flight()`` and that count stayed 0 for ``settle_s`` (at
+        most ``timeout_s``), ``tell(True)`` (left); ``True`` when nothing was left open."""
         self.active = True
         t0 = time.monotonic()
         log.warning("SIGTERM: draining (at most %.0f s); no new requests are routed here", self.timeout_s)
-        await _quietly(tell(False))
+        routed, asked = await _quietly(tell(False)), time.monotonic()
         idle_since = None
         while True:
             now = time.monotonic()
-            if in_flight() == 0:
+            if now - asked >= self.poll_s:
+                routed, asked = await _quietly(tell(False)), time.monotonic()
+            if in_flight() == 0 and not routed:
                 idle_since = now if idle_since is None else idle_since
                 if now - idle_since >= self.settle_s:
                     self.drained = True
@@ -80,7 +85,8 @@ class Drain:
                 idle_since = None
             if now - t0 >= self.timeout_s:
                 self.drained = False
-                log.error("drain timed out after %.0f s with %d request(s) still open", self.timeout_s, in_flight())
+                log.error("drain timed out after %.0f s with %d request(s) open here, %s at the router",
+                          self.timeout_s, in_flight(), routed)
                 break
             await asyncio.sleep(0.05)
         self.done = True
@@ -89,12 +95,13 @@ class Drain:
         return self.drained
 
 
-async def _quietly(aw: Awaitable[object]) -> None:
-    """Await ``aw``; a router that cannot be told is no reason not to drain."""
+async def _quietly(aw: Awaitable[int | None]) -> int | None:
+    """Await ``aw``; a router that cannot be told is no reason not to drain (``None``)."""
     try:
-        await aw
+        return await aw
     except Exception:   # best effort: the router also drops silent workers
         log.exception("could not tell the router about the drain")
+        return None
 
 
 class DrainingServer(uvicorn.Server):
@@ -102,7 +109,7 @@ class DrainingServer(uvicorn.Server):
     re-raised); any other signal, or a second SIGTERM, is uvicorn's usual stop."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, in_flight: InFlight,
-                 tell: Callable[[bool], Awaitable[object]]) -> None:
+                 tell: Callable[[bool], Awaitable[int | None]]) -> None:
         super().__init__(config)
         self.drain, self.in_flight, self.tell = drain, in_flight, tell
         self._task: asyncio.Task | None = None

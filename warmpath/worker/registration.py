@@ -56,26 +56,33 @@ def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> He
 async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
     """Tell the router at once that this worker can serve nothing (it drops us); ``False``
     when the router could not be told (it drops us after ``drop_after_s`` anyway)."""
-    return await _tell(cfg, Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024]),
-                       "the engine failure")
+    r = await _tell(cfg, Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024]),
+                    "the engine failure")
+    return r is not None and r.status_code in (200, 404)
 
 
-async def report_drain(cfg: RegistrationConfig, left: bool) -> bool:
+async def report_drain(cfg: RegistrationConfig, left: bool) -> int | None:
     """Tell the router this worker drains (``left=False``: route nothing new here, let the
-    requests under way finish) or has drained (``left=True``: drop it, reason ``drained``)."""
+    requests under way finish) or has drained (``left=True``: drop it, reason ``drained``).
+    Returns how many requests the router still has for this worker (those here, and
+    prefills elsewhere whose decode will come here); ``None`` when it could not say."""
     hb = Heartbeat(worker_id=cfg.worker_id, healthy=not left, draining=True, detail="drained" if left else None)
-    return await _tell(cfg, hb, "the drain")
+    r = await _tell(cfg, hb, "the drain")
+    try:
+        n = r.json().get("in_flight") if r is not None and r.status_code == 200 else None
+    except ValueError:
+        return None
+    return n if isinstance(n, int) else None
 
 
-async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> bool:
-    """Post one heartbeat now; ``False`` when the router could not be told."""
+async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> httpx.Response | None:
+    """Post one heartbeat now; ``None`` when the router could not be reached."""
     try:
         async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
-            r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
-        return r.status_code in (200, 404)
+            return await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
     except httpx.HTTPError as e:
         log.warning("could not report %s to the router: %s", what, e)
-        return False
+        return None
 
 
 async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
