@@ -74,7 +74,7 @@ def test_cpd_1d_has_a_deployment_and_a_pdb_per_role_with_role_labels():
         assert d["spec"]["template"]["metadata"]["labels"] == {**match, "app.kubernetes.io/instance": "cpd-1d"}
         assert d["spec"]["replicas"] == 1
         assert p["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": match},
-                             "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+                             "unhealthyPodEvictionPolicy": "IfHealthyBudget"}
         assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     for name in ("warmpath-router", "warmpath-store"):   # one of each, never two at once
         assert deps[name]["spec"]["replicas"] == 1 and deps[name]["spec"]["strategy"] == {"type": "Recreate"}

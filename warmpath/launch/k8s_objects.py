@@ -100,11 +100,12 @@ def service(md: dict, match: dict, ports: dict[str, int], publish_not_ready: boo
 
 
 def disruption_budget(md: dict, match: dict) -> dict:
-    """At most one pod of the set evicted at a time (a node drain waits for its drain);
-    pods that are not ready may always go."""
+    """At most one pod of the set evicted at a time (a node drain waits for its drain). A
+    worker that is not ready may be only busy (its queue full), so not-ready pods are
+    evicted only while the budget holds (``IfHealthyBudget``), not always."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": md,
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": match},
-                     "unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+                     "unhealthyPodEvictionPolicy": "IfHealthyBudget"}}
 
 
 def namespace(name: str) -> dict:
