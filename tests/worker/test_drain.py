@@ -84,6 +84,45 @@ def test_sigterm_drains_the_stream_under_way_routes_new_requests_elsewhere_then_
         assert set(workers(router)) == {other}
 
 
+def test_a_decode_worker_drains_only_after_the_request_whose_prefill_runs_elsewhere():
+    """pd, one prefill and one decode worker: SIGTERM reaches the decode worker while a cold
+    prompt is still in prefill on the other one. The router counts that request as the
+    decode worker's (its decode will go there), so the drain waits for it: it is decoded
+    there, nothing is retried, and only then does the worker leave and exit 0."""
+    import random
+
+    rport = free_port()
+    router = f"http://127.0.0.1:{rport}"
+    args = ("--no-l3", "--router", router, "--heartbeat-s", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0")
+    procs: list = []
+    with serve_process("--policy", "pd", "--heartbeat-s", "0.5", command="router", port=rport), \
+            serve_process(*args, "--role", "prefill", "--worker-id", "p", command="worker", procs=procs), \
+            serve_process(*args, "--role", "decode", "--worker-id", "d", command="worker", procs=procs):
+        wait_for(lambda: workers(router).keys() == {"p", "d"})
+        decode = procs[1]
+        cold = [random.Random(3).randrange(1000, 40000) for _ in range(3000)]
+        out: dict = {}
+
+        def send() -> None:
+            out["r"] = httpx.post(router + "/v1/completions", timeout=300, json={
+                "model": M, "prompt": cold, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+
+        t = threading.Thread(target=send)
+        t.start()
+        wait_for(lambda: workers(router)["p"]["router_queued_prefill_tokens"] > 0, timeout=30)
+        os.kill(decode.pid, signal.SIGTERM)
+        wait_for(lambda: workers(router)["d"]["draining"], timeout=10)
+        assert "r" not in out                                      # still in prefill on p
+        t.join(300)
+        r = out["r"]
+        assert r.status_code == 200, r.text
+        assert r.headers["x-warmpath-decode"] == "d" and r.json()["usage"]["completion_tokens"] == 8
+        assert decode.wait(timeout=30) == 0
+        assert metric(router, "warmpath_router_retries_total") == 0
+        assert metric(router, "warmpath_router_workers_dropped_total", reason="drained") == 1
+        assert set(workers(router)) == {"p"}
+
+
 def _drain_with(routed: list, open_here: list, **cfg):
     """Run a ``Drain`` whose router answers ``routed`` (one value per ask, the last repeated)
     and whose own open-request count is ``open_here`` (same); returns it, what it told, the time."""
