@@ -63,7 +63,7 @@ def _serve(a: argparse.Namespace) -> int:
                         generation_override=a.override_generation_config,
                         registration=registration, max_body_bytes=int(a.max_body_mib * (1 << 20)), max_waiting=a.max_waiting,
                         fault_injection=os.environ.get("WARMPATH_FAULT_INJECTION") == "1",
-                        cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
+                        cluster_token=a.cluster_token, api_keys=tuple(a.api_key), drain_timeout_s=a.drain_timeout_s)
     service = None
     if not a.no_l3 and a.kv_store is None:
         a.l3_gib = _store_gib(a, 1)
@@ -88,8 +88,11 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
           f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", "
           f"\"content\": \"What is the capital of France?\"}}]}}'\n"
           f"  defaults for fields a request leaves out: {app.state.defaults.describe()}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
-                                           timeout_graceful_shutdown=10))
+    from warmpath.worker.drain import DrainingServer, InFlight
+
+    counted = InFlight(app)
+    server = DrainingServer(uvicorn.Config(counted, host=a.host, port=a.port, log_level=a.log_level.lower(),
+                                           timeout_graceful_shutdown=10), app.state.drain, counted, _drain_teller(scfg))
     app.state.request_exit = lambda: setattr(server, "should_exit", True)
     server.run(sockets=[sock] if sock is not None else None)
     if app.state.aengine.error is not None:
@@ -97,6 +100,15 @@ def _run_http(a, engine, scfg, build_app, uvicorn, sock=None) -> int:
               "a supervisor restarts this worker", file=sys.stderr)
         return 1
     return 0
+
+
+def _drain_teller(scfg):
+    """What a draining worker tells its router (nothing without one)."""
+    from warmpath.worker.registration import report_drain
+
+    async def tell(left: bool) -> int | None:
+        return None if scfg.registration is None else await report_drain(scfg.registration, left)
+    return tell
 
 
 def _model_id(model: str) -> str:
@@ -192,9 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     from warmpath.sim.repro import add_parser as add_repro
     from warmpath.sim.map_cli import add_parser as add_map
 
+    from warmpath.launch.manifests_cli import add_parser as add_manifests
     from warmpath.launch.store import add_parser as add_store
 
     add_store(sub)
+    add_manifests(sub)
     add_calibrate(sub)
     add_bench(sub, fn=_bench)
     add_sim(sub)

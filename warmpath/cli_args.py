@@ -13,6 +13,13 @@ def _positive(v: str) -> float:
     return x
 
 
+def _nonneg(v: str) -> float:
+    x = float(v)
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return x
+
+
 def _count(minimum: int):
     """An argparse type: an integer >= ``minimum``."""
     def parse(v: str) -> int:
@@ -196,6 +203,9 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                    help="register with this router (http://host:port)")
     p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
     p.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
+    p.add_argument("--drain-timeout-s", type=_nonneg, default=120.0,
+                   help="on SIGTERM the worker drains: it tells the router to route nothing new to it and "
+                        "answers the requests under way for at most this long, then exits 0")
     p.add_argument("--step-trace", default=None, metavar="DIR",
                    help="append every engine step (monotonic start/end, compute seconds, (tokens, context) "
                         "per sequence) to DIR/<worker-id>.jsonl")

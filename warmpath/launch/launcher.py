@@ -274,6 +274,7 @@ def worker_argv(a) -> list[str]:
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--schedule-order", a.schedule_order,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--kv-load-mode", a.kv_load_mode,
             "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
+            "--drain-timeout-s", str(a.drain_timeout_s),
             "--max-body-mib", str(a.max_body_mib)]
     argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []

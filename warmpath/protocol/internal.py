@@ -139,7 +139,9 @@ class Registration(BaseModel):
 
 class Heartbeat(BaseModel):
     """A worker's periodic load report; ``healthy=False`` asks the router to drop it now
-    (its engine failed; it is about to exit and be restarted)."""
+    (its engine failed; it is about to exit and be restarted). ``draining=True``: it is
+    shutting down (SIGTERM, ``worker/drain.py``): route nothing new to it, let the requests
+    under way finish; with ``healthy=False`` it has drained and leaves."""
 
     model_config = _STRICT
     worker_id: WorkerId
@@ -150,8 +152,9 @@ class Heartbeat(BaseModel):
     l2_bytes_s: Rate = 4e9
     l3_bytes_s: Rate = 4e8
     healthy: bool = True
+    draining: bool = False
     detail: Annotated[str, StringConstraints(max_length=1024)] | None = None
 
     def load(self) -> dict:
-        """The load fields of a ``WorkerView`` (not the id, the health or the detail)."""
-        return self.model_dump(exclude={"worker_id", "healthy", "detail"})
+        """The load fields of a ``WorkerView`` (not the id, the health, the drain or the detail)."""
+        return self.model_dump(exclude={"worker_id", "healthy", "draining", "detail"})

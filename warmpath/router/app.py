@@ -149,12 +149,17 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
 
     @app.post("/internal/heartbeat", dependencies=internal, responses=errors(*BODY, 404))
     async def heartbeat(b: Heartbeat) -> Response:
-        if not b.healthy:   # its engine failed: stop routing to it now, not after drop_after_s
-            state.remove(b.worker_id, "unhealthy")
+        if not b.healthy:   # its engine failed (or it drained): stop routing to it now, not after drop_after_s
+            state.remove(b.worker_id, "drained" if b.draining else "unhealthy")
             return JSONResponse({"ok": True})
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
-        return JSONResponse({"ok": True})
+        if not b.draining:
+            return JSONResponse({"ok": True})
+        if b.worker_id not in state.draining:   # it got SIGTERM (worker/drain.py): nothing new for it
+            state.drain(b.worker_id, "drain")
+        # what it must still wait for: its requests here, and prefills elsewhere whose decode goes to it
+        return JSONResponse({"ok": True, "in_flight": state.load.in_flight(b.worker_id)})
 
 
 def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
@@ -204,6 +209,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
                        model_l3_read_bytes_s=round(believed.l3_read.bytes_s),
                        model_l3_write_bytes_s=round(believed.l3_write.bytes_s))
+            out["draining"] = w in state.draining
             if not full:
                 del out["url"], out["pid"]
             return out

@@ -28,7 +28,8 @@ class RouterMetrics:
         self.retries = Counter("warmpath_router_retries", "Requests re-routed after a worker failed", registry=r)
         self.dropped = Counter("warmpath_router_workers_dropped", "Workers removed from routing, by why "
                                "(unhealthy: it reported its engine failed; silent: no heartbeat; "
-                               "unreachable: a request to it failed; replaced: it re-registered)",
+                               "unreachable: a request to it failed; replaced: it re-registered; drained: it shut down "
+                               "after its requests finished)",
                                ["reason"], registry=r)
         self.thread_errors = Counter("warmpath_router_thread_errors", "Errors survived by background loops "
                                      "(events: a KV event batch skipped; expire: an expiry pass)",

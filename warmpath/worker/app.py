@@ -21,6 +21,7 @@ from warmpath.protocol.errors import bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest, check_prompt_chars
 from warmpath.protocol.openapi import ChatCompletion, TextCompletion, errors, generation, publish, status
+from warmpath.worker.drain import Drain
 from warmpath.worker.front import WorkerFront
 from warmpath.worker.metrics import EngineMetrics
 
@@ -43,6 +44,7 @@ class ServerConfig:
     fault_injection: bool = False        # POST /internal/fault (tests and chaos runs only)
     cluster_token: str | None = field(default=None, repr=False)   # required on /internal/* (None: open)
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # one required on /v1/* (none: open)
+    drain_timeout_s: float = 120.0       # SIGTERM: how long the requests under way may take (worker/drain.py)
 
     def __post_init__(self) -> None:
         if self.max_waiting <= 0:
@@ -54,6 +56,8 @@ class ServerConfig:
         if self.default_max_tokens <= 0:
             raise ValueError(f"default_max_tokens must be > 0, got {self.default_max_tokens}")
         check_override(self.generation_override, "generation_override")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
 
 
 def _lifespan(app: FastAPI, aengine: AsyncEngine, cfg: ServerConfig):
@@ -79,8 +83,10 @@ def _lifespan(app: FastAPI, aengine: AsyncEngine, cfg: ServerConfig):
         if cfg.registration is not None:
             from warmpath.worker.registration import register_and_heartbeat
 
+            drain = app.state.drain
             tasks.append(asyncio.create_task(register_and_heartbeat(
-                cfg.registration, aengine.engine, lambda: aengine.alive, app.state.defaults.to_json())))
+                cfg.registration, aengine.engine, lambda: aengine.alive and not drain.done,
+                app.state.defaults.to_json(), lambda: drain.active)))
         yield
         for task in tasks:
             task.cancel()
@@ -101,6 +107,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     publish(app)
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
     app.state.defaults = front.defaults
+    app.state.drain = Drain(cfg.drain_timeout_s)   # started by SIGTERM (worker/drain.py, via the CLI's server)
     app.state.max_body_bytes = cfg.max_body_bytes
     install_error_handlers(app, on_client_error=lambda _status: metrics.rejected.labels(front.model_name).inc())
     # Behind a router with no keys of its own, a worker's /v1/* needs the cluster token: the
@@ -155,7 +162,9 @@ def _add_status_routes(app: FastAPI, front: WorkerFront, public: list) -> None:
 
     @app.get("/ready", responses=status(503))
     async def ready() -> Response:
-        """Readiness: the engine runs and its waiting queue has room."""
+        """Readiness: the engine runs, the worker is not draining, its waiting queue has room."""
+        if app.state.drain.active:
+            return JSONResponse({"status": "not ready", "detail": "draining"}, 503)
         if not aengine.alive:
             return JSONResponse({"status": "not ready", "detail": "engine thread stopped"}, 503)
         if len(engine.scheduler.waiting) >= cfg.max_waiting:

@@ -56,21 +56,42 @@ def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> He
 async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
     """Tell the router at once that this worker can serve nothing (it drops us); ``False``
     when the router could not be told (it drops us after ``drop_after_s`` anyway)."""
-    hb = Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024])
+    r = await _tell(cfg, Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024]),
+                    "the engine failure")
+    return r is not None and r.status_code in (200, 404)
+
+
+async def report_drain(cfg: RegistrationConfig, left: bool) -> int | None:
+    """Tell the router this worker drains (``left=False``: route nothing new here, let the
+    requests under way finish) or has drained (``left=True``: drop it, reason ``drained``).
+    Returns how many requests the router still has for this worker (those here, and
+    prefills elsewhere whose decode will come here); ``None`` when it could not say."""
+    hb = Heartbeat(worker_id=cfg.worker_id, healthy=not left, draining=True, detail="drained" if left else None)
+    r = await _tell(cfg, hb, "the drain")
+    try:
+        n = r.json().get("in_flight") if r is not None and r.status_code == 200 else None
+    except ValueError:
+        return None
+    return n if isinstance(n, int) else None
+
+
+async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> httpx.Response | None:
+    """Post one heartbeat now; ``None`` when the router could not be reached."""
     try:
         async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
-            r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
-        return r.status_code in (200, 404)
+            return await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
     except httpx.HTTPError as e:
-        log.warning("could not report the engine failure to the router: %s", e)
-        return False
+        log.warning("could not report %s to the router: %s", what, e)
+        return None
 
 
 async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
-                                 alive: Callable[[], bool] = lambda: True, defaults: dict | None = None) -> None:
+                                 alive: Callable[[], bool] = lambda: True, defaults: dict | None = None,
+                                 draining: Callable[[], bool] = lambda: False) -> None:
     """Runs until cancelled: (re)registers whenever the router does not know us; stops
     heartbeating once ``alive()`` turns false (the failure is reported separately).
-    ``defaults``: this worker's sampling defaults (``GenerationDefaults.to_json()``)."""
+    ``defaults``: this worker's sampling defaults (``GenerationDefaults.to_json()``);
+    ``draining()``: see :func:`keep_registered`."""
     ev = engine.tiers.events if engine.tiers is not None else None
     body = Registration(
         worker_id=cfg.worker_id, role=cfg.role, url=cfg.advertise_url,
@@ -84,25 +105,28 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
     async def report() -> Heartbeat:
         return load_report(engine, cfg.worker_id)
 
-    await keep_registered(cfg, body, report, alive)
+    await keep_registered(cfg, body, report, alive, draining)
 
 
 async def keep_registered(cfg: RegistrationConfig, body: dict, report: Callable[[], Awaitable[Heartbeat]],
-                          alive: Callable[[], bool] = lambda: True) -> None:
+                          alive: Callable[[], bool] = lambda: True,
+                          draining: Callable[[], bool] = lambda: False) -> None:
     """Runs until cancelled: posts ``body`` (a :class:`Registration`'s JSON) whenever the
     router does not know this worker, then ``await report()`` every ``heartbeat_s``; stops
-    once ``alive()`` turns false."""
+    once ``alive()`` turns false. While ``draining()`` (``worker/drain.py``) the heartbeats
+    say so and a router that forgot this worker is not told of it again."""
     registered = False
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():
             try:
-                if not registered:
+                if not registered and not draining():
                     r = await http.post(cfg.router_url + "/internal/register", json=body)
                     registered = r.status_code == 200
                     if not registered:
                         log.warning("router refused registration: %s", r.text[:200])
                 if registered:
-                    r = await http.post(cfg.router_url + "/internal/heartbeat", json=(await report()).model_dump())
+                    hb = (await report()).model_copy(update={"draining": draining()})
+                    r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
                     registered = r.status_code == 200
             except httpx.HTTPError as e:
                 log.info("router not reachable yet (%s)", e)
