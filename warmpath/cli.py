@@ -193,8 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     from warmpath.sim.map_cli import add_parser as add_map
 
     from warmpath.launch.store import add_parser as add_store
+    from warmpath.deploy.cli import add_parser as add_deploy
 
     add_store(sub)
+    add_deploy(sub)
     add_calibrate(sub)
     add_bench(sub, fn=_bench)
     add_sim(sub)

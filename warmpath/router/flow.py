@@ -103,7 +103,8 @@ class RequestFlow:
                     with s.lock:
                         s.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
                     if d.prefill not in (None, d.decode):
-                        await self._prefill(t, d.prefill)
+                        with s.load.holding(d.prefill, d.decode):   # a drain of either waits
+                            await self._prefill(t, d.prefill)
                 return await self._decode(t, sess)
             except WorkerUnreachable as e:
                 s.remove(e.args[0], "unreachable")

@@ -16,6 +16,7 @@ from warmpath.router.views import WorkerView
 class WorkerLoad:
     prefill_tokens: int = 0      # prompt tokens sent for computing, not answered yet
     running: int = 0             # requests decoding there
+    pending: int = 0             # requests prefilling there, or whose decode will go there
 
 
 @dataclass
@@ -27,10 +28,11 @@ class LoadBook:
     def of(self, worker: str) -> WorkerLoad:
         return self.load.get(worker, WorkerLoad())
 
-    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0) -> None:
+    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0, pending: int = 0) -> None:
         x = self.load.setdefault(worker, WorkerLoad())
         x.prefill_tokens = max(0, x.prefill_tokens + prefill_tokens)
         x.running = max(0, x.running + running)
+        x.pending = max(0, x.pending + pending)
 
     @contextmanager
     def computing(self, worker: str, tokens: int):
@@ -40,6 +42,23 @@ class LoadBook:
             yield
         finally:
             self.add(worker, -tokens)
+
+    @contextmanager
+    def holding(self, *workers: str):
+        """One request pending on each of ``workers`` for the duration of the block (its
+        prefill there, or its prefill elsewhere before its decode there): a drain waits."""
+        for w in workers:
+            self.add(w, pending=1)
+        try:
+            yield
+        finally:
+            for w in workers:
+                self.add(w, pending=-1)
+
+    def in_flight(self, worker: str) -> int:
+        """Requests the router has on ``worker`` and has not seen end (what a drain waits for)."""
+        x = self.of(worker)
+        return x.running + x.pending
 
     def views(self, views: list[WorkerView]) -> list[WorkerView]:
         """``views`` with the queue and running counts this router knows of."""

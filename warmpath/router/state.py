@@ -72,6 +72,7 @@ class RouterState:
         self.mid_stream_failures = 0
         self.pids: dict[str, int | None] = {}
         self.gone: dict[str, asyncio.Event] = {}
+        self.draining: set[str] = set()  # registered, finishing what they have, given nothing new
         self.dashboard = Dashboard()     # /dashboard's rings (router/dashboard.py)
 
     @property
@@ -83,13 +84,13 @@ class RouterState:
         their prefix hits from the KV index."""
         now = time.monotonic()
         with self.lock:
-            return self.decider.snapshot(self.load.views(self.registry.views()),
+            return self.decider.snapshot(self.load.views(self.routable()),
                                          lambda w: self.index.lookup(w, rv.block_hashes, now),
                                          session_decode, self.kv_bytes_per_token, now)
 
     def rebalance(self, now: float) -> None:
         """Elastic tiers: apply a role change if the decider calls for one."""
-        ch = self.decider.rebalance(self.registry.views(), now)
+        ch = self.decider.rebalance(self.routable(), now)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
@@ -106,7 +107,26 @@ class RouterState:
 
     def fit_admission(self) -> None:
         """Size the admission limit to the fleet now (a worker joined, left or changed role)."""
-        self._wake(self.admission.fit(self.registry.views()))
+        self._wake(self.admission.fit(self.routable()))
+
+    def routable(self) -> list:
+        """The registered workers new requests may go to (not draining)."""
+        return [v for v in self.registry.views() if v.worker_id not in self.draining]
+
+    def drain(self, worker: str, action: str) -> bool:
+        """``drain`` / ``resume`` / ``remove`` a worker (``POST /internal/drain``); ``False``
+        when it is not registered (``remove`` of an unknown worker, ``drain`` of one never
+        seen)."""
+        known = worker in self.registry.workers
+        if action == "remove":
+            return self.remove(worker, "drained")
+        if action == "resume":
+            self.draining.discard(worker)
+        elif known:
+            self.draining.add(worker)
+            log.info("draining worker %s (%d in flight)", worker, self.load.in_flight(worker))
+        self.fit_admission()
+        return known
 
     def _wake(self, keys: list) -> None:
         for k in keys:
@@ -156,6 +176,7 @@ class RouterState:
         """Forget a worker's index entries, sessions and event thread; wake the requests
         that wait on it (call on the event loop)."""
         self.gone_event(worker).set()
+        self.draining.discard(worker)
         with self.lock:
             self.index.drop_worker(worker)
         self.sessions.forget_worker(worker)
