@@ -89,9 +89,9 @@ def scales(rc: RayHosts, n: int) -> list[dict]:
     out = []
     for _ in range(n):
         load = Load(rc, 4)
-        up = json.loads(rc.deploy("--scale", "prefill=2").stdout)
+        up = rc.json("--scale", "prefill=2")
         time.sleep(10)
-        down = json.loads(rc.deploy("--scale", "prefill=1").stdout)
+        down = rc.json("--scale", "prefill=1")
         time.sleep(2)
         outcomes = load.end()
         out.append({"started": up["started"], "drained_s": down["stopped"], "requests": len(outcomes),

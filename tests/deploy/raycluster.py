@@ -74,8 +74,13 @@ class RayHosts:
         assert r.returncode == 0, f"deploy {' '.join(args)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
         return r
 
+    def json(self, *args: str) -> dict:
+        """``warmpath deploy`` ARGS's JSON answer (``--status``, ``--scale``)."""
+        out = self.deploy(*args).stdout
+        return json.loads(out[out.index("{"):])
+
     def status(self) -> dict:
-        return json.loads(self.deploy("--status").stdout)
+        return self.json("--status")
 
     def _net_up(self) -> None:
         br = f"{self.prefix}-br"
@@ -98,7 +103,7 @@ class RayHosts:
         self.procs.append(subprocess.Popen(
             ["ip", "netns", "exec", self.ns[node], "nice", "-n", "19", sys.executable, "-m", "ray.scripts.scripts",
              "start", *where, "--node-ip-address", self.nodes[node], "--num-cpus", str(self.cpus.get(node, 1)),
-             "--num-gpus", "0", "--object-store-memory", str(100 << 20), "--disable-usage-stats", "--temp-dir", str(self.tmp / "ray"), "--block"],
+             "--num-gpus", "0", "--object-store-memory", str(100 << 20), "--disable-usage-stats", "--temp-dir", str(self.tmp / node), "--block"],
             stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
 
     def alive_nodes(self) -> int:

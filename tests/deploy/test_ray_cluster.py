@@ -8,7 +8,6 @@ failed; ``--down``. Minutes of CPU: run by ``make test-ray`` (``WARMPATH_RAY_TES
 the main suite. Needs root, iproute2 and Ray (``requirements/ray.txt``); skipped saying why.
 """
 
-import json
 import os
 import random
 import secrets
@@ -131,11 +130,11 @@ def test_cpd_on_ray_across_three_nodes(reference):
 
         # the warm tier 1 -> 2 -> 1 under load: the one scaled away is drained first
         load = Load(rc)
-        up = json.loads(rc.deploy("--scale", "prefill=2").stdout)
+        up = rc.json("--scale", "prefill=2")
         assert up == {"started": ["prefill-1"], "stopped": {}}
         assert "prefill-1" in workers()
         time.sleep(3)
-        down = json.loads(rc.deploy("--scale", "prefill=1").stdout)
+        down = rc.json("--scale", "prefill=1")
         assert down["started"] == [] and list(down["stopped"]) == ["prefill-1"]
         time.sleep(1)
         outcomes = load.end()

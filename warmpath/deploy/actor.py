@@ -19,7 +19,7 @@ from pathlib import Path
 
 from warmpath.deploy.plan import HOST
 from warmpath.procs import die_with_parent
-from warmpath.protocol.auth import CLUSTER_TOKEN_ENV
+from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 
 
 class ProcessHost:
@@ -35,7 +35,7 @@ class ProcessHost:
         self.argv = [a.replace(HOST, self.host) for a in argv]
         self.reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
         self.log_path = Path(tempfile.gettempdir()) / f"warmpath-{name}.log"
-        self._token = env.get(CLUSTER_TOKEN_ENV)
+        self._secrets = {k: env[k] for k in (CLUSTER_TOKEN_ENV, API_KEY_ENV) if env.get(k)}
         self._stopping = False
         with open(self.log_path, "ab") as log:
             log.write(f"--- {time.strftime('%H:%M:%S')} warmpath {' '.join(self.argv)}\n".encode())
@@ -62,8 +62,9 @@ class ProcessHost:
     def spec(self):
         return self.spec_
 
-    def cluster_token(self) -> str | None:
-        return self._token
+    def secret(self, env_name: str) -> str | None:
+        """The cluster token or the API keys this process was given (for later commands)."""
+        return self._secrets.get(env_name)
 
     def wait_output(self, text: str, timeout_s: float) -> bool:
         """Whether ``text`` appears in the process's output within ``timeout_s``."""

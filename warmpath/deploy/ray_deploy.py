@@ -108,23 +108,26 @@ def up(address: str, cfg: RayDeployConfig, token: str, api_keys: tuple = (), tim
 
 
 def _context(ray) -> tuple:
-    """The running deployment's (actors, config, router URL, kv-store, headers for the router)."""
+    """The running deployment's actors, config, router URL, kv-store, cluster token, and the
+    headers of ``/internal/*`` (the token) and of ``/v1/cluster`` (an API key, if any)."""
     acts = actors(ray)
     if "router" not in acts or "store" not in acts:
         raise ValueError("no deployment runs in this Ray namespace (deploy one with --topology)")
-    cfg = ray.get(acts["router"].spec.remote())
-    url = f"http://{ray.get(acts['router'].info.remote())['host']}:{cfg.router_port}"
-    token = ray.get(acts["router"].cluster_token.remote())
+    router = acts["router"]
+    cfg = ray.get(router.spec.remote())
+    url = f"http://{ray.get(router.info.remote())['host']}:{cfg.router_port}"
+    token = ray.get(router.secret.remote(CLUSTER_TOKEN_ENV))
+    key = (ray.get(router.secret.remote(API_KEY_ENV)) or token).split(",")[0]
     kv = kv_store(ray.get(acts["store"].info.remote())["host"], cfg)
-    return acts, cfg, url, kv, {"Authorization": f"Bearer {token}"}, token
+    return acts, cfg, url, kv, token, {"Authorization": f"Bearer {token}"}, {"Authorization": f"Bearer {key}"}
 
 
 def status(address: str, namespace: str) -> dict:
     """Every process: its node, PID, whether Ray restarted it; each worker's role, draining
     flag and in-flight count as the router sees them."""
     ray = connect(address, namespace)
-    acts, cfg, url, _kv, headers, _ = _context(ray)
-    seen = workers_registered(url, headers)
+    acts, cfg, url, _kv, _token, _internal, public = _context(ray)
+    seen = workers_registered(url, public)
     out = {"router": url, "topology": cfg.topology.name, "processes": {}}
     for name, a in sorted(acts.items()):
         try:
@@ -145,18 +148,18 @@ def scale(address: str, namespace: str, role: str, count: int, timeout_s: float 
     register; extra ones are drained (nothing new routed to them, what they have runs to its
     end), stopped, and removed. Returns ``{"started": [...], "stopped": {id: drain seconds}}``."""
     ray = connect(address, namespace)
-    acts, cfg, url, kv, headers, token = _context(ray)
+    acts, cfg, url, kv, token, internal, public = _context(ray)
     running = [p for p in acts if p not in ("store", "router")]
     add, remove = scale_plan(running, role, count)
     for wid in add:
         _start(ray, cfg, role, wid, worker_argv(cfg, wid, role, url, kv), {CLUSTER_TOKEN_ENV: token})
     if add:
-        _wait(lambda: set(add) <= set(workers_registered(url, headers)), timeout_s, f"{', '.join(add)} registered")
+        _wait(lambda: set(add) <= set(workers_registered(url, public)), timeout_s, f"{', '.join(add)} registered")
     stopped = {}
     for wid in remove:
-        stopped[wid] = round(drains.drain(url, wid, headers, drain_timeout_s), 2)
+        stopped[wid] = round(drains.drain(url, wid, internal, drain_timeout_s), 2)
         retire(ray, acts[wid])
-        drains.post(url, wid, "remove", headers)
+        drains.post(url, wid, "remove", internal)
     return {"started": add, "stopped": stopped}
 
 
