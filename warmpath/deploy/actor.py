@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,20 +33,30 @@ class ProcessHost:
         self.host = ray.util.get_node_ip_address()
         self.argv = [a.replace(HOST, self.host) for a in argv]
         self.reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
-        self.log_path = Path(tempfile.gettempdir()) / f"warmpath-{name}.log"
+        self.log_path = Path(ray.get_runtime_context().get_temp_dir()) / f"warmpath-{name}.log"
         self._secrets = {k: env[k] for k in (CLUSTER_TOKEN_ENV, API_KEY_ENV) if env.get(k)}
         self._stopping = False
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- {time.strftime('%H:%M:%S')} warmpath {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "warmpath.cli", *self.argv], stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **env},
-                preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets the parent-death signal
+        self.proc: subprocess.Popen | None = None
+        started = threading.Event()
+        threading.Thread(target=self._run, args=(env, started), daemon=True, name="warmpath-process").start()
+        started.wait()
+        if self.proc is None:
+            raise RuntimeError(f"could not start warmpath {' '.join(self.argv)}: see {self.log_path}")
         self.started_at = time.time()
-        threading.Thread(target=self._watch, daemon=True).start()
 
-    def _watch(self) -> None:
+    def _run(self, env: dict, started: threading.Event) -> None:
+        """Start the process from this thread, which lives as long as it does (the parent-death
+        signal follows the thread that forked), then wait for its end."""
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(f"--- {time.strftime('%H:%M:%S')} warmpath {' '.join(self.argv)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "warmpath.cli", *self.argv], stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "MC_LOG_LEVEL": os.environ.get("MC_LOG_LEVEL", "ERROR"), **env},
+                    preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets the parent-death signal
+        finally:
+            started.set()
         code = self.proc.wait()
         if not self._stopping:   # died on its own: end this actor so that Ray restarts it
             print(f"warmpath deploy: {self.name} exited with {code}; ending its actor", file=sys.stderr, flush=True)
