@@ -139,7 +139,7 @@ class RayHosts:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for ns in self.ns.values():
                 pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False).stdout.split()
-                for pid in pids:
+                for pid in set(pids) - {str(os.getpid())}:   # (only this process's threads joined one)
                     with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pid), sig)
             time.sleep(2 if sig == signal.SIGTERM else 0.5)
