@@ -10,12 +10,14 @@ from warmpath.cli import build_parser
 from warmpath.deploy.cli import config
 from warmpath.deploy.plan import (
     RayDeployConfig,
+    is_store,
     kv_store,
     parse_amounts,
     proc_of,
     role_of,
     router_argv,
     scale_plan,
+    segment_argv,
     worker_argv,
 )
 from warmpath.launch.topology import TOPOLOGIES
@@ -36,6 +38,7 @@ def test_scale_plan_adds_lowest_free_numbers_and_drains_highest_first():
 
 def test_names_and_roles():
     assert proc_of("warmpath:pre-prefill-0") == "pre-prefill-0" and proc_of("other") is None
+    assert [p for p in ("store", "store-2", "store-x", "router", "prefill-0") if is_store(p)] == ["store", "store-2"]
     assert role_of("pre-prefill-12") == "pre-prefill"
     with pytest.raises(ValueError, match="not a worker"):
         role_of("router")
@@ -70,6 +73,10 @@ def test_argv_of_router_and_worker():
         "--log-level", "WARNING", "worker", "--role", "decode", "--worker-id", "decode-0", "--host", "{host}",
         "--port", "0", "--router", "http://10.0.0.1:8100", "--kv-store", kv, "--heartbeat-s", "1.0",
         "--model", "smollm2", "--threads", "1", "--kv-cache-gib", "0.25"]
+    assert segment_argv(cfg, kv) == ["--log-level", "WARNING", "store", "--host", "{host}", "--no-master",
+                                     "--kv-store", kv]
+    with pytest.raises(ValueError, match="store-segments must be >= 1"):
+        RayDeployConfig(TOPOLOGIES["cpd-1d"], store_segments=0)
 
 
 def test_the_cli_does_not_import_ray():

@@ -1,7 +1,7 @@
 """``warmpath deploy --ray`` on a Ray cluster of three "hosts" (network namespaces on one
 bridge): a Ray head (the store and the router stay there) and two Ray worker nodes.
 
-cpd-1d deployed by the CLI; the greedy answer of a single engine; the second turn cached;
+cpd-1d deployed by the CLI (two store segments, on two nodes); the greedy answer of a single engine; the second turn cached;
 a worker's process SIGKILLed under load → Ray restarts its actor and the worker serves
 again, no request failed; the warm tier scaled 1 → 2 → 1 under load with a drain, no request
 failed; ``--down``. Minutes of CPU: run by ``make test-ray`` (``WARMPATH_RAY_TESTS=1``), not
@@ -35,7 +35,7 @@ ROUTER = "http://10.78.0.1:8000"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 DOC = [random.Random(3).randrange(1000, 40000) for _ in range(600)]
 DEPLOY = ("--topology", "cpd-1d", "--worker-args", "--threads 1 --kv-cache-gib 0.25 --l2-gib 0.25",
-          "--store-args", "--segment-gib 0.5")
+          "--store-args", "--segment-gib 0.5", "--store-segments", "2")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,9 @@ def test_cpd_on_ray_across_three_nodes(reference):
         out = rc.deploy(*DEPLOY)
         assert f"serving on {ROUTER}/v1" in out.stdout
         procs = rc.status()["processes"]
-        assert sorted(procs) == ["decode-0", "pre-prefill-0", "prefill-0", "router", "store"]
+        assert sorted(procs) == ["decode-0", "pre-prefill-0", "prefill-0", "router", "store", "store-1"]
         assert procs["router"]["host"] == procs["store"]["host"] == NODES["a"]   # pinned to the head
+        assert procs["store-1"]["host"] in (NODES["b"], NODES["c"])              # a segment per node
         hosts = {procs[w]["host"] for w in ("pre-prefill-0", "prefill-0", "decode-0")}
         assert hosts == {NODES["b"], NODES["c"]}                                # spread over both nodes
         assert workers()["decode-0"]["url"].startswith(f"http://{procs['decode-0']['host']}:")
@@ -143,6 +144,6 @@ def test_cpd_on_ray_across_three_nodes(reference):
         assert "prefill-1" not in workers() and "prefill-1" not in rc.status()["processes"]
 
         stopped = rc.deploy("--down").stdout
-        assert "stopped decode-0, pre-prefill-0, prefill-0, router, store" in stopped
+        assert "stopped decode-0, pre-prefill-0, prefill-0, router, store-1, store" in stopped
         r = rc.run("a", [sys.executable, "-m", "warmpath.cli", "deploy", "--ray", rc.address, "--status"])
         assert r.returncode != 0

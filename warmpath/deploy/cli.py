@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-restarts", type=int, default=-1, help="Ray restarts of an actor whose process died (-1: always)")
     p.add_argument("--router-node", default=None, metavar="ADDR", help="node the router stays on (default: the head)")
     p.add_argument("--store-node", default=None, metavar="ADDR", help="node the store stays on (default: the head)")
+    p.add_argument("--store-segments", type=int, default=1,
+                   help="store segments, one per node: the master's own plus one on each of N-1 other nodes")
     p.add_argument("--heartbeat-s", type=float, default=1.0)
     p.add_argument("--drop-after-s", type=float, default=3.0)
     p.add_argument("--worker-args", default="", metavar="FLAGS", help="more `warmpath worker` flags (one quoted string)")
@@ -50,7 +52,8 @@ def config(a: argparse.Namespace) -> RayDeployConfig:
     return RayDeployConfig(resolve(a.topology), a.namespace, a.port, a.master_port, a.metadata_port,
                            parse_amounts(a.cpus, "--cpus"), parse_amounts(a.gpus, "--gpus"), a.max_restarts,
                            a.heartbeat_s, a.drop_after_s, a.store_node, a.router_node, args(a.worker_args),
-                           args(a.router_args), args(a.store_args), model=a.model)
+                           args(a.router_args), args(a.store_args), model=a.model,
+                           store_segments=a.store_segments)
 
 
 def run_deploy(a: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ class RayDeployConfig:
     ``cpus`` / ``gpus``: process kind (``store``, ``router`` or a role) → Ray resources of its
     actor. ``max_restarts``: Ray restarts an actor whose process exits this many times (-1:
     always). ``store_node`` / ``router_node``: the node address the store and the router stay on
-    (``None``: the head node), so their addresses survive a restart."""
+    (``None``: the head node), so their addresses survive a restart. ``store_segments``: the
+    master's own segment plus one more on each of ``store_segments - 1`` other nodes."""
 
     topology: Topology
     namespace: str = "warmpath"
@@ -46,6 +47,7 @@ class RayDeployConfig:
     store_args: tuple = ()
     log_level: str = "WARNING"
     model: str = "smollm2"
+    store_segments: int = 1
 
     def __post_init__(self) -> None:
         for what, table in (("cpus", self.cpus), ("gpus", self.gpus)):
@@ -54,6 +56,8 @@ class RayDeployConfig:
                     raise ValueError(f"--{what} {k}=...: {k!r} is none of {', '.join(PROCS)}")
                 if not isinstance(v, (int, float)) or v < 0:
                     raise ValueError(f"--{what} {k}: expected a number >= 0, got {v!r}")
+        if self.store_segments < 1:
+            raise ValueError(f"--store-segments must be >= 1 (the master's own), got {self.store_segments}")
         if self.max_restarts < -1:
             raise ValueError(f"--max-restarts must be -1 (always) or >= 0, got {self.max_restarts}")
         for port in (self.router_port, self.master_port, self.metadata_port):
@@ -88,6 +92,16 @@ def args(text: str | None) -> tuple:
 def store_argv(cfg: RayDeployConfig) -> list[str]:
     return ["--log-level", cfg.log_level, "store", "--host", HOST, "--master-port", str(cfg.master_port),
             "--metadata-port", str(cfg.metadata_port), *cfg.store_args]
+
+
+def segment_argv(cfg: RayDeployConfig, store: str) -> list[str]:
+    """A store segment lending memory to the master of ``store`` (``--kv-store``)."""
+    return ["--log-level", cfg.log_level, "store", "--host", HOST, "--no-master", "--kv-store", store, *cfg.store_args]
+
+
+def is_store(proc: str) -> bool:
+    """``store`` (the master and its segment) or ``store-N`` (a segment on another node)."""
+    return proc == "store" or re.fullmatch(r"store-\d+", proc) is not None
 
 
 def kv_store(host: str, cfg: RayDeployConfig) -> str:

@@ -20,10 +20,12 @@ from warmpath.deploy.actor import ProcessHost
 from warmpath.deploy.plan import (
     RayDeployConfig,
     actor_name,
+    is_store,
     kv_store,
     proc_of,
     router_argv,
     scale_plan,
+    segment_argv,
     store_argv,
     worker_argv,
 )
@@ -95,6 +97,7 @@ def up(address: str, cfg: RayDeployConfig, token: str, api_keys: tuple = (), tim
     if not ray.get(store.wait_output.remote("--kv-store", 120)):
         raise RuntimeError("the store did not start:\n" + ray.get(store.log_tail.remote()))
     kv = kv_store(ray.get(store.info.remote())["host"], cfg)
+    _segments(ray, cfg, kv, env)
     router = _start(ray, cfg, "router", "router", router_argv(cfg),
                     {**env, API_KEY_ENV: ",".join(api_keys)}, _node_id(ray, cfg.router_node), spec=cfg)
     url = f"http://{ray.get(router.info.remote())['host']}:{cfg.router_port}"
@@ -105,6 +108,21 @@ def up(address: str, cfg: RayDeployConfig, token: str, api_keys: tuple = (), tim
     _wait(lambda: want <= set(workers_registered(url, headers)), timeout_s, "every worker registered",
           lambda: ray.get(router.log_tail.remote()))
     return {"router": url, "kv_store": kv, "workers": sorted(want)}
+
+
+def _segments(ray, cfg: RayDeployConfig, kv: str, env: dict) -> None:
+    """``store_segments - 1`` more segments, each on its own node other than the master's."""
+    if cfg.store_segments == 1:
+        return
+    master = _node_id(ray, cfg.store_node)
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != master]
+    if len(nodes) < cfg.store_segments - 1:
+        raise ValueError(f"--store-segments {cfg.store_segments}: only {len(nodes) + 1} live node(s), "
+                         "one segment per node")
+    for i, node in enumerate(nodes[:cfg.store_segments - 1], start=1):
+        seg = _start(ray, cfg, "store", f"store-{i}", segment_argv(cfg, kv), env, node)
+        if not ray.get(seg.wait_output.remote("segment on", 120)):
+            raise RuntimeError(f"store segment {i} did not start:\n" + ray.get(seg.log_tail.remote()))
 
 
 def _context(ray) -> tuple:
@@ -136,7 +154,7 @@ def status(address: str, namespace: str) -> dict:
             info = {"state": f"not answering ({type(e).__name__})"}
         if name in seen:
             info.update({k: seen[name][k] for k in ("role", "draining", "in_flight")}, registered=True)
-        elif name not in ("store", "router"):
+        elif name != "router" and not is_store(name):
             info["registered"] = False
         out["processes"][name] = info
     return out
@@ -149,7 +167,7 @@ def scale(address: str, namespace: str, role: str, count: int, timeout_s: float 
     end), stopped, and removed. Returns ``{"started": [...], "stopped": {id: drain seconds}}``."""
     ray = connect(address, namespace)
     acts, cfg, url, kv, token, internal, public = _context(ray)
-    running = [p for p in acts if p not in ("store", "router")]
+    running = [p for p in acts if p != "router" and not is_store(p)]
     add, remove = scale_plan(running, role, count)
     for wid in add:
         _start(ray, cfg, role, wid, worker_argv(cfg, wid, role, url, kv), {CLUSTER_TOKEN_ENV: token})
@@ -176,7 +194,7 @@ def down(address: str, namespace: str) -> list[str]:
     store. Returns the process names stopped."""
     ray = connect(address, namespace)
     acts = actors(ray)
-    order = sorted(acts, key=lambda p: (p == "store", p == "router", p))
+    order = sorted(acts, key=lambda p: (is_store(p), p == "store", p == "router", p))
     for name in order:
         try:
             retire(ray, acts[name])
