@@ -75,7 +75,7 @@ def kills(rc: RayHosts, auth: dict, n: int) -> list[dict]:
                        120, "back")
         registered = time.monotonic() - t0
         ok = rc.on("a", httpx.post, back["url"] + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2},
-                   timeout=60).status_code == 200
+                   headers=auth, timeout=60).status_code == 200   # a worker behind a router wants the token
         serving = time.monotonic() - t0
         time.sleep(2)
         outcomes = load.end()
