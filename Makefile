@@ -9,7 +9,7 @@ PORT ?= 8000
 TOPOLOGY ?= cpd-1d
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: setup setup-test serve test test-vllm bench clean
+.PHONY: setup setup-test serve test test-vllm test-ray bench clean
 
 $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -61,6 +61,12 @@ test: setup-test
 test-vllm: setup-test
 	$(BIN)/python -m benchmarks.peers.vllm_cpu
 	WARMPATH_VLLM_TESTS=1 $(BIN)/python -m pytest -q tests/vllm tests/kv/test_vllm_events.py
+
+# warmpath deploy --ray (docs/deploy.md, "Ray"): installs Ray (requirements/ray.txt), then runs
+# the Ray cluster test: a head and two worker nodes in network namespaces (needs root; ~5 min)
+test-ray: setup-test
+	$(BIN)/pip install -q -r requirements/ray.txt
+	WARMPATH_RAY_TESTS=1 $(BIN)/python -m pytest -q tests/deploy
 
 bench: setup-test
 	$(BIN)/python -m benchmarks.engine.engine

@@ -172,6 +172,9 @@ ROUTER_INTERNAL = [
      {"json": {"worker_id": "decode-0", "pid": 5}}, 400, "pid"),
     ("heartbeat unknown worker", "POST", "/internal/heartbeat", {"json": {"worker_id": "nobody"}}, 404,
      "worker_id"),
+    ("drain bad action", "POST", "/internal/drain", {"json": {"worker_id": "decode-0", "action": "kill"}}, 400,
+     "action"),
+    ("drain unknown worker", "POST", "/internal/drain", {"json": {"worker_id": "nobody"}}, 404, "worker_id"),
 ]
 
 

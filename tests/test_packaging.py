@@ -51,19 +51,25 @@ def pins(path: Path) -> dict[str, Requirement]:
     return declared([ln for ln in lines if ln and not ln.startswith("-r")])
 
 
+# extras warmpath imports only where they are used (``warmpath deploy --ray``: ray)
+OPTIONAL = set(declared(PROJECT["optional-dependencies"]["ray"]))
+
+
 def test_runtime_dependencies_are_exactly_what_warmpath_imports():
-    assert set(declared(PROJECT["dependencies"])) == distributions(top_level_imports("warmpath"))
+    assert set(declared(PROJECT["dependencies"])) == distributions(top_level_imports("warmpath")) - OPTIONAL
+    assert OPTIONAL == {"ray"} and not OPTIONAL & set(declared(PROJECT["dependencies"]))
 
 
 def test_test_extra_is_exactly_what_tests_and_benchmarks_add():
     runtime = set(declared(PROJECT["dependencies"]))
-    extra = distributions(top_level_imports("tests", "benchmarks")) - runtime
+    extra = distributions(top_level_imports("tests", "benchmarks")) - runtime - OPTIONAL
     assert set(declared(PROJECT["optional-dependencies"]["test"])) == extra | NOT_IMPORTED
 
 
 def test_requirement_pins_fall_in_the_declared_ranges_with_the_same_markers():
     for reqs, path in ((PROJECT["dependencies"], "base.txt"),
-                       (PROJECT["optional-dependencies"]["test"], "test.txt")):
+                       (PROJECT["optional-dependencies"]["test"], "test.txt"),
+                       (PROJECT["optional-dependencies"]["ray"], "ray.txt")):
         want, pinned = declared(reqs), pins(ROOT / "requirements" / path)
         assert set(pinned) == set(want), path
         for name, pin in pinned.items():

@@ -21,13 +21,15 @@ ALLOWED = {
     "worker": {"engine", "kv", "models", "protocol"},
     "bench": {"models", "protocol"},
     "launch": {"kv", "procs", "protocol", "router"},
+    # warmpath deploy --ray: the launch's topologies as Ray actors (Ray imported lazily, only there)
+    "deploy": {"launch", "procs", "protocol", "router"},
     "sim": {"bench", "engine", "kv", "launch", "router"},
     "plan": {"bench", "engine", "launch", "router", "sim"},
     # the flags of serve / worker and the configs built from them
     "cli_args": {"engine", "kv", "launch", "models", "router"},
     # the served phase starts a topology as `warmpath serve` does (cli_args) and drives it with the bench
     "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router"},
-    "cli": {"bench", "calibrate", "cli_args", "engine", "kv", "launch", "models", "plan", "protocol", "router",
+    "cli": {"bench", "calibrate", "cli_args", "deploy", "engine", "kv", "launch", "models", "plan", "protocol", "router",
             "sim", "vllm", "worker"},
     # a vLLM server behind the router: its HTTP face, registration (torch-free) and events
     "vllm": {"kv", "launch", "models", "protocol", "worker"},

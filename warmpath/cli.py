@@ -206,9 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from warmpath.launch.manifests_cli import add_parser as add_manifests
     from warmpath.launch.store import add_parser as add_store
+    from warmpath.deploy.cli import add_parser as add_deploy
 
     add_store(sub)
     add_manifests(sub)
+    add_deploy(sub)
     add_calibrate(sub)
     add_bench(sub, fn=_bench)
     add_sim(sub)

@@ -181,3 +181,33 @@ def test_admission_limit_follows_the_registered_workers():
         bad = {"worker_id": "x", "role": "decode", "url": "http://127.0.0.1:1", "namespace": ns, "max_num_seqs": 0}
         r = httpx.post(router + "/internal/register", json=bad, headers=auth, timeout=5)
         assert r.status_code == 400 and "max_num_seqs" in r.json()["error"]["param"]
+
+
+def test_a_drained_worker_gets_nothing_new_then_is_removed():
+    """``/internal/drain``: a draining worker stays registered but leaves the routable set
+    (here the only prefill worker, so the cluster is not ready), ``resume`` undoes it,
+    ``remove`` forgets it."""
+    from tests.conftest import CLUSTER_TOKEN
+    auth = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
+    ns = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
+    with serve_process("--policy", "pd", command="router") as router:
+        for wid, role in (("p", "prefill"), ("d", "decode")):
+            body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": ns,
+                    "max_num_seqs": 4, "kv_capacity_tokens": 4096}
+            assert httpx.post(router + "/internal/register", json=body, headers=auth, timeout=5).status_code == 200
+
+        def drain(action):
+            return httpx.post(router + "/internal/drain", json={"worker_id": "p", "action": action},
+                              headers=auth, timeout=5)
+
+        assert httpx.get(router + "/ready", timeout=5).status_code == 200
+        assert drain("drain").json() == {"worker_id": "p", "registered": True, "draining": True, "in_flight": 0}
+        assert httpx.get(router + "/ready", timeout=5).status_code == 503      # no prefill worker to route to
+        p = {w["worker_id"]: w for w in cluster(router)["workers"]}["p"]
+        assert (p["draining"], p["in_flight"]) == (True, 0)
+        assert cluster(router)["admission"]["slots"] == {"d": 4}
+        assert drain("resume").json()["draining"] is False
+        assert httpx.get(router + "/ready", timeout=5).status_code == 200
+        assert drain("remove").json() == {"worker_id": "p", "registered": False, "draining": False, "in_flight": 0}
+        assert drain("drain").status_code == 404
+        assert httpx.post(router + "/internal/drain", json={"worker_id": "d"}, timeout=5).status_code == 401

@@ -4,6 +4,7 @@
 :class:`PrefillReply`. ``POST /internal/generate`` (router → decode worker or replica):
 :class:`GenerateRequest` → the client's OpenAI response. ``POST /internal/register`` and
 ``/internal/heartbeat`` (worker → router): :class:`Registration`, :class:`Heartbeat`.
+``POST /internal/drain`` (cluster manager → router): :class:`Drain` → :class:`DrainState`.
 Every field is typed and range-checked: a malformed message is a 400 and changes nothing.
 """
 
@@ -158,3 +159,23 @@ class Heartbeat(BaseModel):
     def load(self) -> dict:
         """The load fields of a ``WorkerView`` (not the id, the health, the drain or the detail)."""
         return self.model_dump(exclude={"worker_id", "healthy", "draining", "detail"})
+
+
+class Drain(BaseModel):
+    """``POST /internal/drain`` (operator or cluster manager → router): ``drain`` stops
+    routing new requests to the worker (those it already has run to their end), ``resume``
+    routes to it again, ``remove`` forgets it now (after it was stopped)."""
+
+    model_config = _STRICT
+    worker_id: WorkerId
+    action: Literal["drain", "resume", "remove"] = "drain"
+
+
+class DrainState(BaseModel):
+    """The answer to :class:`Drain`: whether the worker is registered and draining, and how
+    many requests the router has on it now (prefills and decodes not yet ended)."""
+
+    worker_id: str
+    registered: bool
+    draining: bool
+    in_flight: int

@@ -21,7 +21,7 @@ from warmpath.kv.hashing import KVNamespace
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import JSONRoute, install_error_handlers
-from warmpath.protocol.internal import Heartbeat, Registration
+from warmpath.protocol.internal import Drain, DrainState, Heartbeat, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
 from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.router.dashboard_routes import add_dashboard_routes
@@ -109,7 +109,8 @@ async def _expire_loop(state: RouterState) -> None:
 
 
 def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient, internal: list) -> None:
-    """``/internal/register`` and ``/internal/heartbeat`` (the cluster token required)."""
+    """``/internal/register``, ``/internal/heartbeat`` and ``/internal/drain`` (the cluster
+    token required)."""
 
     async def answers(url: str) -> bool:
         try:
@@ -161,6 +162,15 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         # what it must still wait for: its requests here, and prefills elsewhere whose decode goes to it
         return JSONResponse({"ok": True, "in_flight": state.load.in_flight(b.worker_id)})
 
+    @app.post("/internal/drain", dependencies=internal, responses=errors(*BODY, 404))
+    async def drain(b: Drain) -> DrainState:
+        """Stop routing to a worker before it is stopped (scale-down): poll until
+        ``in_flight`` is 0, stop it, then ``remove`` it."""
+        if not state.drain(b.worker_id, b.action) and b.action != "resume":
+            raise APIError(404, f"unknown worker {b.worker_id!r}", param="worker_id")
+        return DrainState(worker_id=b.worker_id, registered=b.worker_id in state.registry.workers,
+                          draining=b.worker_id in state.draining, in_flight=state.load.in_flight(b.worker_id))
+
 
 def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
     """``/health``, ``/ready``, ``/metrics`` and ``/v1/cluster``."""
@@ -204,12 +214,12 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
             load = state.load.of(w)
             out = {**vars(r.view), "url": r.url, "pid": state.pids.get(w), "routed": state.routed.get(w, 0),
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
-                   "indexed_blocks": len(state.index.local.get(w, {}))}
+                   "indexed_blocks": len(state.index.local.get(w, {})),
+                   "draining": w in state.draining, "in_flight": state.load.in_flight(w)}
             believed = state.decider.model.of(r.view)    # what the router's learnt model uses now
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
                        model_l3_read_bytes_s=round(believed.l3_read.bytes_s),
                        model_l3_write_bytes_s=round(believed.l3_write.bytes_s))
-            out["draining"] = w in state.draining
             if not full:
                 del out["url"], out["pid"]
             return out
