@@ -24,6 +24,7 @@ class WorkerView:
     l3_bytes_s: float = 4e8
     max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
+    running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -83,3 +84,6 @@ class Decision:
     ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
     cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
+    path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
+    est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
+    est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT

@@ -1,0 +1,89 @@
+"""Predicted TTFT and TPOT of the candidate paths (router/predict.py), hand-worked.
+
+The step model: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t + 0.001·b; prefill alone
+= 0.005 + 0.0001·t (no context terms, so every number below is worked by hand).
+"""
+
+import pytest
+
+from warmpath.engine.step_model import StepModel
+from warmpath.router.model import RouterModel
+from warmpath.router.predict import (Chunks, HeartbeatSteps, Scaled, chunked, current_tpot, predict_local,
+                                     predict_remote, step_cost)
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+
+SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
+               mixed_rows=10)
+
+
+def snap(workers, hits=None, model=None):
+    return Snapshot(workers, hits or {}, kv_bytes_per_token=0, model=model)
+
+
+def req(n=1000, turn=1, max_tokens=100):
+    return RequestView(n, (), 16, "s", turn, max_tokens=max_tokens)
+
+
+def test_chunked_prices_each_chunk_as_a_mixed_step():
+    # 1000 tokens beside 4 decodes: 508 then 492 tokens -> 0.0648 + 0.0632
+    c = chunked(SM, 4, 1000, 1000, 0, 512)
+    assert c.steps == 2 and c.total_s == pytest.approx(0.128)
+    assert c.first_s(1) == pytest.approx(0.064) and c.first_s(5) == pytest.approx(0.128)
+    assert chunked(SM, 4, 1000, 0, 0, 512) == Chunks()
+    # alone (no decodes): the prefill line, 0.005 + 0.0001 * 200
+    assert chunked(SM, 0, 0, 200, 0, 512).total_s == pytest.approx(0.025)
+
+
+def test_local_prefill_stretches_the_running_decodes():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM)
+    assert (p.path, p.prefill, p.decode, p.running, p.cached_tokens) == ("local", None, "d0", 4, 0)
+    assert p.ttft_s == pytest.approx(0.128)                     # two mixed steps
+    assert p.tpot_s == pytest.approx(0.015)                     # then 5 decode: 0.010 + 0.005
+    assert p.running_tpot_s == pytest.approx((0.128 + 98 * 0.015) / 100)   # 0.01598
+
+
+def test_remote_leaves_the_decode_batch_one_larger_only():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    p = predict_remote(pw, dw, req(), snap([pw, dw]), SM)
+    assert (p.path, p.prefill, p.decode) == ("warm", "p0", "d0")
+    # the prior line: 1000·(1 + 500/8192) work units at 1000/s, + the write-through's 2 ms overhead
+    assert p.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 1000 + 0.002)
+    assert p.tpot_s == pytest.approx(0.015) and p.running_tpot_s == pytest.approx(0.015)
+    assert predict_remote(WorkerView("c0", "pre-prefill"), dw, req(), snap([dw]), SM).path == "cold"
+
+
+def test_queued_prompts_on_the_decode_worker_go_first():
+    dw = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM)
+    assert p.ttft_s == pytest.approx(0.0648 + 0.128)
+    assert p.running_tpot_s == pytest.approx((0.0648 + 0.128 + 97 * 0.015) / 100)
+    r = predict_remote(WorkerView("p0", "prefill"), dw, req(), snap([dw]), SM)
+    assert r.running_tpot_s == pytest.approx((0.0648 + 99 * 0.015) / 100)
+    assert current_tpot(SM, dw, 100) == pytest.approx((0.0648 + 99 * 0.014) / 100)
+    assert current_tpot(SM, WorkerView("d1", "decode"), 100) == 0.0
+
+
+def test_cached_prefix_is_not_computed_locally():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(1000, turn=2), snap([dw], {"d0": PrefixHit(local_blocks=56)}), SM)
+    # 896 cached (L1, free): 104 tokens in one mixed step 0.010 + 0.0104 + 0.004
+    assert p.cached_tokens == 896 and p.ttft_s == pytest.approx(0.0244)
+
+
+def test_step_cost_prefers_the_workers_then_the_fleets_then_the_heartbeat_and_scales_online():
+    w = WorkerView("d0", "decode", prefill_tok_s=800)
+    assert step_cost(snap([w]), w) == HeartbeatSteps(800)
+    assert HeartbeatSteps(800).step_s([(1, 0)] * 4) == pytest.approx(16 / 800)
+    assert HeartbeatSteps(800).step_s([(400, 0)]) == pytest.approx(0.5)
+    m = RouterModel(steps={None: SM})
+    assert step_cost(snap([w], model=m), w) is SM
+    m.steps["d0"] = HeartbeatSteps(100)
+    assert step_cost(snap([w], model=m), w) == HeartbeatSteps(100)
+    # measured twice the predicted: the correction moves to 2, the error is 50% of measured
+    assert m.observe_tpot("d0", 0.01, 0.02) == pytest.approx(0.5)
+    c = step_cost(snap([w], model=m), w)
+    assert isinstance(c, Scaled) and c.k == pytest.approx(2.0)
+    assert m.params()["tpot_error_n"] == 1 and m.params()["tpot_scale"] == {"d0": 2.0}
+    assert m.observe_tpot("d0", 0.0, 0.02) is None
