@@ -13,7 +13,7 @@ The steps every request takes before it runs, in one place:
    paths include local ones for every turn), and the request's class
    (cold / warm, :mod:`warmpath.router.classify`);
 4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
-   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT, the PPD
+   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
    feedback), and :meth:`RouteDecider.rebalance` (elastic tiers, ``elastic.py``).
 
 ``router/flow.py`` and ``sim/simulation.py`` both call it; neither decides anything itself.
@@ -108,12 +108,18 @@ class RouteDecider:
         if view is not None:
             self.model.observe_prefill(obs, view)
 
-    def observe_outcome(self, d: Decision, ttft_s: float | None, tpot_s: float | None) -> float | None:
-        """A request's measured TTFT (from its admission) and TPOT: the model's error, and
-        the PPD feedback of the path it took. Returns the relative TTFT error."""
+    def observe_outcome(self, d: Decision, ttft_s: float | None,
+                        tpot_s: float | None) -> tuple[float | None, float | None]:
+        """A request's measured TTFT (from its admission) and TPOT: the model's errors (the
+        TPOT one also corrects the decode worker's step cost online), and the PPD feedback of
+        the path it took. Returns the relative TTFT and TPOT errors (``None``: not predicted
+        or not measured)."""
         if d.bucket is not None and d.ppd is not None:
             self.feedback.observe(d.bucket, d.ppd, ttft_s, tpot_s)
-        return self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
+        ttft_err = self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
+        tpot_err = (self.model.observe_tpot(d.decode, d.est_tpot_s, tpot_s)
+                    if tpot_s is not None and d.est_tpot_s is not None and d.decode is not None else None)
+        return ttft_err, tpot_err
 
     def rebalance(self, views: list[WorkerView], now: float) -> RoleChange | None:
         """Elastic tiers: a role change to apply now, if the queues call for one."""

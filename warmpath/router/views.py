@@ -71,6 +71,17 @@ class Snapshot:
         return [w for w in self.workers if w.role in roles]
 
 
+def predicted_headers(d: "Decision") -> dict[str, str]:
+    """The router's predictions for a response's headers (``bench/requests_log.route_from_http``
+    reads them back): TTFT always, path and TPOT where the policy predicted them."""
+    out = {"X-Warmpath-Predicted-TTFT-S": f"{d.est_ttft_s:.6f}"}
+    if d.path is not None:
+        out["X-Warmpath-Path"] = d.path
+    if d.est_tpot_s is not None:
+        out["X-Warmpath-Predicted-TPOT-S"] = f"{d.est_tpot_s:.6f}"
+    return out
+
+
 @dataclass(frozen=True)
 class Decision:
     """Where a request goes and why (``prefill`` is ``None`` for local append-prefill)."""
