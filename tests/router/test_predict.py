@@ -87,3 +87,18 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_heartbeat_and_sc
     assert isinstance(c, Scaled) and c.k == pytest.approx(2.0)
     assert m.params()["tpot_error_n"] == 1 and m.params()["tpot_scale"] == {"d0": 2.0}
     assert m.observe_tpot("d0", 0.0, 0.02) is None
+
+
+def test_the_load_book_tracks_running_contexts_for_the_views():
+    from warmpath.router.load import LoadBook
+
+    book = LoadBook()
+    book.add("d0", running=1, context=1064)
+    book.add("d0", running=1, context=2032)
+    (v,) = book.views([WorkerView("d0", "decode", running=9, running_tokens=5)])
+    assert (v.running, v.running_tokens) == (2, 3096)     # the router's own count, not the heartbeat's
+    book.add("d0", running=-1, context=-1064)
+    assert book.of("d0").context_tokens == 2032
+    book.add("d0", running=-1, context=-2032)
+    book.add("d0", running=-1, context=-7)                 # a stray end never goes below zero
+    assert (book.of("d0").running, book.of("d0").context_tokens) == (0, 0)

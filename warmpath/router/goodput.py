@@ -88,8 +88,10 @@ def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: boo
     if cfg.local and allow_local:
         out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens)
                 for w in decoders + snap.by_role("replica")]
-    out += [predict_remote(p, d, req, snap, step_cost(snap, d), cfg.chunk_tokens)
-            for p in snap.by_role("pre-prefill", "prefill") for d in decoders]
+    costs = {d.worker_id: step_cost(snap, d) for d in decoders}
+    for p in snap.by_role("pre-prefill", "prefill"):
+        e = estimate(p, req, snap)
+        out += [predict_remote(p, d, req, snap, costs[d.worker_id], cfg.chunk_tokens, e) for d in decoders]
     return out
 
 
@@ -103,17 +105,15 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
                                                              cfg.chunk_tokens) <= run_b else 0
             for wid, w in holders.items()}
     total = sum(base.values())
-    views = {w.worker_id: w for w in snap.workers}
+    harm = {}
+    for pw in snap.by_role("pre-prefill", "prefill"):   # in units of this request's TTFT bound
+        mine, theirs = cfg.bound([cls], "ttft") or 1.0, cfg.bound([tier_class(pw)], "ttft") or 1.0
+        harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
     out = []
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
         run = p.running if run_b is None or p.running_tpot_s <= run_b else 0
-        h = 0.0
-        if p.prefill is not None:
-            pw = views[p.prefill]
-            mine = cfg.bound([cls], "ttft") or 1.0
-            theirs = cfg.bound([tier_class(pw)], "ttft") or 1.0
-            h = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
+        h = harm.get(p.prefill, 0.0)
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + run, p.ttft_s + h, h))
     return out
 

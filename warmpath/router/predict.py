@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmpath.router.estimate import estimate
+from warmpath.router.estimate import Estimate, estimate
 from warmpath.router.views import RequestView, Snapshot, WorkerView
 
 DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
@@ -156,9 +156,10 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
-                   chunk: int = DEFAULT_CHUNK) -> PathPrediction:
-    """``pw`` computes the prompt (its tier: cold for pre-prefill, else warm) and hands it to ``dw``."""
-    e = estimate(pw, req, snap)
+                   chunk: int = DEFAULT_CHUNK, e: Estimate | None = None) -> PathPrediction:
+    """``pw`` computes the prompt (its tier: cold for pre-prefill, else warm) and hands it to
+    ``dw`` (``e``: ``pw``'s TTFT estimate, when the caller has it already)."""
+    e = e or estimate(pw, req, snap)
     b = dw.running
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     stretch = queued_chunks(cost, dw, chunk)
