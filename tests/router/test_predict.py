@@ -8,7 +8,7 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import (Chunks, HeartbeatSteps, Scaled, chunked, current_tpot, predict_local,
+from warmpath.router.predict import (Chunks, LineSteps, Scaled, chunked, current_tpot, predict_local,
                                      predict_remote, step_cost)
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -72,15 +72,18 @@ def test_cached_prefix_is_not_computed_locally():
     assert p.cached_tokens == 896 and p.ttft_s == pytest.approx(0.0244)
 
 
-def test_step_cost_prefers_the_workers_then_the_fleets_then_the_heartbeat_and_scales_online():
+def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_scales_online():
     w = WorkerView("d0", "decode", prefill_tok_s=800)
-    assert step_cost(snap([w]), w) == HeartbeatSteps(800)
-    assert HeartbeatSteps(800).step_s([(1, 0)] * 4) == pytest.approx(16 / 800)
-    assert HeartbeatSteps(800).step_s([(400, 0)]) == pytest.approx(0.5)
+    assert step_cost(snap([w]), w) == LineSteps(0.0, 800)          # the heartbeat's line, no overhead
+    ls = LineSteps(0.01, 800)
+    assert ls.step_s([(1, 0)] * 4) == pytest.approx(0.01 + 16 / 800)          # the floor
+    assert ls.step_s([(400, 0)]) == pytest.approx(0.01 + 400 * (1 + 200 / 8192) / 800)
+    assert ls.step_s([(1, 0)] * 20 + [(400, 0)]) == pytest.approx(0.01 + (20 + 400 * (1 + 200 / 8192)) / 800)
+    assert ls.step_s([]) == 0.0
     m = RouterModel(steps={None: SM})
     assert step_cost(snap([w], model=m), w) is SM
-    m.steps["d0"] = HeartbeatSteps(100)
-    assert step_cost(snap([w], model=m), w) == HeartbeatSteps(100)
+    m.steps["d0"] = LineSteps(0.0, 100)
+    assert step_cost(snap([w], model=m), w) == LineSteps(0.0, 100)
     # measured twice the predicted: the correction moves to 2, the error is 50% of measured
     assert m.observe_tpot("d0", 0.01, 0.02) == pytest.approx(0.5)
     c = step_cost(snap([w], model=m), w)
@@ -102,3 +105,14 @@ def test_the_load_book_tracks_running_contexts_for_the_views():
     book.add("d0", running=-1, context=-2032)
     book.add("d0", running=-1, context=-7)                 # a stray end never goes below zero
     assert (book.of("d0").running, book.of("d0").context_tokens) == (0, 0)
+
+
+def test_without_a_step_model_local_is_priced_as_remote_less_the_handoff():
+    dw, pw = WorkerView("d0", "decode", prefill_tok_s=1000), WorkerView("p0", "prefill", prefill_tok_s=1000)
+    sn = snap([pw, dw])
+    local = predict_local(dw, req(), sn, step_cost(sn, dw), chunk=2048)
+    remote = predict_remote(pw, dw, req(), sn, step_cost(sn, dw), chunk=2048)
+    assert local.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 1000)      # one chunk on the same line
+    assert remote.ttft_s == pytest.approx(local.ttft_s + 0.002)              # + the write-through's overhead
+    # in two chunks: the same work (work() sums over chunks exactly) and one more step's overhead (0 here)
+    assert predict_local(dw, req(), sn, step_cost(sn, dw), chunk=500).ttft_s == pytest.approx(local.ttft_s)

@@ -11,7 +11,7 @@ A path is where a request's prompt is computed and where it decodes:
 
 TPOT comes from the decode worker's step cost (:class:`StepCost`: a calibration's
 ``StepModel`` in the router, the simulated worker's own step time in the simulator, else
-:class:`HeartbeatSteps`): this request decodes in a batch one larger (``decode(b + 1)``);
+:class:`LineSteps`, the learnt prefill line): this request decodes in a batch one larger (``decode(b + 1)``);
 the worker's running requests, over the next ``max_tokens`` of their steps, pay the mixed
 steps of every chunk computed there meanwhile (the queued ones, and this one's when local)
 and then ``decode(b + 1)``:
@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmpath.router.estimate import Estimate, estimate
+from warmpath.router.estimate import Estimate, estimate, worker_model
+from warmpath.router.model import work
 from warmpath.router.views import RequestView, Snapshot, WorkerView
 
 DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
@@ -40,16 +41,22 @@ class StepCost(Protocol):
 
 
 @dataclass(frozen=True)
-class HeartbeatSteps:
-    """The prior before a calibration: a step computes its tokens at the heartbeat's prefill
-    speed, at least ``floor_tokens``' worth (a step reads the weights once, however few
-    tokens it computes)."""
+class LineSteps:
+    """The prior before a calibration: the router's learnt prefill line of the worker
+    (``seconds = overhead + work / speed``, ``model.py``; its peers' before it answered one,
+    its heartbeat's before any), so a local prefill is priced as a remote one is, less the
+    handoff. A prefill chunk costs its ``work``, a decode one token (its attention ignored);
+    a step at least ``floor_tokens`` (it reads the weights once, however little it computes)."""
 
-    prefill_tok_s: float
+    overhead_s: float
+    tok_s: float
     floor_tokens: int = 16
 
     def step_s(self, items: list[tuple[int, int]]) -> float:
-        return max(sum(n for n, _ in items), self.floor_tokens) / self.prefill_tok_s if items else 0.0
+        if not items:
+            return 0.0
+        w = sum(work(n, c) if n > 1 else 1.0 for n, c in items)
+        return self.overhead_s + max(w, self.floor_tokens) / self.tok_s
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,12 @@ class Scaled:
 
 def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
     """``w``'s step cost: the router model's for it (else the fleet's, else
-    :class:`HeartbeatSteps`), times its online TPOT correction once it has one."""
+    :class:`LineSteps` from its learnt prefill line), times its online TPOT correction once
+    it has one."""
     m = snap.model
     steps = getattr(m, "steps", {})
-    base = steps.get(w.worker_id) or steps.get(None) or HeartbeatSteps(w.prefill_tok_s)
+    line = worker_model(w, snap).compute
+    base = steps.get(w.worker_id) or steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
     k = getattr(m, "tpot_scale", {}).get(w.worker_id)
     return Scaled(base, k.value) if k is not None and k.samples else base
 
