@@ -43,7 +43,8 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
         rows = info["decisions"]
         assert len(rows) == 6 and all(d["path"] in ("local", "warm", "cold") for d in rows)
         local1 = [d for d in rows if d["turn"] == 1 and d["path"] == "local"]
-        assert len(local1) >= 3 and all(d["prefill"] is None and d["decode"] == "decode-0" for d in local1)
+        why = [(d["turn"], d["path"], d["reason"]) for d in rows]
+        assert len(local1) >= 3 and all(d["prefill"] is None and d["decode"] == "decode-0" for d in local1), why
         assert all(d["est_tpot_s"] > 0 and d["tpot_s"] > 0 for d in rows)   # predicted beside measured
         # every request with 2+ tokens fed the TPOT error histogram and the decode worker's correction
         assert metric(base, "warmpath_router_tpot_error_ratio_count") == 6

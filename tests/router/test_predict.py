@@ -8,8 +8,8 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import (Chunks, LineSteps, Scaled, chunked, current_tpot, predict_local,
-                                     predict_remote, step_cost)
+from warmpath.router.predict import (Chunks, LineSteps, chunked, current_tpot, predict_local,
+                                     predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
@@ -79,6 +79,8 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_
     assert ls.step_s([(1, 0)] * 4) == pytest.approx(0.01 + 16 / 800)          # the floor
     assert ls.step_s([(400, 0)]) == pytest.approx(0.01 + 400 * (1 + 200 / 8192) / 800)
     assert ls.step_s([(1, 0)] * 20 + [(400, 0)]) == pytest.approx(0.01 + (20 + 400 * (1 + 200 / 8192)) / 800)
+    assert ls.step_s([(1, 0)] * 2 + [(8, 0)]) == pytest.approx(0.01 + (16 + 8 * (1 + 4 / 8192)) / 800)
+    assert ls.step_s([(8, 0)]) == pytest.approx(0.01 + 8 * (1 + 4 / 8192) / 800)   # a prefill alone: no floor
     assert ls.step_s([]) == 0.0
     m = RouterModel(steps={None: SM})
     assert step_cost(snap([w], model=m), w) is SM
@@ -86,8 +88,13 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_
     assert step_cost(snap([w], model=m), w) == LineSteps(0.0, 100)
     # measured twice the predicted: the correction moves to 2, the error is 50% of measured
     assert m.observe_tpot("d0", 0.01, 0.02) == pytest.approx(0.5)
-    c = step_cost(snap([w], model=m), w)
-    assert isinstance(c, Scaled) and c.k == pytest.approx(2.0)
+    assert tpot_scale(snap([w], model=m), w) == pytest.approx(2.0)
+    assert tpot_scale(snap([w]), w) == 1.0
+    # it scales the TPOTs, never the TTFT
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM, k=2.0)
+    assert (p.ttft_s, p.tpot_s) == (pytest.approx(0.128), pytest.approx(0.030))
+    assert p.running_tpot_s == pytest.approx(2 * (0.128 + 98 * 0.015) / 100)
     assert m.params()["tpot_error_n"] == 1 and m.params()["tpot_scale"] == {"d0": 2.0}
     assert m.observe_tpot("d0", 0.0, 0.02) is None
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from warmpath.router.classify import ColdRule
 from warmpath.router.estimate import estimate, harm_s, tier_class
 from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpot, predict_local,
-                                     predict_remote, step_cost)
+                                     predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import RequestView, Snapshot
 
 
@@ -86,12 +86,13 @@ def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: boo
     decoders = snap.by_role("decode")
     out = []
     if cfg.local and allow_local:
-        out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens)
+        out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens, tpot_scale(snap, w))
                 for w in decoders + snap.by_role("replica")]
-    costs = {d.worker_id: step_cost(snap, d) for d in decoders}
+    costs = {d.worker_id: (step_cost(snap, d), tpot_scale(snap, d)) for d in decoders}
     for p in snap.by_role("pre-prefill", "prefill"):
         e = estimate(p, req, snap)
-        out += [predict_remote(p, d, req, snap, costs[d.worker_id], cfg.chunk_tokens, e) for d in decoders]
+        out += [predict_remote(p, d, req, snap, costs[d.worker_id][0], cfg.chunk_tokens, e, costs[d.worker_id][1])
+                for d in decoders]
     return out
 
 
@@ -102,7 +103,7 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     ttft_b, tpot_b, run_b = cfg.bound(classes, "ttft"), cfg.bound(classes, "tpot"), cfg.running_tpot_bound()
     holders = {w.worker_id: w for w in snap.by_role("decode", "replica")}
     base = {wid: w.running if run_b is None or current_tpot(step_cost(snap, w), w, req.max_tokens,
-                                                             cfg.chunk_tokens) <= run_b else 0
+                                                             cfg.chunk_tokens, tpot_scale(snap, w)) <= run_b else 0
             for wid, w in holders.items()}
     total = sum(base.values())
     harm = {}

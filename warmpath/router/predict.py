@@ -45,8 +45,9 @@ class LineSteps:
     """The prior before a calibration: the router's learnt prefill line of the worker
     (``seconds = overhead + work / speed``, ``model.py``; its peers' before it answered one,
     its heartbeat's before any), so a local prefill is priced as a remote one is, less the
-    handoff. A prefill chunk costs its ``work``, a decode one token (its attention ignored);
-    a step at least ``floor_tokens`` (it reads the weights once, however little it computes)."""
+    handoff. A prefill chunk costs its ``work``; the decodes one token each (their attention
+    ignored), at least ``floor_tokens`` together (a step reads the weights once, however few
+    sequences decode) — no floor on a prefill alone, as the line has none."""
 
     overhead_s: float
     tok_s: float
@@ -55,31 +56,24 @@ class LineSteps:
     def step_s(self, items: list[tuple[int, int]]) -> float:
         if not items:
             return 0.0
-        w = sum(work(n, c) if n > 1 else 1.0 for n, c in items)
-        return self.overhead_s + max(w, self.floor_tokens) / self.tok_s
-
-
-@dataclass(frozen=True)
-class Scaled:
-    """A step cost times ``k`` (the router's online correction, ``model.RouterModel.steps``)."""
-
-    inner: StepCost
-    k: float
-
-    def step_s(self, items: list[tuple[int, int]]) -> float:
-        return self.k * self.inner.step_s(items)
+        dec = sum(1 for n, _ in items if n == 1)
+        w = sum(work(n, c) for n, c in items if n > 1) + (max(dec, self.floor_tokens) if dec else 0)
+        return self.overhead_s + w / self.tok_s
 
 
 def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
     """``w``'s step cost: the router model's for it (else the fleet's, else
-    :class:`LineSteps` from its learnt prefill line), times its online TPOT correction once
-    it has one."""
-    m = snap.model
-    steps = getattr(m, "steps", {})
+    :class:`LineSteps` from its learnt prefill line)."""
+    steps = getattr(snap.model, "steps", {})
     line = worker_model(w, snap).compute
-    base = steps.get(w.worker_id) or steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
-    k = getattr(m, "tpot_scale", {}).get(w.worker_id)
-    return Scaled(base, k.value) if k is not None and k.samples else base
+    return steps.get(w.worker_id) or steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+
+
+def tpot_scale(snap: Snapshot, w: WorkerView) -> float:
+    """``w``'s online TPOT correction (measured / predicted, ``model.RouterModel.observe_tpot``;
+    1 before any): it scales the TPOT predictions, not the TTFT ones."""
+    k = getattr(snap.model, "tpot_scale", {}).get(w.worker_id)
+    return k.value if k is not None and k.samples else 1.0
 
 
 @dataclass(frozen=True)
@@ -151,8 +145,9 @@ def queued_chunks(cost: StepCost, dw: WorkerView, chunk: int) -> Chunks:
 
 
 def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
-                  chunk: int = DEFAULT_CHUNK) -> PathPrediction:
-    """``dw`` computes ``req``'s prompt in mixed steps, then decodes it."""
+                  chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> PathPrediction:
+    """``dw`` computes ``req``'s prompt in mixed steps, then decodes it (``k``: the TPOT
+    correction, :func:`tpot_scale`)."""
     e = estimate(dw, req, snap, handoff=False)
     b = dw.running
     queued = queued_chunks(cost, dw, chunk)
@@ -160,12 +155,12 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
                   e.cached_tokens, chunk)
     hop = snap.model.hop_s.value if snap.model is not None else 0.0
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
-    return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, after,
-                          running_tpot(queued + own, after, req.max_tokens), b, e.cached_tokens)
+    return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
+                          k * running_tpot(queued + own, after, req.max_tokens), b, e.cached_tokens)
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
-                   chunk: int = DEFAULT_CHUNK, e: Estimate | None = None) -> PathPrediction:
+                   chunk: int = DEFAULT_CHUNK, e: Estimate | None = None, k: float = 1.0) -> PathPrediction:
     """``pw`` computes the prompt (its tier: cold for pre-prefill, else warm) and hands it to
     ``dw`` (``e``: ``pw``'s TTFT estimate, when the caller has it already)."""
     e = e or estimate(pw, req, snap)
@@ -173,13 +168,13 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     stretch = queued_chunks(cost, dw, chunk)
     return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
-                          after, running_tpot(stretch, after, req.max_tokens), b, e.cached_tokens)
+                          k * after, k * running_tpot(stretch, after, req.max_tokens), b, e.cached_tokens)
 
 
-def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK) -> float:
+def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:
     """The decode worker's running requests' TPOT with no new request (an idle worker's: 0)."""
     if dw.running == 0:
         return 0.0
     after = cost.step_s([(1, dw.running_tokens // dw.running)] * dw.running)
-    return running_tpot(queued_chunks(cost, dw, chunk), after, answer)
+    return k * running_tpot(queued_chunks(cost, dw, chunk), after, answer)
 

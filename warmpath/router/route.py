@@ -94,7 +94,7 @@ class RouteDecider:
         views = {w.worker_id: w for w in snap.workers}
         dw, pw = views[d.decode], views[d.prefill]
         remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
-        cost = step_cost(snap, dw)   # the running decodes' TPOT on both paths (router/predict.py)
+        cost = step_cost(snap, dw)   # the running decodes' TPOT on both paths (router/predict.py; their ratio)
         tpot_l, tpot_r = predict_local(dw, rv, snap, cost).running_tpot_s, predict_remote(pw, dw, rv, snap, cost).running_tpot_s
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
                             ppd.Cell(local.ttft_s, remote.ttft_s, tpot_l, tpot_r))
