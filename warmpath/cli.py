@@ -125,7 +125,10 @@ def _router(a: argparse.Namespace) -> int:
 
     from warmpath.models.files import load_tokenizer
     from warmpath.router.admission import AdmissionConfig
-    from warmpath.router.policy import POLICIES
+    from warmpath.bench.targets import CLUSTER_TARGET, Target
+    from warmpath.engine.step_model import StepModel
+    from warmpath.router.goodput import GoodputConfig
+    from warmpath.router.policy import POLICIES, GoodputPolicy
     from warmpath.router.ppd import PPDConfig, PPDTable
     from warmpath.router.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
@@ -135,10 +138,12 @@ def _router(a: argparse.Namespace) -> int:
 
     token = cluster_token(a.cluster_token)
     warn_if_open(a.host, token, "the router")
-    table = None
+    table, steps = None, None
     if a.calibration:
         try:
-            table = PPDTable.from_json(json.loads(Path(a.calibration).read_text())["ppd_table"])
+            cal = json.loads(Path(a.calibration).read_text())
+            table = PPDTable.from_json(cal["ppd_table"])
+            steps = StepModel.from_json(cal["step_model"]) if "step_model" in cal else None
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     cfg = RouterConfig(a.host, a.port, AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue),
@@ -147,7 +152,11 @@ def _router(a: argparse.Namespace) -> int:
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
                        elastic=ElasticConfig(enabled=a.elastic == "on"))
-    state = RouterState(POLICIES[a.policy](), load_tokenizer(a.model), _model_id(a.model), cfg, table)
+    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET)) if a.policy == "goodput"
+              else POLICIES[a.policy]())
+    state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
+    if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
+        state.decider.model.steps[None] = steps
     from warmpath.procs import trim_heap
 
     trim_heap()   # the tokenizer's temporaries (~20 MiB)
@@ -183,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--policy", default="replica", choices=tuple(POLICIES))
     rt.add_argument("--ppd", default="off", choices=PPD_MODES,
                     help="turn 2+ append-prefill on the session's decode worker: off | x0 | x1 | dynamic")
-    rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table)")
+    rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table; step model "
+                    "for the goodput policy's TPOT predictions)")
+    rt.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
+                    "(bench/targets.py syntax, e.g. warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.08; "
+                    "default warm.ttft_p90=2,cold.ttft_p90=20)")
     _admission_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)

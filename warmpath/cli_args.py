@@ -247,7 +247,10 @@ def add_serve_parser(sub, fn=None) -> None:
     s.add_argument("--pin", action="append", default=None, metavar="NAME=CPUS",
                    help="pin a process (worker id, role or router) to CPUs, e.g. --pin prefill-0=0 --pin decode=1; "
                         "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
-    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic")
+    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic "
+                   "(and the goodput policy's step model)")
+    s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
+                   "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
                    help="elastic CPD tiers (auto: on for cpd topologies)")
     _admission_args(s)

@@ -2,6 +2,7 @@
 under another target, the winner, and the cache keyed by TPOT target (a grown target list
 reruns only the new target)."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -111,3 +112,20 @@ def test_cache_keys_carry_the_tpot_target_and_a_grown_list_reruns_only_it(tmp_pa
     calls.clear()
     m = run_map(replace(cfg, arms=("cpd", "pd")), cache=cache)
     assert calls == [] and m["comparisons"] == {"cpd_vs_pd": ["cpd", "pd"]} and m["arms"] == ["cpd", "pd"]
+
+
+def test_the_goodput_arm_runs_one_sweep_per_tpot_target(tmp_path):
+    from warmpath.cli import main
+
+    out = tmp_path / "gp"
+    assert main(["map", "cpd", "--quick", "--cold-shares", "0.5", "--arms", "cpd,goodput",
+                 "--tpot-targets", "none,1.3", "--out", str(out)]) == 0
+    m = json.loads((out / "map.json").read_text())
+    assert m["arms"] == ["cpd", "goodput"] and m["comparisons"] == {"goodput_vs_cpd": ["goodput", "cpd"]}
+    (cell,) = m["cells"]
+    gp = cell["arms"]["goodput"]
+    assert gp["none"]["tpot_bound_s"] is None
+    assert gp["1.3"]["tpot_bound_s"] == pytest.approx(1.3 * cell["unloaded_tpot_s"])
+    assert gp["none"]["gpus"] == cell["arms"]["cpd"]["none"]["gpus"] == 12
+    assert set(cell["winner"]) == {"none", "1.3"}
+    assert (out / "goodput_vs_cpd.png").stat().st_size > 0

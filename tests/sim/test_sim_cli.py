@@ -150,6 +150,10 @@ def test_repro_cpd_assumption_flags_and_validation():
     # the replica arm: 2P1D's 12 GPUs as 3 TP4 replicas, whatever the decode TP
     assert asm.setup("3R-TP4").topology.workers == {"replica": 3} and asm.setup("3R-TP4").gpus == 12
     assert "3R-TP4" in a.configs.split(",")
+    # the path decision on CPD-1D's workers, routing for the repro's target
+    g = asm.setup("GP-1D")
+    assert (g.topology.policy, g.topology.workers, g.gpus) == ("goodput", {"pre-prefill": 1, "prefill": 1, "decode": 1}, 12)
+    assert g.target.flat() == {"ttft_p90": 2.0}
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.model = "x"
     for kw, msg in ((dict(model="gpt-9"), "--model must be one of"), (dict(cold_share=1.0), "cold_share must be"),

@@ -6,8 +6,10 @@ Each line: the rate point, session and turn, class, success, TTFT / TPOT / E2E, 
 where known — ``tier`` (``cold`` / ``warm`` / ``local`` / ``replica`` / ``pd``), the
 ``prefill`` and ``decode`` workers, ``ppd`` (``local`` / ``remote`` / ``None``), the prompt
 tokens cached by tier (``L1`` / ``L2`` / ``L3``, as measured by the stage that computed the
-prompt), the router's predicted TTFT and the stages' ``Server-Timing`` (seconds). A real
-warmpath router reports the path in ``X-Warmpath-Route`` / ``-Worker`` / ``-Decode``, the
+prompt), the router's predicted TTFT, the stages' ``Server-Timing`` (seconds), and — where the
+``goodput`` policy chose — its ``path`` (``local`` / ``warm`` / ``cold``) and predicted TPOT. A real
+warmpath router reports the path in ``X-Warmpath-Route`` / ``-Worker`` / ``-Decode`` / ``-Path``,
+its predictions in ``X-Warmpath-Predicted-TTFT-S`` / ``-TPOT-S``, the
 stage times in ``Server-Timing`` and the loads in ``usage["warmpath"]``; another server
 reports none of it (``None``). The simulator knows all of it but ``Server-Timing``.
 """
@@ -18,7 +20,8 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-ROUTE_KEYS = ("tier", "prefill", "decode", "ppd", "cached_by_tier", "predicted_ttft_s", "server_timing")
+ROUTE_KEYS = ("tier", "prefill", "decode", "ppd", "cached_by_tier", "predicted_ttft_s", "server_timing", "path",
+              "predicted_tpot_s")
 
 
 def server_timing(value: str | None) -> dict[str, float] | None:
@@ -58,7 +61,16 @@ def route_from_http(headers: Mapping[str, str], usage: Mapping | None) -> dict:
     tier, decode, worker = h.get("x-warmpath-route"), h.get("x-warmpath-decode"), h.get("x-warmpath-worker")
     return {"tier": tier, "prefill": worker if worker and worker != decode else None, "decode": decode,
             "ppd": "local" if tier == "local" else None, "cached_by_tier": cached_by_tier(usage),
-            "predicted_ttft_s": None, "server_timing": server_timing(h.get("server-timing"))}
+            "predicted_ttft_s": _seconds(h.get("x-warmpath-predicted-ttft-s")),
+            "server_timing": server_timing(h.get("server-timing")), "path": h.get("x-warmpath-path"),
+            "predicted_tpot_s": _seconds(h.get("x-warmpath-predicted-tpot-s"))}
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
 
 
 def request_row(r, rate: float | None, attained: bool) -> dict:

@@ -254,6 +254,8 @@ def start_from_args(a) -> Cluster:
                    "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
+    if getattr(a, "slo", None):
+        router_argv += ["--slo", a.slo]
     if getattr(a, "elastic", "auto") != "auto":
         router_argv += ["--elastic", a.elastic]
     from warmpath.protocol.auth import api_keys, cluster_token

@@ -232,5 +232,6 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                 "sessions": len(state.sessions.sessions), "retries": int(m.retries._value.get()),
                 "mid_stream_failures": state.mid_stream_failures,
                 "ppd_decisions": {p: int(m.ppd.labels(p)._value.get()) for p in ("local", "remote")},
+                "decisions": list(state.dashboard.decisions)[-20:],   # predicted vs measured, newest last
                 "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
                 "admission": state.admission.to_json()}

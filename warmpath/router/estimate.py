@@ -69,3 +69,18 @@ def least_loaded_decode(workers: list[WorkerView]) -> WorkerView | None:
     if not workers:
         return None
     return min(workers, key=lambda w: (w.running, w.kv_usage, w.worker_id))
+
+
+def tier_class(w: WorkerView) -> str:
+    """The class of request a worker's tier is for: pre-prefill → cold, prefill → warm."""
+    return "cold" if w.role == "pre-prefill" else "warm"
+
+
+def harm_s(w: WorkerView, e: Estimate, snap: Snapshot) -> float:
+    """Expected delay ``e``'s work (c) adds to later requests at ``w``: the requests of its
+    tier's class arriving there (λ per worker of the tier) while the queue ahead of it (q)
+    drains wait c more each, those arriving during c wait c/2 on average: λ·c·(q + c/2)."""
+    tier = [x for x in snap.workers if x.role == w.role]
+    lam = snap.arrivals_s.get(tier_class(w), 0.0) / max(1, len(tier))
+    busy = e.compute_s + e.load_s
+    return lam * busy * (e.queue_s + busy / 2)

@@ -25,6 +25,7 @@ from warmpath.protocol.openai import SamplingFields
 from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
 from warmpath.router.model import PrefillObservation
 from warmpath.router.relay import relay
+from warmpath.router.views import predicted_headers
 from warmpath.router.sessions import SessionState
 from warmpath.router.state import RouterState
 from warmpath.router.trip import Trip
@@ -156,9 +157,9 @@ class RequestFlow:
         s, d = self.s, t.decision
         s.routed[d.decode] = s.routed.get(d.decode, 0) + 1
         headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
-                   "X-Warmpath-Worker": d.prefill or d.decode}
+                   "X-Warmpath-Worker": d.prefill or d.decode, **predicted_headers(d)}
         computed = t.rv.num_tokens - d.cached_tokens if t.first_token is None else 0
-        s.load.add(d.decode, running=1)
+        s.load.add(d.decode, running=1, context=_context(t))
         sent = time.monotonic()
         try:
             with s.load.computing(d.decode, computed):
@@ -167,7 +168,7 @@ class RequestFlow:
                 else:
                     r = await self.client.generate(d.decode, self._generate_msg(t))
         except BaseException:
-            s.load.add(d.decode, running=-1)
+            s.load.add(d.decode, running=-1, context=-_context(t))
             raise
         if t.body.stream:
             t.first_token_seen(s.metrics, time.monotonic())
@@ -185,12 +186,20 @@ class RequestFlow:
         return Response(r.content, media_type="application/json", headers=headers)
 
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
-        self.s.load.add(t.decision.decode, running=-1)
+        self.s.load.add(t.decision.decode, running=-1, context=-_context(t))
         tpot = t.finished(self.s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
-        if (err := self.s.decider.observe_outcome(t.decision, ttft, tpot)) is not None:
-            self.s.metrics.ttft_error.observe(err)
+        ttft_err, tpot_err = self.s.decider.observe_outcome(t.decision, ttft, tpot)
+        if ttft_err is not None:
+            self.s.metrics.ttft_error.observe(ttft_err)
+        if tpot_err is not None:
+            self.s.metrics.tpot_error.observe(tpot_err)
         self.s.dashboard.trip_ended(t)
         if sess is not None:
             sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)
         self.s.release(t.rv.num_tokens + (t.completion_tokens or 0))
+
+
+def _context(t: Trip) -> int:
+    """The context a running request holds on its decode worker, on average over its answer."""
+    return t.rv.num_tokens + t.rv.max_tokens // 2

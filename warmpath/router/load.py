@@ -17,6 +17,7 @@ class WorkerLoad:
     prefill_tokens: int = 0      # prompt tokens sent for computing, not answered yet
     running: int = 0             # requests decoding there
     pending: int = 0             # requests prefilling there, or whose decode will go there
+    context_tokens: int = 0      # their contexts (prompt + half the answer each)
 
 
 @dataclass
@@ -28,11 +29,13 @@ class LoadBook:
     def of(self, worker: str) -> WorkerLoad:
         return self.load.get(worker, WorkerLoad())
 
-    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0, pending: int = 0) -> None:
+    def add(self, worker: str, prefill_tokens: int = 0, running: int = 0, pending: int = 0,
+            context: int = 0) -> None:
         x = self.load.setdefault(worker, WorkerLoad())
         x.prefill_tokens = max(0, x.prefill_tokens + prefill_tokens)
         x.running = max(0, x.running + running)
         x.pending = max(0, x.pending + pending)
+        x.context_tokens = max(0, x.context_tokens + context) if x.running else 0
 
     @contextmanager
     def computing(self, worker: str, tokens: int):
@@ -61,6 +64,7 @@ class LoadBook:
         return x.running + x.pending
 
     def views(self, views: list[WorkerView]) -> list[WorkerView]:
-        """``views`` with the queue and running counts this router knows of."""
+        """``views`` with the queue, running counts and contexts this router knows of."""
         return [replace(v, queued_prefill_tokens=self.of(v.worker_id).prefill_tokens,
-                        running=self.of(v.worker_id).running) for v in views]
+                        running=self.of(v.worker_id).running,
+                        running_tokens=self.of(v.worker_id).context_tokens) for v in views]

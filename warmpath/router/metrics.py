@@ -53,6 +53,9 @@ class RouterMetrics:
         self.ttft_error = Histogram("warmpath_router_ttft_error_ratio", "|predicted - measured| / measured TTFT "
                                     "(from admission) per request", buckets=(0.05, 0.1, 0.15, 0.25, 0.5, 1, 2, 4),
                                     registry=r)
+        self.tpot_error = Histogram("warmpath_router_tpot_error_ratio", "|predicted - measured| / measured TPOT "
+                                    "per request the router predicted it for (goodput policy)",
+                                    buckets=(0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1, 2, 4), registry=r)
         self.ppd = Counter("warmpath_router_ppd_decisions", "Turn 2+ append-prefill: local or remote",
                            ["path"], registry=r)
         self.in_flight = Gauge("warmpath_router_in_flight", "Requests admitted and running", registry=r)

@@ -12,6 +12,11 @@ until the first ones):
 
 ``Prediction`` records what the plan expected so the router can compare with the TTFT it
 then measured (``warmpath_router_ttft_error_ratio``; goal: median ≤ 15% at low load).
+
+Step costs (``steps``: worker id → a ``router/predict.StepCost``, ``None`` → the fleet's,
+from a calibration or the simulator) price decode and mixed steps for the TPOT predictions;
+each decode worker's measured / predicted TPOT (moving average, ``tpot_scale``) corrects
+them online (``warmpath_router_tpot_error_ratio``: the error before the correction).
 """
 
 from __future__ import annotations
@@ -83,6 +88,9 @@ class RouterModel:
     hop_s: Ema = field(default_factory=lambda: Ema(0.005, alpha=0.1))
     errors: list[float] = field(default_factory=list)     # |predicted - actual| / actual, recent
     max_errors: int = 512
+    steps: dict = field(default_factory=dict)              # worker id (None: any) -> StepCost
+    tpot_scale: dict[str, Ema] = field(default_factory=dict)   # decode worker -> measured / predicted TPOT
+    tpot_errors: list[float] = field(default_factory=list)
 
     def of(self, w) -> WorkerModel:
         """The worker's model; before it answered a prefill, its peers' (the same model on
@@ -130,10 +138,25 @@ class RouterModel:
         del self.errors[:-self.max_errors]
         return err
 
+    def observe_tpot(self, worker: str, predicted_s: float, actual_s: float) -> float | None:
+        """A request's predicted vs measured TPOT on ``worker``: the relative error, and the
+        worker's correction (measured / predicted, within [0.25, 4]) follows."""
+        if actual_s <= 0 or predicted_s <= 0:
+            return None
+        k = self.tpot_scale.setdefault(worker, Ema(1.0, alpha=0.2))
+        raw = predicted_s / k.value          # the prediction before this worker's correction
+        k.update(min(4.0, max(0.25, actual_s / raw)))
+        err = abs(predicted_s - actual_s) / actual_s
+        self.tpot_errors.append(err)
+        del self.tpot_errors[:-self.max_errors]
+        return err
+
     def params(self) -> dict:
         """What the router believes now (``/v1/cluster``)."""
         return {"hop_s": round(self.hop_s.value, 4), "kv_bytes_per_token": self.kv_bytes_per_token,
                 "ttft_error_p50": percentile(self.errors, 50), "ttft_error_n": len(self.errors),
+                "tpot_error_p50": percentile(self.tpot_errors, 50), "tpot_error_n": len(self.tpot_errors),
+                "tpot_scale": {w: round(k.value, 3) for w, k in self.tpot_scale.items()},
                 "workers": {w: m.params() for w, m in self.workers.items()}}
 
 

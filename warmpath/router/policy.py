@@ -1,4 +1,5 @@
-"""Routing policies: ``cpd`` (cold/warm tiers), ``pd`` (one prefill pool), ``replica``.
+"""Routing policies: ``cpd`` (cold/warm tiers), ``pd`` (one prefill pool), ``replica``,
+``goodput`` (every path — local, warm, cold — by predicted TTFT and TPOT; ``goodput.py``).
 
 Each is a pure function of a :class:`Snapshot`; the real router and the simulator run the
 same objects.
@@ -10,7 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.estimate import Estimate, best, estimate, least_loaded_decode
+from warmpath.router.estimate import best, estimate, harm_s, least_loaded_decode, tier_class
+from warmpath.router.goodput import GoodputConfig, choose, paths, score
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 
@@ -19,6 +21,7 @@ class RoutingPolicy(ABC):
 
     name: str = ""
     cold_rule: ColdRule = ColdRule()     # what "cold" means for this policy's metrics and admission
+    decides_local = False                # True: route() takes allow_local and picks local paths itself (no PPD switch)
 
     @abstractmethod
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
@@ -59,21 +62,6 @@ class CPDConfig:
 
     def slo(self, cls: str) -> float:
         return self.cold_slo_s if cls == "cold" else self.warm_slo_s
-
-
-def tier_class(w: WorkerView) -> str:
-    """The class of request a worker's tier is for: pre-prefill → cold, prefill → warm."""
-    return "cold" if w.role == "pre-prefill" else "warm"
-
-
-def harm_s(w: WorkerView, e: Estimate, snap: Snapshot) -> float:
-    """Expected delay ``e``'s work (c) adds to later requests at ``w``: the requests of its
-    tier's class arriving there (λ per worker of the tier) while the queue ahead of it (q)
-    drains wait c more each, those arriving during c wait c/2 on average: λ·c·(q + c/2)."""
-    tier = [x for x in snap.workers if x.role == w.role]
-    lam = snap.arrivals_s.get(tier_class(w), 0.0) / max(1, len(tier))
-    busy = e.compute_s + e.load_s
-    return lam * busy * (e.queue_s + busy / 2)
 
 
 class CPDPolicy(RoutingPolicy):
@@ -170,4 +158,27 @@ class PDKVPolicy(RoutingPolicy):
                         f"kv-aware: cost {c:.0f} tokens")
 
 
-POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy}
+class GoodputPolicy(RoutingPolicy):
+    """Every candidate path — local on a decode worker (any turn, no handoff), the warm tier,
+    the cold tier, on each worker of those roles — with its predicted TTFT and TPOT; the one
+    keeping the most requests within their class targets (``router/goodput.py``)."""
+
+    name = "goodput"
+    decides_local = True
+
+    def __init__(self, cfg: GoodputConfig = GoodputConfig()) -> None:
+        self.cfg = cfg
+        self.cold_rule = ColdRule(cfg.cold_threshold, cfg.min_cached_tokens)
+
+    def route(self, req: RequestView, snap: Snapshot, allow_local: bool = True) -> Decision:
+        preds = paths(req, snap, self.cfg, allow_local)
+        cls = self.cold_rule.label(reuse(req, snap), req.num_tokens)
+        got = choose(score(req, snap, self.cfg, cls, preds), snap.session_decode_worker)
+        p = got.pred
+        reason = (f"{cls}: {p.path} keeps {got.kept} (of {len(preds)} paths); TTFT {p.ttft_s:.3f}s, TPOT "
+                  f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s")
+        return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls, path=p.path,
+                        est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s)
+
+
+POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy, "goodput": GoodputPolicy}

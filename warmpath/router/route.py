@@ -6,12 +6,14 @@ The steps every request takes before it runs, in one place:
    session's history);
 2. :meth:`RouteDecider.snapshot` — workers with their load, and the prefix each one holds
    (looked up only where a prompt may be computed: prefill-type workers, replicas, and
-   the session's own decode worker for a PPD-local turn);
+   the session's own decode worker for a PPD-local turn; every decode worker for a policy
+   that picks local paths itself, ``goodput``);
 3. :meth:`RouteDecider.decide_route` — the routing policy, then the PPD switch for turn 2+ (the
-   append-prefill runs on the session's decode worker, or not), and the request's class
+   append-prefill runs on the session's decode worker, or not; not for ``goodput``, whose
+   paths include local ones for every turn), and the request's class
    (cold / warm, :mod:`warmpath.router.classify`);
 4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
-   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT, the PPD
+   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
    feedback), and :meth:`RouteDecider.rebalance` (elastic tiers, ``elastic.py``).
 
 ``router/flow.py`` and ``sim/simulation.py`` both call it; neither decides anything itself.
@@ -28,6 +30,7 @@ from warmpath.router.elastic import Elastic, ElasticConfig, RoleChange
 from warmpath.router.estimate import estimate
 from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel
 from warmpath.router.policy import RoutingPolicy
+from warmpath.router.predict import predict_local, predict_remote, step_cost
 from warmpath.router.sessions import SessionState
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -69,7 +72,7 @@ class RouteDecider:
         """What the policies see: ``views`` (with load), the prefix hits where they matter,
         the learnt model and the recent arrival rates per class."""
         hits = {v.worker_id: lookup(v.worker_id) for v in views
-                if v.role != "decode" or v.worker_id == session_decode}
+                if v.role != "decode" or v.worker_id == session_decode or self.policy.decides_local}
         self.model.kv_bytes_per_token = kv_bytes_per_token
         return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s,
                         self.model, self.rates.rates(now), now)
@@ -79,19 +82,22 @@ class RouteDecider:
         """Where ``rv`` runs (``LookupError`` when no worker can take it). ``Decision.ppd``
         says which way the PPD switch went, for a turn 2+ it applied to. ``arrival``: a new
         request (counted in the arrival rates), not a second decision for one."""
-        d = self.policy.route(rv, snap)
-        cls = d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens)
+        local_paths = self.policy.decides_local
+        d = self.policy.route(rv, snap, allow_local) if local_paths else self.policy.route(rv, snap)
+        cls = d.cls or (d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens))
         d = replace(d, cls=cls)
         if arrival:
             self.rates.note(cls, snap.now)
-        if (self.ppd_cfg is None or rv.turn < 2 or d.prefill in (None, d.decode)
+        if (local_paths or self.ppd_cfg is None or rv.turn < 2 or d.prefill in (None, d.decode)
                 or snap.session_decode_worker is None or d.decode != snap.session_decode_worker):
             return d
         views = {w.worker_id: w for w in snap.workers}
         dw, pw = views[d.decode], views[d.prefill]
         remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
+        cost = step_cost(snap, dw)   # the running decodes' TPOT on both paths (router/predict.py; their ratio)
+        tpot_l, tpot_r = predict_local(dw, rv, snap, cost).running_tpot_s, predict_remote(pw, dw, rv, snap, cost).running_tpot_s
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
-                            ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0))
+                            ppd.Cell(local.ttft_s, remote.ttft_s, tpot_l, tpot_r))
         if not (choice.local and allow_local):
             return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}")
         return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,
@@ -102,12 +108,18 @@ class RouteDecider:
         if view is not None:
             self.model.observe_prefill(obs, view)
 
-    def observe_outcome(self, d: Decision, ttft_s: float | None, tpot_s: float | None) -> float | None:
-        """A request's measured TTFT (from its admission) and TPOT: the model's error, and
-        the PPD feedback of the path it took. Returns the relative TTFT error."""
+    def observe_outcome(self, d: Decision, ttft_s: float | None,
+                        tpot_s: float | None) -> tuple[float | None, float | None]:
+        """A request's measured TTFT (from its admission) and TPOT: the model's errors (the
+        TPOT one also corrects the decode worker's step cost online), and the PPD feedback of
+        the path it took. Returns the relative TTFT and TPOT errors (``None``: not predicted
+        or not measured)."""
         if d.bucket is not None and d.ppd is not None:
             self.feedback.observe(d.bucket, d.ppd, ttft_s, tpot_s)
-        return self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
+        ttft_err = self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
+        tpot_err = (self.model.observe_tpot(d.decode, d.est_tpot_s, tpot_s)
+                    if tpot_s is not None and d.est_tpot_s is not None and d.decode is not None else None)
+        return ttft_err, tpot_err
 
     def rebalance(self, views: list[WorkerView], now: float) -> RoleChange | None:
         """Elastic tiers: a role change to apply now, if the queues call for one."""

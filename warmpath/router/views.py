@@ -24,6 +24,7 @@ class WorkerView:
     l3_bytes_s: float = 4e8
     max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
+    running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -70,6 +71,17 @@ class Snapshot:
         return [w for w in self.workers if w.role in roles]
 
 
+def predicted_headers(d: "Decision") -> dict[str, str]:
+    """The router's predictions for a response's headers (``bench/requests_log.route_from_http``
+    reads them back): TTFT always, path and TPOT where the policy predicted them."""
+    out = {"X-Warmpath-Predicted-TTFT-S": f"{d.est_ttft_s:.6f}"}
+    if d.path is not None:
+        out["X-Warmpath-Path"] = d.path
+    if d.est_tpot_s is not None:
+        out["X-Warmpath-Predicted-TPOT-S"] = f"{d.est_tpot_s:.6f}"
+    return out
+
+
 @dataclass(frozen=True)
 class Decision:
     """Where a request goes and why (``prefill`` is ``None`` for local append-prefill)."""
@@ -83,3 +95,6 @@ class Decision:
     ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
     cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
+    path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
+    est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
+    est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT

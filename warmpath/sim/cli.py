@@ -139,7 +139,15 @@ def setup_from_args(a: argparse.Namespace):
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
                     max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
-                    **(variation if cpu else {}), **store)
+                    **(variation if cpu else {}), **store, **_goodput_target(a))
+
+
+def _goodput_target(a: argparse.Namespace) -> dict:
+    """The goodput policy keeps requests within ``--slo`` when one is given (else SimSetup's
+    default, the cluster target)."""
+    from warmpath.bench.targets import Target
+
+    return {"target": Target.parse(a.slo)} if getattr(a, "slo", None) else {}
 
 
 def main(a: argparse.Namespace) -> int:
@@ -194,6 +202,7 @@ def bench_sweep(a: argparse.Namespace) -> dict:
         sa.calibration = Path(sa.calibration)
     sa.max_concurrency = a.max_concurrency or sa.max_concurrency
     sa.timeout = a.timeout   # the bench's client timeout, as it would cut a real request
+    sa.slo = getattr(a, "slo", None) or sa.slo   # the goodput policy keeps the bench's target
     setup = setup_from_args(sa)
     make, trace = workload_factory(a)
     rates = parse_floats(a.rates, "--rates") or ([a.rate] if a.rate else None)

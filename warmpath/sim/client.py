@@ -49,7 +49,8 @@ class Req:
         if d is None:
             return {}
         return {"tier": d.tier, "prefill": d.prefill if d.prefill != d.decode else None, "decode": d.decode,
-                "ppd": d.ppd, "cached_by_tier": self.cached_by_tier, "predicted_ttft_s": d.est_ttft_s}
+                "ppd": d.ppd, "cached_by_tier": self.cached_by_tier, "predicted_ttft_s": d.est_ttft_s,
+                "path": d.path, "predicted_tpot_s": d.est_tpot_s}
 
 
 class SimClient:

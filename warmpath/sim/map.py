@@ -26,7 +26,7 @@ from pathlib import Path
 from warmpath.bench.targets import CPD_TARGET
 from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, fast_tokens
 from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
-from warmpath.sim.map_cpd import ARMS, GPUS_PER_NODE, cpd_sweep, cpd_topology, parse_split, tpot_label, winner
+from warmpath.sim.map_cpd import ARMS, FIXED_ARMS, GPUS_PER_NODE, cpd_sweep, cpd_topology, parse_split, tpot_label, winner
 from warmpath.sim.hardware import HARDWARE
 from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, ppd_setup
 from warmpath.sim.run import simulate_rate
@@ -36,7 +36,8 @@ CPD_SLO = CPD_TARGET                # warmpath repro cpd's (bench/targets.py)
 DIMS = {"cpd": ("answer", "split", "cold_share", "cold_tokens"),       # facet row, facet column, y, x
         "ppd": ("link_gbps", "load", "history", "append")}
 COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-kv"),
-                       "cpd_vs_replica": ("cpd", "replica")},
+                       "cpd_vs_replica": ("cpd", "replica"), "goodput_vs_cpd": ("goodput", "cpd"),
+                       "goodput_vs_pd": ("goodput", "pd"), "goodput_vs_replica": ("goodput", "replica")},
                "ppd": {"dynamic_vs_x0": ("dynamic", "x0"), "x1_vs_x0": ("x1", "x0")}}
 PPD_ARMS = ("x0", "x1", "dynamic")
 
@@ -48,7 +49,7 @@ class MapConfig:
     ``context_tokens`` is the warm repositories' shared context. PPD: a session is a turn of
     ``history - answer`` new tokens and its ``answer``, then an append and another ``answer``;
     ``loads`` are sessions/s on the ``ppd_split`` cluster (TP1 workers). CPD only: ``arms``
-    (of ``cpd``, ``pd``, ``pd-kv``, ``replica``) and ``tpot_targets`` (``none`` or factors of
+    (of ``cpd``, ``pd``, ``pd-kv``, ``replica`` — the default — and ``goodput``) and ``tpot_targets`` (``none`` or factors of
     the unloaded TPOT; ``sim/map_cpd.py``)."""
 
     kind: str = "cpd"
@@ -69,7 +70,7 @@ class MapConfig:
     duration_s: float = 20.0
     ramp_s: float = 10.0
     seed: int = 0
-    arms: tuple = ARMS
+    arms: tuple = FIXED_ARMS
     tpot_targets: tuple = ("none", "2", "1.3")
 
     def __post_init__(self) -> None:

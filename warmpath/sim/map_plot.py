@@ -22,6 +22,8 @@ LABELS = {"answer": "answer tokens", "split": "P:D nodes", "cold_share": "cold s
           "history": "history tokens", "append": "append tokens"}
 TITLES = {"cpd_vs_pd": "CPD / PD goodput", "cpd_vs_pd-kv": "CPD / pd-kv goodput",
           "cpd_vs_replica": "CPD / TP4 replicas goodput",
+          "goodput_vs_cpd": "goodput policy / CPD goodput", "goodput_vs_pd": "goodput policy / PD goodput",
+          "goodput_vs_replica": "goodput policy / TP4 replicas goodput",
           "dynamic_vs_x0": "PPD dynamic: turn-2+ TTFT p50 x=0 / dynamic",
           "x1_vs_x0": "PPD x=1: turn-2+ TTFT p50 x=0 / x=1"}
 CLIP = 3.0                      # log2 of the largest gain (and 1 / it) the colours tell apart
@@ -186,7 +188,7 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
     return path
 
 
-ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red"}
+ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red", "goodput": "tab:purple"}
 
 
 def winner_text(w: dict, rates: list) -> tuple[str, str]:

@@ -35,6 +35,7 @@ CPD_CONFIGS = {
     "CPD-1D": Topology("CPD-1D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 4}),
     "CPD-2D": Topology("CPD-2D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 8}),
     "3R-TP4": Topology("3R-TP4", "replica", {"replica": 3}),       # 2P1D's 12 GPUs as prefix-aware TP4 replicas
+    "GP-1D": Topology("GP-1D", "goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4}),   # CPD-1D's, path decision
 }
 CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
                     answer=128)
@@ -85,7 +86,7 @@ class CPDAssumptions:
     def setup(self, name: str) -> SimSetup:
         return replace(cpd_setup(self.topology(name), self.max_in_flight), model=MODELS[self.model],
                        tp={"prefill": 4, "pre-prefill": 4, "decode": self.decode_tp, "replica": 4},
-                       max_concurrency=self.max_concurrency)
+                       max_concurrency=self.max_concurrency, target=CPD_TARGET)   # goodput routes for the repro's
 
 
 BLOG = {"2P1D": "0.75-0.8 QPS/GPU", "CPD-1D": "1.1-1.15 QPS/GPU", "gain": "+35-40%"}

@@ -11,6 +11,7 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import ttft_from
 from warmpath.bench.replay import TracePoint, replay, sweep_fields
 from warmpath.bench.sweep import judge, max_rate_from_sweep, sweep_summary
+from warmpath.bench.targets import CLUSTER_TARGET, Target
 from warmpath.bench.workload import Session
 from warmpath.launch.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
@@ -20,7 +21,8 @@ from warmpath.kv.hashing import KVNamespace
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.admission import AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
-from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy
+from warmpath.router.goodput import GoodputConfig
+from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy, GoodputPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
@@ -67,6 +69,7 @@ class SimSetup:
     max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
     handoff: PDHandoff = PDHandoff()      # how a P->D handoff works (warmpath's, or the PPD paper's vLLM)
     timeout_s: float | None = None        # client timeout: no answer within it of the send fails (bench's --timeout)
+    target: Target | None = CLUSTER_TARGET   # what the goodput policy keeps requests within (bench/targets.py)
 
     @property
     def gpus(self) -> int:
@@ -95,14 +98,27 @@ def build(s: SimSetup) -> Simulation:
                               hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
                               hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s)
         workers.append(SimWorker(wid, role, cfg, st, store, index))
-    pol = CPDPolicy(s.cpd) if s.topology.policy == "cpd" else POLICIES[s.topology.policy]()
+    pol = policy_for(s)
     ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)
     mode = s.topology.ppd
-    return Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
-                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
-                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
-                      ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
-                      s.max_concurrency, s.handoff, s.timeout_s)
+    sim = Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
+                     s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
+                     s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
+                     ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
+                     s.max_concurrency, s.handoff, s.timeout_s)
+    # the router's step costs: each simulated worker's own (unjittered: a prediction draws no noise)
+    sim.decider.model.steps = {w.wid: w.st.inner if isinstance(w.st, Jittered) else w.st for w in workers}
+    return sim
+
+
+def policy_for(s: SimSetup):
+    """The topology's routing policy: ``cpd`` with the setup's CPD config, ``goodput`` judged
+    by the setup's ``target`` (chunks of the scheduler's token budget), others as they are."""
+    if s.topology.policy == "cpd":
+        return CPDPolicy(s.cpd)
+    if s.topology.policy == "goodput":
+        return GoodputPolicy(GoodputConfig(s.target, s.scheduler.max_num_batched_tokens))
+    return POLICIES[s.topology.policy]()
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

@@ -92,8 +92,10 @@ class SimWorker:
             s = self.sched
             queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
             queued += sum(q.num_tokens - q.num_computed_tokens for q in s.running if q.in_prefill)
+            ctx = sum(q.num_tokens for q in s.running if not q.in_prefill)
             self._view = WorkerView(self.wid, self.role, queued, len(s.running), self.pool.usage,
-                                    self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s)
+                                    self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s,
+                                    running_tokens=ctx)
         return self._view
 
     def capacity(self) -> WorkerView:

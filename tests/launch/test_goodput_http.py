@@ -1,0 +1,51 @@
+"""The goodput policy on real processes (router, a prefill and a decode worker, Mooncake) with
+the real SmolLM2: the same greedy text as one engine, turn-1 requests taken locally by the
+idle decode worker (no prefill hop, no handoff), and the predictions reported beside the
+measurements (headers, /v1/cluster's decisions, the TPOT error histogram)."""
+
+import json
+
+import httpx
+import openai
+
+from tests.conftest import cluster_process, metric
+from tests.launch.test_topologies_http import M, QUESTION, TEXT, TURNS, reference  # noqa: F401  (fixture)
+
+
+def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, reference):  # noqa: F811
+    topo = tmp_path / "goodput-1p1d.json"
+    topo.write_text(json.dumps({"policy": "goodput", "workers": {"prefill": 1, "decode": 1}}))
+    with cluster_process(str(topo), "--slo", "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=5") as base:
+        c = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+        r = c.chat.completions.with_raw_response.create(model=M, messages=QUESTION, temperature=0, max_tokens=16)
+        assert r.parse().choices[0].message.content == reference["chat"]
+        h = r.headers
+        # turn 1 on the idle decode worker: no handoff beats the prefill worker's hop and write-through
+        assert (h["x-warmpath-route"], h["x-warmpath-path"], h["x-warmpath-worker"]) == ("local", "local", "decode-0")
+        assert float(h["x-warmpath-predicted-ttft-s"]) > 0 and float(h["x-warmpath-predicted-tpot-s"]) > 0
+        s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
+        assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
+        t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
+        assert t.choices[0].text == reference["text"]
+        msgs, paths = [], []
+        for i, q in enumerate(TURNS):
+            msgs.append({"role": "user", "content": q})
+            resp = httpx.post(base + "/v1/chat/completions", timeout=120, headers={"X-Session-Id": "conv"},
+                              json={"model": M, "messages": msgs, "temperature": 0, "max_tokens": 20})
+            assert resp.status_code == 200, resp.text
+            a = resp.json()["choices"][0]["message"]["content"]
+            assert a == reference["turns"][i], f"turn {i + 1}"
+            paths.append(resp.headers["x-warmpath-path"])
+            msgs.append({"role": "assistant", "content": a})
+        assert set(paths) <= {"local", "warm", "cold"}
+        info = httpx.get(base + "/v1/cluster", timeout=5).json()
+        assert info["policy"] == "goodput"
+        rows = info["decisions"]
+        assert len(rows) == 6 and all(d["path"] in ("local", "warm", "cold") for d in rows)
+        local1 = [d for d in rows if d["turn"] == 1 and d["path"] == "local"]
+        why = [(d["turn"], d["path"], d["reason"]) for d in rows]
+        assert len(local1) >= 3 and all(d["prefill"] is None and d["decode"] == "decode-0" for d in local1), why
+        assert all(d["est_tpot_s"] > 0 and d["tpot_s"] > 0 for d in rows)   # predicted beside measured
+        # every request with 2+ tokens fed the TPOT error histogram and the decode worker's correction
+        assert metric(base, "warmpath_router_tpot_error_ratio_count") == 6
+        assert info["model"]["tpot_error_n"] == 6 and set(info["model"]["tpot_scale"]) == {"decode-0"}

@@ -1,0 +1,113 @@
+"""The goodput policy's path decision (router/goodput.py), on hand-built fleets.
+
+Step model as in test_predict.py: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t +
+0.001·b; prefill alone = 0.005 + 0.0001·t. Remote TTFTs come from the heartbeat prior
+(work units at prefill_tok_s, + the write-through's 2 ms; kv_bytes_per_token 0).
+"""
+
+import pytest
+
+from warmpath.bench.targets import Target
+from warmpath.engine.step_model import StepModel
+from warmpath.router.goodput import GoodputConfig, choose, paths, score
+from warmpath.router.model import RouterModel
+from warmpath.router.policy import GoodputPolicy
+from warmpath.router.route import RouteDecider
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+
+SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
+               mixed_rows=10)
+
+
+def fleet(running=4, p_queue=0, c0=False):
+    ws = [WorkerView("d0", "decode", running=running, running_tokens=1000 * running),
+          WorkerView("p0", "prefill", queued_prefill_tokens=p_queue, prefill_tok_s=1000)]
+    return ws + [WorkerView("c0", "pre-prefill", prefill_tok_s=1000)] * c0
+
+
+def snap(workers, hits=None, arrivals=None, session_decode="d0"):
+    m = RouterModel(kv_bytes_per_token=0, steps={None: SM})
+    m.hop_s.value = 0.0
+    return Snapshot(workers, hits or {}, session_decode, 0, model=m, arrivals_s=arrivals or {})
+
+
+def policy(spec, **kw):
+    return GoodputPolicy(GoodputConfig(Target.parse(spec), **kw))
+
+
+def follow_up():
+    """Turn 2: 2000 tokens, 1008 of them (63 blocks) cached on d0 and on p0; 992 new."""
+    return (RequestView(2000, (), 16, "s", 2, new_tokens=992, max_tokens=100),
+            {"d0": PrefixHit(63), "p0": PrefixHit(63)})
+
+
+def test_a_follow_up_goes_local_when_the_decode_batch_has_slack():
+    rv, hits = follow_up()
+    d = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05").route(rv, snap(fleet(), hits))
+    # local: 508 + 484 tokens in two mixed steps, 0.0648 + 0.0624; both paths keep all 5
+    assert (d.prefill, d.decode, d.tier, d.path, d.cls) == (None, "d0", "local", "local", "warm")
+    assert d.est_ttft_s == pytest.approx(0.1272) and d.est_tpot_s == pytest.approx(0.015)
+    assert d.est_running_tpot_s == pytest.approx((0.1272 + 98 * 0.015) / 100)
+    assert "local keeps 5" in d.reason
+
+
+def test_a_follow_up_goes_remote_when_local_would_push_the_running_past_the_tpot_bound():
+    rv, hits = follow_up()
+    sn = snap(fleet(), hits)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0155")
+    got = {s.pred.path: s.kept for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
+    assert got == {"local": 1, "warm": 5}          # local: the 4 running at 0.01597 > 0.0155
+    d = pol.route(rv, sn)
+    assert (d.prefill, d.decode, d.tier) == ("p0", "d0", "warm")
+    # 992 new after 1008 cached: 992·(1 + (1008 + 496)/8192) work units at 1000/s + 2 ms
+    assert d.est_ttft_s == pytest.approx(992 * (1 + 1504 / 8192) / 1000 + 0.002)
+    assert d.est_running_tpot_s == pytest.approx(0.015)
+
+
+def test_a_turn1_short_prompt_goes_local_on_an_idle_decode_worker():
+    rv = RequestView(200, (), 16, None, 1, max_tokens=100)
+    d = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05").route(rv, snap(fleet(running=0), session_decode=None))
+    assert (d.prefill, d.decode, d.tier, d.cls) == (None, "d0", "local", "cold")
+    assert d.est_ttft_s == pytest.approx(0.025)    # the prefill line alone: 0.005 + 0.0001·200
+    assert d.est_tpot_s == pytest.approx(0.011)
+
+
+def test_a_request_with_slack_lends_it_and_one_at_risk_borrows():
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20", local=False)
+    # cold (20 s) request, both tiers idle and as fast: warm arrivals make the warm tier cost
+    # it 10x (its bound over theirs): the cold tier
+    d = pol.route(rv, snap(fleet(c0=True), arrivals={"warm": 1.0, "cold": 0.1}, session_decode=None))
+    assert (d.prefill, d.tier, d.cls) == ("c0", "cold", "cold")
+    # with cold arrivals 100x the warm ones, the cold tier costs it more: the warm tier
+    d = pol.route(rv, snap(fleet(c0=True), arrivals={"warm": 0.01, "cold": 1.0}, session_decode=None))
+    assert (d.prefill, d.tier, d.cls) == ("p0", "warm", "cold")
+    # a warm request the warm tier's 3 s queue would make late: it borrows the cold tier
+    hits = {"p0": PrefixHit(40), "c0": PrefixHit(40)}
+    sn = snap(fleet(p_queue=3000, c0=True), hits, {"warm": 1.0, "cold": 0.1}, None)
+    kept = {s.pred.prefill: s.kept for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
+    assert kept == {"p0": 4, "c0": 5}
+    assert pol.route(rv, sn).prefill == "c0"
+
+
+def test_no_local_path_after_a_failure_and_no_ppd_switch():
+    rv, hits = follow_up()
+    dec = RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05"))
+    dec.model = snap(fleet(), hits).model
+    views = fleet()
+    sn = dec.snapshot(views, lambda w: hits.get(w, PrefixHit()), "d0", 0)
+    assert set(sn.hits) == {"d0", "p0"}            # every decode worker is looked up
+    assert dec.decide_route(rv, sn).tier == "local"
+    d = dec.decide_route(rv, sn, allow_local=False, arrival=False)
+    assert (d.prefill, d.tier, d.ppd) == ("p0", "warm", None)
+    with pytest.raises(LookupError):
+        choose([])
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        GoodputConfig(chunk_tokens=1)
+    with pytest.raises(ValueError, match="request_bound"):
+        GoodputConfig(target={"ttft": 2})
+    assert GoodputConfig().bound(["warm"], "ttft") is None
+    assert GoodputConfig(Target.parse("warm.tpot=0.05,cold.tpot=0.2")).running_tpot_bound() == 0.05

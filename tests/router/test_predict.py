@@ -1,0 +1,125 @@
+"""Predicted TTFT and TPOT of the candidate paths (router/predict.py), hand-worked.
+
+The step model: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t + 0.001·b; prefill alone
+= 0.005 + 0.0001·t (no context terms, so every number below is worked by hand).
+"""
+
+import pytest
+
+from warmpath.engine.step_model import StepModel
+from warmpath.router.model import RouterModel
+from warmpath.router.predict import (Chunks, LineSteps, chunked, current_tpot, predict_local,
+                                     predict_remote, step_cost, tpot_scale)
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+
+SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
+               mixed_rows=10)
+
+
+def snap(workers, hits=None, model=None):
+    return Snapshot(workers, hits or {}, kv_bytes_per_token=0, model=model)
+
+
+def req(n=1000, turn=1, max_tokens=100):
+    return RequestView(n, (), 16, "s", turn, max_tokens=max_tokens)
+
+
+def test_chunked_prices_each_chunk_as_a_mixed_step():
+    # 1000 tokens beside 4 decodes: 508 then 492 tokens -> 0.0648 + 0.0632
+    c = chunked(SM, 4, 1000, 1000, 0, 512)
+    assert c.steps == 2 and c.total_s == pytest.approx(0.128)
+    assert c.first_s(1) == pytest.approx(0.064) and c.first_s(5) == pytest.approx(0.128)
+    assert chunked(SM, 4, 1000, 0, 0, 512) == Chunks()
+    # alone (no decodes): the prefill line, 0.005 + 0.0001 * 200
+    assert chunked(SM, 0, 0, 200, 0, 512).total_s == pytest.approx(0.025)
+
+
+def test_local_prefill_stretches_the_running_decodes():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM)
+    assert (p.path, p.prefill, p.decode, p.running, p.cached_tokens) == ("local", None, "d0", 4, 0)
+    assert p.ttft_s == pytest.approx(0.128)                     # two mixed steps
+    assert p.tpot_s == pytest.approx(0.015)                     # then 5 decode: 0.010 + 0.005
+    assert p.running_tpot_s == pytest.approx((0.128 + 98 * 0.015) / 100)   # 0.01598
+
+
+def test_remote_leaves_the_decode_batch_one_larger_only():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    p = predict_remote(pw, dw, req(), snap([pw, dw]), SM)
+    assert (p.path, p.prefill, p.decode) == ("warm", "p0", "d0")
+    # the prior line: 1000·(1 + 500/8192) work units at 1000/s, + the write-through's 2 ms overhead
+    assert p.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 1000 + 0.002)
+    assert p.tpot_s == pytest.approx(0.015) and p.running_tpot_s == pytest.approx(0.015)
+    assert predict_remote(WorkerView("c0", "pre-prefill"), dw, req(), snap([dw]), SM).path == "cold"
+
+
+def test_queued_prompts_on_the_decode_worker_go_first():
+    dw = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM)
+    assert p.ttft_s == pytest.approx(0.0648 + 0.128)
+    assert p.running_tpot_s == pytest.approx((0.0648 + 0.128 + 97 * 0.015) / 100)
+    r = predict_remote(WorkerView("p0", "prefill"), dw, req(), snap([dw]), SM)
+    assert r.running_tpot_s == pytest.approx((0.0648 + 99 * 0.015) / 100)
+    assert current_tpot(SM, dw, 100) == pytest.approx((0.0648 + 99 * 0.014) / 100)
+    assert current_tpot(SM, WorkerView("d1", "decode"), 100) == 0.0
+
+
+def test_cached_prefix_is_not_computed_locally():
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(1000, turn=2), snap([dw], {"d0": PrefixHit(local_blocks=56)}), SM)
+    # 896 cached (L1, free): 104 tokens in one mixed step 0.010 + 0.0104 + 0.004
+    assert p.cached_tokens == 896 and p.ttft_s == pytest.approx(0.0244)
+
+
+def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_scales_online():
+    w = WorkerView("d0", "decode", prefill_tok_s=800)
+    assert step_cost(snap([w]), w) == LineSteps(0.0, 800)          # the heartbeat's line, no overhead
+    ls = LineSteps(0.01, 800)
+    assert ls.step_s([(1, 0)] * 4) == pytest.approx(0.01 + 16 / 800)          # the floor
+    assert ls.step_s([(400, 0)]) == pytest.approx(0.01 + 400 * (1 + 200 / 8192) / 800)
+    assert ls.step_s([(1, 0)] * 20 + [(400, 0)]) == pytest.approx(0.01 + (20 + 400 * (1 + 200 / 8192)) / 800)
+    assert ls.step_s([(1, 0)] * 2 + [(8, 0)]) == pytest.approx(0.01 + (16 + 8 * (1 + 4 / 8192)) / 800)
+    assert ls.step_s([(8, 0)]) == pytest.approx(0.01 + 8 * (1 + 4 / 8192) / 800)   # a prefill alone: no floor
+    assert ls.step_s([]) == 0.0
+    m = RouterModel(steps={None: SM})
+    assert step_cost(snap([w], model=m), w) is SM
+    m.steps["d0"] = LineSteps(0.0, 100)
+    assert step_cost(snap([w], model=m), w) == LineSteps(0.0, 100)
+    # measured twice the predicted: the correction moves to 2, the error is 50% of measured
+    assert m.observe_tpot("d0", 0.01, 0.02) == pytest.approx(0.5)
+    assert tpot_scale(snap([w], model=m), w) == pytest.approx(2.0)
+    assert tpot_scale(snap([w]), w) == 1.0
+    # it scales the TPOTs, never the TTFT
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw]), SM, k=2.0)
+    assert (p.ttft_s, p.tpot_s) == (pytest.approx(0.128), pytest.approx(0.030))
+    assert p.running_tpot_s == pytest.approx(2 * (0.128 + 98 * 0.015) / 100)
+    assert m.params()["tpot_error_n"] == 1 and m.params()["tpot_scale"] == {"d0": 2.0}
+    assert m.observe_tpot("d0", 0.0, 0.02) is None
+
+
+def test_the_load_book_tracks_running_contexts_for_the_views():
+    from warmpath.router.load import LoadBook
+
+    book = LoadBook()
+    book.add("d0", running=1, context=1064)
+    book.add("d0", running=1, context=2032)
+    (v,) = book.views([WorkerView("d0", "decode", running=9, running_tokens=5)])
+    assert (v.running, v.running_tokens) == (2, 3096)     # the router's own count, not the heartbeat's
+    book.add("d0", running=-1, context=-1064)
+    assert book.of("d0").context_tokens == 2032
+    book.add("d0", running=-1, context=-2032)
+    book.add("d0", running=-1, context=-7)                 # a stray end never goes below zero
+    assert (book.of("d0").running, book.of("d0").context_tokens) == (0, 0)
+
+
+def test_without_a_step_model_local_is_priced_as_remote_less_the_handoff():
+    dw, pw = WorkerView("d0", "decode", prefill_tok_s=1000), WorkerView("p0", "prefill", prefill_tok_s=1000)
+    sn = snap([pw, dw])
+    local = predict_local(dw, req(), sn, step_cost(sn, dw), chunk=2048)
+    remote = predict_remote(pw, dw, req(), sn, step_cost(sn, dw), chunk=2048)
+    assert local.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 1000)      # one chunk on the same line
+    assert remote.ttft_s == pytest.approx(local.ttft_s + 0.002)              # + the write-through's overhead
+    # in two chunks: the same work (work() sums over chunks exactly) and one more step's overhead (0 here)
+    assert predict_local(dw, req(), sn, step_cost(sn, dw), chunk=500).ttft_s == pytest.approx(local.ttft_s)

@@ -1,0 +1,58 @@
+"""The goodput policy in the simulator: the same RouteDecider decision, end to end, with the
+predictions recorded beside the measurements (requests.jsonl's fields)."""
+
+from collections import Counter
+
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from warmpath.bench.requests_log import ROUTE_KEYS
+from warmpath.bench.targets import Target
+from warmpath.bench.workload import coding_agent
+from warmpath.launch.topology import resolve
+from warmpath.router.policy import GoodputPolicy
+from warmpath.sim.hardware import HARDWARE, MODELS
+from warmpath.sim.map_cpd import cpd_topology
+from warmpath.sim.run import SimSetup, build, simulate_rate
+from warmpath.sim.step_time import Roofline
+
+
+def setup(spec="warm.ttft_p90=2,cold.ttft_p90=20"):
+    return SimSetup(resolve("cpd-2d", None, "goodput"), MODELS["llama-3.1-8b"], HARDWARE["b200"],
+                    tp={"pre-prefill": 4, "prefill": 4}, target=Target.parse(spec))
+
+
+def sessions(n=40, rate=2.0, seed=3):
+    ss = coding_agent(n, seed, context=1024, doc_tokens=4096)
+    for s, t in zip(ss, arrival_times(ArrivalConfig(rate, 20.0, seed=seed))):
+        s.start = t
+    return ss
+
+
+def test_goodput_runs_end_to_end_with_its_predictions_recorded():
+    sim = build(setup())
+    assert type(sim.decider.policy) is GoodputPolicy and sim.decider.policy.cfg.chunk_tokens == 8192
+    assert type(sim.decider.model.steps["decode-0"]) is Roofline      # the simulated worker's own steps
+    recs = sim.run(sessions())
+    assert len(recs) == 68 and all(r.ok for r in recs)
+    paths = Counter((r.turn == 1, r.route["path"]) for r in recs)
+    assert set(p for _, p in paths) <= {"local", "warm", "cold"}
+    assert paths[(True, "local")] >= 1 and paths[(True, "cold")] >= 1     # turn 1 local and remote both
+    for r in recs:
+        assert set(ROUTE_KEYS) - {"server_timing"} <= set(r.route)   # the simulator has no Server-Timing
+        assert r.route["predicted_ttft_s"] > 0 and r.route["predicted_tpot_s"] > 0
+        assert r.route["tier"] == r.route["path"]
+    # the online correction saw every decode worker's measured TPOT
+    assert set(sim.decider.model.tpot_scale) == {"decode-0", "decode-1"}
+    assert len(sim.decider.model.tpot_errors) == sum(1 for r in recs if r.output_tokens > 1)
+    assert not sim._by_seq and sim.admission.in_flight == 0
+
+
+def test_goodput_is_deterministic():
+    make = lambda n, seed: coding_agent(n, seed, context=1024, doc_tokens=4096)  # noqa: E731
+    a = simulate_rate(setup(), make, 2.0, 10.0, Target.parse("warm.ttft_p90=2"), seed=1)
+    b = simulate_rate(setup(), make, 2.0, 10.0, Target.parse("warm.ttft_p90=2"), seed=1)
+    assert a["classes"] == b["classes"] and a["sim"]["events"] == b["sim"]["events"]
+
+
+def test_the_map_builds_goodput_on_cpds_workers():
+    t = cpd_topology("2P1D", "goodput")
+    assert (t.policy, t.workers) == ("goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4})

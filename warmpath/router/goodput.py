@@ -1,0 +1,128 @@
+"""The ``goodput`` policy's path decision: every candidate path, the requests it keeps
+within their targets, the best one (pure, no torch, no I/O).
+
+Candidates (``router/predict.py`` predicts each one's TTFT and TPOT):
+
+* **local** on each decode worker (and replica): it computes the prompt in its batch —
+  any turn, turn 1 included, no handoff;
+* **remote** on each prefill-type worker (its tier: warm for ``prefill``, cold for
+  ``pre-prefill``) with each decode worker to hand off to.
+
+A path's score is the number of requests predicted within their targets: this one (TTFT
+and TPOT within its class's bounds), and every decode worker's running requests (their
+TPOT within the running bound; the path's decode worker at the TPOT the path leaves it,
+the others at their current). Requests queued for a prompt are not delayed by one that
+queues behind them. The most kept wins; a tie goes to the lowest predicted TTFT plus the
+harm the path does to later requests at a prefill tier (CPD's ``estimate.harm_s``, in units
+of this request's TTFT bound, so a request with slack (a cold one, 20 s) pays ten times
+what a warm one (2 s) pays for blocking the warm tier: it lends its slack); then the
+fewest running on the decode worker, then the ids. A request at risk borrows: it takes the
+path that keeps it within its bound even when that stretches others, as long as they stay
+within theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warmpath.router.classify import ColdRule
+from warmpath.router.estimate import estimate, harm_s, tier_class
+from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpot, predict_local,
+                                     predict_remote, step_cost, tpot_scale)
+from warmpath.router.views import RequestView, Snapshot
+
+
+@dataclass(frozen=True)
+class GoodputConfig:
+    """``target``: the service target (``bench/targets.Target``, or anything with its
+    ``request_bound(classes, metric)``; ``None``: no bounds, so the lowest TTFT + harm wins);
+    ``chunk_tokens``: the engines' tokens per step (chunked prefill); ``local``: consider
+    local paths at all; the cold rule as CPD's."""
+
+    target: object | None = None
+    chunk_tokens: int = DEFAULT_CHUNK
+    local: bool = True
+    harm_weight: float = 1.0
+    cold_threshold: float = 0.5
+    min_cached_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
+        if self.chunk_tokens < 2:
+            raise ValueError(f"chunk_tokens must be >= 2, got {self.chunk_tokens}")
+        if self.harm_weight < 0:
+            raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
+        if self.target is not None and not hasattr(self.target, "request_bound"):
+            raise ValueError("target must have request_bound(classes, metric) (a bench/targets.Target)")
+
+    def bound(self, classes: list[str], metric: str) -> float | None:
+        """The per-request bound on ``metric`` for a request of ``classes`` (``None``: none)."""
+        return None if self.target is None else self.target.request_bound(classes, metric)
+
+    def running_tpot_bound(self) -> float | None:
+        """The bound the running requests' TPOT is held to (their classes unknown here: the
+        tightest of the cold, warm and overall ones)."""
+        got = [b for c in (["cold"], ["warm"], []) if (b := self.bound(c, "tpot")) is not None]
+        return min(got) if got else None
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate path, the requests it keeps within their targets and its tie-break cost."""
+
+    pred: PathPrediction
+    kept: int
+    cost_s: float
+    harm_s: float
+
+
+def request_classes(cls: str, turn: int) -> list[str]:
+    """The target classes of a request (``bench/metrics.Record.classes`` less ``all``)."""
+    return [cls, "turn1" if turn == 1 else "turn2+"]
+
+
+def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: bool = True) -> list[PathPrediction]:
+    """Every candidate path's predictions."""
+    decoders = snap.by_role("decode")
+    out = []
+    if cfg.local and allow_local:
+        out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens, tpot_scale(snap, w))
+                for w in decoders + snap.by_role("replica")]
+    costs = {d.worker_id: (step_cost(snap, d), tpot_scale(snap, d)) for d in decoders}
+    for p in snap.by_role("pre-prefill", "prefill"):
+        e = estimate(p, req, snap)
+        out += [predict_remote(p, d, req, snap, costs[d.worker_id][0], cfg.chunk_tokens, e, costs[d.worker_id][1])
+                for d in decoders]
+    return out
+
+
+def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
+          preds: list[PathPrediction]) -> list[Scored]:
+    """Each path's requests kept within their targets and its tie-break cost."""
+    classes = request_classes(cls, req.turn)
+    ttft_b, tpot_b, run_b = cfg.bound(classes, "ttft"), cfg.bound(classes, "tpot"), cfg.running_tpot_bound()
+    holders = {w.worker_id: w for w in snap.by_role("decode", "replica")}
+    base = {wid: w.running if run_b is None or current_tpot(step_cost(snap, w), w, req.max_tokens,
+                                                             cfg.chunk_tokens, tpot_scale(snap, w)) <= run_b else 0
+            for wid, w in holders.items()}
+    total = sum(base.values())
+    harm = {}
+    for pw in snap.by_role("pre-prefill", "prefill"):   # in units of this request's TTFT bound
+        mine, theirs = cfg.bound([cls], "ttft") or 1.0, cfg.bound([tier_class(pw)], "ttft") or 1.0
+        harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
+    out = []
+    for p in preds:
+        me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
+        run = p.running if run_b is None or p.running_tpot_s <= run_b else 0
+        h = harm.get(p.prefill, 0.0)
+        out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + run, p.ttft_s + h, h))
+    return out
+
+
+def choose(scored: list[Scored], session_decode: str | None = None) -> Scored:
+    """The most requests kept; then the lowest TTFT + harm; then the session's decode
+    worker, the fewest running there, the ids."""
+    if not scored:
+        raise LookupError("no candidate path (no decode worker, or none with a prefill worker)")
+    return min(scored, key=lambda s: (-s.kept, round(s.cost_s, 9), s.pred.decode != session_decode,
+                                      s.pred.running, s.pred.prefill or "", s.pred.decode))

@@ -1,0 +1,180 @@
+"""Predicted TTFT and TPOT of one candidate path (pure, no torch, no I/O).
+
+A path is where a request's prompt is computed and where it decodes:
+
+* **local** — the decode worker (or a replica) computes the prompt itself, in chunks of at
+  most ``chunk_tokens − batch`` tokens, each chunk in one step with the worker's running
+  decodes (a *mixed* step); the prompts already queued there go first. TTFT = the router's
+  hop + the prefix load (``estimate.py``) + the queued chunks' steps + its own.
+* **remote** (warm or cold tier) — a prefill worker computes it (TTFT: ``estimate.py``'s
+  learnt lines, handoff included) and hands it to the decode worker.
+
+TPOT comes from the decode worker's step cost (:class:`StepCost`: a calibration's
+``StepModel`` in the router, the simulated worker's own step time in the simulator, else
+:class:`LineSteps`, the learnt prefill line): this request decodes in a batch one larger (``decode(b + 1)``);
+the worker's running requests, over the next ``max_tokens`` of their steps, pay the mixed
+steps of every chunk computed there meanwhile (the queued ones, and this one's when local)
+and then ``decode(b + 1)``:
+
+    running TPOT = (Σ mixed steps among the first R + max(0, R − k) · decode(b + 1)) / R
+
+with ``k`` chunks and ``R = max_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from warmpath.router.estimate import Estimate, estimate, worker_model
+from warmpath.router.model import work
+from warmpath.router.views import RequestView, Snapshot, WorkerView
+
+DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
+
+
+class StepCost(Protocol):
+    """Seconds of one engine step over ``(new_tokens, context)`` items (a decode is
+    ``(1, ctx)``): ``engine/step_model.StepModel`` and ``sim/step_time.StepTime`` are ones."""
+
+    def step_s(self, items: list[tuple[int, int]]) -> float: ...
+
+
+@dataclass(frozen=True)
+class LineSteps:
+    """The prior before a calibration: the router's learnt prefill line of the worker
+    (``seconds = overhead + work / speed``, ``model.py``; its peers' before it answered one,
+    its heartbeat's before any), so a local prefill is priced as a remote one is, less the
+    handoff. A prefill chunk costs its ``work``; the decodes one token each (their attention
+    ignored), at least ``floor_tokens`` together (a step reads the weights once, however few
+    sequences decode) — no floor on a prefill alone, as the line has none."""
+
+    overhead_s: float
+    tok_s: float
+    floor_tokens: int = 16
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        if not items:
+            return 0.0
+        dec = sum(1 for n, _ in items if n == 1)
+        w = sum(work(n, c) for n, c in items if n > 1) + (max(dec, self.floor_tokens) if dec else 0)
+        return self.overhead_s + w / self.tok_s
+
+
+def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
+    """``w``'s step cost: the router model's for it (else the fleet's, else
+    :class:`LineSteps` from its learnt prefill line)."""
+    steps = getattr(snap.model, "steps", {})
+    line = worker_model(w, snap).compute
+    return steps.get(w.worker_id) or steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+
+
+def tpot_scale(snap: Snapshot, w: WorkerView) -> float:
+    """``w``'s online TPOT correction (measured / predicted, ``model.RouterModel.observe_tpot``;
+    1 before any): it scales the TPOT predictions, not the TTFT ones."""
+    k = getattr(snap.model, "tpot_scale", {}).get(w.worker_id)
+    return k.value if k is not None and k.samples else 1.0
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """A prefill run as chunked mixed steps: how many, their total and the first ones."""
+
+    steps: int = 0
+    total_s: float = 0.0
+
+    def first_s(self, r: int) -> float:
+        """Seconds of the first ``r`` of these steps (they are near-equal: the mean)."""
+        return self.total_s * min(r, self.steps) / self.steps if self.steps else 0.0
+
+    def __add__(self, o: "Chunks") -> "Chunks":
+        return Chunks(self.steps + o.steps, self.total_s + o.total_s)
+
+
+def chunked(cost: StepCost, batch: int, decode_ctx: int, new: int, context: int, chunk: int) -> Chunks:
+    """``new`` prompt tokens after ``context`` cached ones, computed ``chunk − batch`` at a
+    time beside ``batch`` decodes at mean context ``decode_ctx``. The full chunks' steps are
+    priced at the first and the last one's context (linear in between); the rest apart."""
+    if new <= 0:
+        return Chunks()
+    per = max(1, chunk - batch)
+    dec = [(1, decode_ctx)] * batch
+    full, rest = divmod(new, per)
+    total = 0.0
+    if full:
+        first, last = cost.step_s(dec + [(per, context)]), cost.step_s(dec + [(per, context + (full - 1) * per)])
+        total += full * (first + last) / 2
+    if rest:
+        total += cost.step_s(dec + [(rest, context + full * per)])
+    return Chunks(full + (1 if rest else 0), total)
+
+
+@dataclass(frozen=True)
+class PathPrediction:
+    """One candidate path's predictions (seconds). ``path``: ``local`` / ``warm`` / ``cold``;
+    ``running``: the decode worker's running requests whose TPOT ``running_tpot_s`` is."""
+
+    path: str
+    prefill: str | None
+    decode: str
+    ttft_s: float
+    tpot_s: float
+    running_tpot_s: float
+    running: int
+    cached_tokens: int
+
+
+def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
+    """The decode worker's batch and mean context with one more request of
+    ``extra_tokens`` (its context) in it."""
+    b = dw.running + 1
+    return b, (dw.running_tokens + extra_tokens) // b
+
+
+def running_tpot(stretch: Chunks, after_s: float, answer: int) -> float:
+    """The running requests' TPOT over their next ``answer`` steps: ``stretch``'s mixed steps
+    first, then steps of ``after_s``."""
+    r = max(1, answer)
+    return (stretch.first_s(r) + max(0, r - stretch.steps) * after_s) / r
+
+
+def queued_chunks(cost: StepCost, dw: WorkerView, chunk: int) -> Chunks:
+    """The prompts queued on ``dw`` before this one (their context unknown: none)."""
+    b = dw.running
+    return chunked(cost, b, dw.running_tokens // b if b else 0, dw.queued_prefill_tokens, 0, chunk)
+
+
+def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
+                  chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> PathPrediction:
+    """``dw`` computes ``req``'s prompt in mixed steps, then decodes it (``k``: the TPOT
+    correction, :func:`tpot_scale`)."""
+    e = estimate(dw, req, snap, handoff=False)
+    b = dw.running
+    queued = queued_chunks(cost, dw, chunk)
+    own = chunked(cost, b, dw.running_tokens // b if b else 0, req.num_tokens - e.cached_tokens,
+                  e.cached_tokens, chunk)
+    hop = snap.model.hop_s.value if snap.model is not None else 0.0
+    after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
+    return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
+                          k * running_tpot(queued + own, after, req.max_tokens), b, e.cached_tokens)
+
+
+def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
+                   chunk: int = DEFAULT_CHUNK, e: Estimate | None = None, k: float = 1.0) -> PathPrediction:
+    """``pw`` computes the prompt (its tier: cold for pre-prefill, else warm) and hands it to
+    ``dw`` (``e``: ``pw``'s TTFT estimate, when the caller has it already)."""
+    e = e or estimate(pw, req, snap)
+    b = dw.running
+    after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
+    stretch = queued_chunks(cost, dw, chunk)
+    return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
+                          k * after, k * running_tpot(stretch, after, req.max_tokens), b, e.cached_tokens)
+
+
+def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:
+    """The decode worker's running requests' TPOT with no new request (an idle worker's: 0)."""
+    if dw.running == 0:
+        return 0.0
+    after = cost.step_s([(1, dw.running_tokens // dw.running)] * dw.running)
+    return k * running_tpot(queued_chunks(cost, dw, chunk), after, answer)
+
