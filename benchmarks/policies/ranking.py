@@ -146,7 +146,7 @@ def real_arm(name: str, seed: int, rates: list[float], duration: float, timeout:
 
 
 def show(name: str, seed: int, rate: float, v: dict, wall: float) -> None:
-    f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    f = lambda x: "-" if x is None else f"{x:.2f}"
     j = v["joint"]
     print(f"{name} seed {seed} rate {rate}: warm p90 {f(j['warm_ttft_p90_s'])} cold p90 {f(j['cold_ttft_p90_s'])}"
           f" TPOT p90 {f(j['tpot_p90_s'])} success {f(j['success'])} | joint {'met' if j['met'] else 'missed'}, "
@@ -196,18 +196,18 @@ def main() -> int:
                 if part == "real":
                     got = real_arm(arm, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real")
                 elif part == "sim":
-                    from benchmarks.policies.ranking_sim import sim_arm   # noqa: PLC0415 (the simulator's part)
+                    from benchmarks.policies.ranking_sim import sim_arm
                     got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
                 else:
-                    from benchmarks.policies.ranking_plan import plan_arm   # noqa: PLC0415 (warmpath plan's part)
+                    from benchmarks.policies.ranking_plan import plan_arm
                     got = plan_arm(arm, seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
                 result.setdefault(part, {})[key] = got
                 path.write_text(json.dumps(result, indent=1))
     if "plan" in a.parts.split(",") and "recommended" not in result:
-        from benchmarks.policies.ranking_plan import recommend   # noqa: PLC0415
+        from benchmarks.policies.ranking_plan import recommend
         result["recommended"] = {str(s): recommend(rates, a.duration, a.timeout, targets["joint"], a.calibration, s)
                                  for s in seeds}
-    from benchmarks.policies.ranking_sim import rankings   # noqa: PLC0415
+    from benchmarks.policies.ranking_sim import rankings
     result["rankings"] = rankings(result, arms, seeds)
     path.write_text(json.dumps(result, indent=1))
     print(json.dumps(result["rankings"], indent=1))

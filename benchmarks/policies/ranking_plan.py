@@ -24,7 +24,7 @@ def plan_candidates() -> dict:
 
 
 def evaluator(calibration: Path, timeout: float, target, duration: float, seed: int, workload_seed: int):
-    from benchmarks.policies.ranking_sim import cpu_setup   # noqa: PLC0415
+    from benchmarks.policies.ranking_sim import cpu_setup
 
     return SimEvaluator(cpu_setup(calibration, timeout), target, make=agent, duration_s=duration, seed=seed,
                         prime=primes, workload_seed=workload_seed, roofline_ppd=False)

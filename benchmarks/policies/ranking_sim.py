@@ -32,7 +32,7 @@ def cpu_setup(calibration: Path, timeout: float):
 def sim_sweep(setup, seed: int, rates: list[float], duration: float, targets: dict) -> dict[float, dict]:
     """The real procedure on one simulated cluster: primed, then each rate after the previous
     drained (``run_rate``'s arrivals and sessions for ``seed``); per rate the verdicts."""
-    from benchmarks.policies.ranking import verdicts   # noqa: PLC0415 (ranking imports this module lazily)
+    from benchmarks.policies.ranking import verdicts
 
     sim = build(setup)
     sim.run(primes())
@@ -52,7 +52,7 @@ def sim_arm(topo: Topology, seed: int, rates: list[float], duration: float, time
             calibration: Path, sim_seeds: int) -> dict:
     """``sim_seeds`` simulated runs (seeds of the step scatter) of one arm at one arrival seed:
     each run's goodput per target, and the median."""
-    from benchmarks.policies.ranking import goodputs   # noqa: PLC0415
+    from benchmarks.policies.ranking import goodputs
 
     base = replace(cpu_setup(calibration, timeout), topology=topo)
     runs = [sim_sweep(replace(base, seed=k), seed, rates, duration, targets) for k in range(sim_seeds)]
@@ -86,6 +86,6 @@ def rankings(result: dict, arms: list[str], seeds: list[int]) -> dict:
 
 def same_order(a: dict, b: dict) -> bool:
     """Every pair of keys compares the same way (<, =, >) in ``a`` as in ``b``."""
-    sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
+    sign = lambda x: (x > 0) - (x < 0)
     ks = list(a)
     return all(sign(a[x] - a[y]) == sign(b[x] - b[y]) for i, x in enumerate(ks) for y in ks[i + 1:])
