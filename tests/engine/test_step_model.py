@@ -85,3 +85,29 @@ def test_json_round_trip_and_old_calibrations_load():
     assert mixed_row((4, 512, 64, 0.3)) == (4, 512, 64, 512, 0.3)
     assert profile([(b, cd, t, s) for b, cd, t, cp, s in GRID if cp == cd]).fit().mixed_coef == \
         pytest.approx(TRUE, rel=1e-7, abs=1e-12)
+
+
+def test_calibrate_refit_fits_the_timed_steps_again_and_keeps_the_rest(tmp_path, capsys):
+    from warmpath.cli import main
+
+    prof = profile(GRID)
+    old = StepModel((0.05, 0.001, 0.0), (0.01, 0.003, 0.0))     # an earlier version's output: no mixed fit
+    src, out = tmp_path / "old.json", tmp_path / "new.json"
+    src.write_text(json.dumps({"step_model": old.to_json(), "kv_bytes_per_token": 46080, "step_cv": 0.04,
+                               "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed}}))
+    assert main(["calibrate", "--refit", str(src), "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    m = StepModel.from_json(got["step_model"])
+    assert m.mixed_coef == pytest.approx(TRUE, rel=1e-7, abs=1e-12) and m.mixed_rows == 36
+    assert m.prefill_coef == pytest.approx((0.05, 0.001, 0.0), abs=1e-9)
+    assert got["step_cv"] == 0.04 and got["refit_of"] == str(src) and len(got["ppd_table"]) == 36
+    assert "36 mixed steps" in capsys.readouterr().out
+
+
+def test_calibrate_refit_names_a_file_without_timed_steps(tmp_path, capsys):
+    from warmpath.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"step_model": {}}')
+    assert main(["calibrate", "--refit", str(bad), "--out", str(tmp_path / "o.json")]) == 2
+    assert "--refit" in capsys.readouterr().err

@@ -32,7 +32,30 @@ def add_parser(sub) -> None:
     c.add_argument("--serve-args", default="", help="extra `warmpath serve` flags for the served phase")
     c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
+    c.add_argument("--refit", default=None, metavar="CALIBRATION",
+                   help="time nothing: refit an earlier calibrate output's timed steps (its `profile`) with this "
+                        "version's fit and write it to --out (the step model and PPD table change; the rest is kept)")
     c.set_defaults(fn=main)
+
+
+def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
+    """``--refit``: ``src``'s timed steps fitted again (torch-free); everything else kept."""
+    from warmpath.engine.step_model import StepProfile
+    from warmpath.router.ppd import table_from_model
+
+    try:
+        cal = json.loads(Path(src).read_text())
+        prof = StepProfile(*([tuple(r) for r in cal["profile"][k]] for k in ("prefill", "decode", "mixed")))
+        kvb = int(cal["kv_bytes_per_token"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--refit {src}: not a `warmpath calibrate` output with its timed steps ({e})") from e
+    model = prof.fit()
+    table = table_from_model(model, kvb, l3_gbps * 1e9, network_gbps * 1e9)
+    cal.update(step_model=model.to_json(), ppd_table=table.to_json(), refit_of=src)
+    Path(out).write_text(json.dumps(cal, indent=1))
+    print(f"refit {src}: {len(prof.prefill)} prefill, {len(prof.decode)} decode, {len(prof.mixed)} mixed steps; "
+          f"mixed: {model.mixed_form}; wrote {out}")
+    return 0
 
 
 def _traced(paths: list[str]):
@@ -68,6 +91,8 @@ def _served(a: argparse.Namespace, workdir: Path) -> dict:
 
 def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
+    if a.refit:
+        return refit(a.refit, a.out, a.l3_gbps, a.network_gbps)
     import torch
 
     from warmpath.bench.workload import coding_agent

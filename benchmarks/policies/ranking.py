@@ -1,0 +1,218 @@
+"""Which split wins under a TTFT *and* TPOT target on this machine: 2 replicas vs 1P1D vs 1P1D
+with dynamic PPD, each worker pinned to its own core, on the real engine and on the simulator.
+
+Target, stated before measuring (issue 28): warm TTFT p90 <= 2 s, cold TTFT p90 <= 20 s and
+per-request TPOT p90 <= 1.5x the unloaded TPOT, >= 90% of the requests of every class attaining
+their bounds (DistServe's goodput share) and >= 99% succeeding (``bench/targets.py``). The
+unloaded TPOT is measured first: the median per-request TPOT of 10 sessions of the workload
+started 20 s apart (nothing else in flight) on the replica arm. Beside it the TTFT-only target
+(``CLUSTER_TARGET``) is judged on the same requests. Goodput: the highest offered rate meeting
+the target with every lower rate meeting it (``targets.highest_met``).
+
+Workload: ``benchmarks/common/workload.agent`` (3 primed 1,536-token repositories, 25% new
+2,048-token documents, 1-3 turns, 32-token answers), arrivals from ``--seeds``; each arm is
+started fresh per seed, primed, then run at each rate in turn (stopping once both targets
+missed). TTFT is timed from arrival; the client times out at ``--timeout`` (a failure).
+Part ``sim`` replays the same arms, seeds and rates on the simulator's CPU profile built from
+``warmpath calibrate``'s output (``--calibration``), as a user gets it.
+
+    python -m benchmarks.policies.ranking [--parts real,sim] [--seeds 11,12,13]
+        [--rates 0.05,0.1,0.15,0.2] [--duration 60] [--out benchmarks/results/ranking]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common.workload import WORKERS, agent, prime
+from warmpath.bench.metrics import Record
+from warmpath.bench.runner import OpenAITarget
+from warmpath.bench.sweep import judge, run_rate, sweep_summary, write_results
+from warmpath.bench.targets import CLUSTER_TARGET, Target
+from warmpath.launch import launcher
+from warmpath.launch.topology import Topology
+from warmpath.models.loader import load_tokenizer
+from warmpath.procs import free_port
+
+ARMS = {
+    "replica-2": Topology("replica-2", "replica", {"replica": 2}, cpus={"replica-0": "0", "replica-1": "1"}),
+    "pd-1p1d": Topology("pd-1p1d", "pd", {"prefill": 1, "decode": 1}, cpus={"prefill-0": "0", "decode-0": "1"}),
+    "pd-1p1d@dynamic": Topology("pd-1p1d@dynamic", "pd", {"prefill": 1, "decode": 1}, "dynamic",
+                                cpus={"prefill-0": "0", "decode-0": "1"}),
+}
+TPOT_FACTOR = 1.5
+
+
+def joint_target(unloaded_tpot_s: float) -> Target:
+    """The joint target: ``CLUSTER_TARGET``'s TTFT bounds plus TPOT p90 <= 1.5x unloaded."""
+    return Target.parse(f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={TPOT_FACTOR * unloaded_tpot_s:.4f}")
+
+
+def records(rows: list[dict]) -> list[Record]:
+    """``requests.jsonl`` rows back into the bench's records (enough for a target's verdict)."""
+    return [Record(r["sid"], r["turn"], r["class"], r["ok"], r["ttft_s"], r["e2e_s"], r["output_tokens"],
+                   r["prompt_tokens"], r["cached_tokens"], error=r["error"]) for r in rows]
+
+
+def verdicts(recs: list[Record], duration_s: float, rate: float, targets: dict[str, Target]) -> dict:
+    """Per target: met (``Target.met``), attainment and the TTFT / TPOT p90s by class."""
+    out = {}
+    for name, t in targets.items():
+        j = judge(recs, duration_s, t, rate)
+        cl = j["classes"]
+        out[name] = {"met": j["slo_met"], "attainment": {c: cl[c]["attainment"] for c in ("warm", "cold")},
+                     "warm_ttft_p90_s": cl["warm"]["ttft_p90_s"], "cold_ttft_p90_s": cl["cold"]["ttft_p90_s"],
+                     "tpot_p90_s": cl["all"]["tpot_p90_s"], "success": cl["all"]["success_rate"]}
+    return out
+
+
+def goodputs(points: dict[float, dict]) -> dict[str, float | None]:
+    """Per target: the highest rate met with every lower rate met."""
+    names = next(iter(points.values())).keys() if points else []
+    out = {}
+    for n in names:
+        best = None
+        for r in sorted(points):
+            if not points[r][n]["met"]:
+                break
+            best = r
+        out[n] = best
+    return out
+
+
+def start(topo: Topology):
+    return launcher.start(topo, "127.0.0.1", free_port(), WORKERS, ["--model", "smollm2"], None, 2.0, 1)
+
+
+def unloaded_tpot(sessions: int, gap: float, timeout: float, encode, out: Path) -> float:
+    """Median per-request TPOT on the replica arm with nothing else running: ``sessions`` of the
+    workload (seed 900, no benchmark's), one starting every ``gap`` seconds (a session's turns
+    follow each other at once, as in the benchmark)."""
+    c = start(ARMS["replica-2"])
+    try:
+        prime(c.url)
+        fixed = agent(sessions, 900)
+        for i, s in enumerate(fixed):
+            s.start = gap * i
+
+        async def go():
+            t = OpenAITarget(c.url, timeout_s=timeout)
+            try:
+                return await run_rate(t, agent, None, None, CLUSTER_TARGET, seed=900, encode=encode, quiet=True,
+                                      fixed=fixed)
+            finally:
+                await t.close()
+        res = asyncio.run(go())
+    finally:
+        c.stop()
+    tpots = [r["tpot_s"] for r in res["requests"] if r["ok"] and r["tpot_s"]]
+    (out / "unloaded.json").write_text(json.dumps({"tpots": tpots, "median": statistics.median(tpots)}, indent=1))
+    return statistics.median(tpots)
+
+
+def real_arm(name: str, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
+             encode, out: Path) -> dict:
+    """One arm, started fresh and primed, at each rate until both targets miss."""
+    c = start(ARMS[name])
+    runs, points = {}, {}
+
+    async def sweep():
+        t = OpenAITarget(c.url, timeout_s=timeout)
+        try:
+            for r in rates:
+                t0 = time.time()
+                res = await run_rate(t, agent, r, duration, targets["joint"], seed=seed, encode=encode, quiet=True)
+                runs[r] = res
+                points[r] = verdicts(records(res["requests"]), res["duration_s"], r, targets)
+                show(name, seed, r, points[r], time.time() - t0)
+                if not any(v["met"] for v in points[r].values()):
+                    break
+        finally:
+            await t.close()
+    try:
+        prime(c.url)
+        asyncio.run(sweep())
+    finally:
+        c.stop()
+    write_results(out / f"{name}_s{seed}", {"target": name, **sweep_summary(runs, targets["joint"])})
+    return {"points": points, "goodput": goodputs(points)}
+
+
+def show(name: str, seed: int, rate: float, v: dict, wall: float) -> None:
+    f = lambda x: "-" if x is None else f"{x:.2f}"
+    j = v["joint"]
+    print(f"{name} seed {seed} rate {rate}: warm p90 {f(j['warm_ttft_p90_s'])} cold p90 {f(j['cold_ttft_p90_s'])}"
+          f" TPOT p90 {f(j['tpot_p90_s'])} success {f(j['success'])} | joint {'met' if j['met'] else 'missed'}, "
+          f"ttft-only {'met' if v['ttft']['met'] else 'missed'} ({wall:.0f} s)", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", default="real,sim,plan", help="real: the cluster; sim: `bench --sim`'s "
+                   "procedure; plan: `warmpath plan`'s evaluator and its recommendation")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--seeds", default="11,12,13")
+    p.add_argument("--rates", default="0.05,0.1,0.15,0.2")
+    p.add_argument("--duration", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="client timeout (s; the simulator cuts at it too): a cold prompt can queue behind two "
+                        "documents of ~7 s each on one core, so `bench`'s 30 s would turn queueing into failures")
+    p.add_argument("--unloaded", type=float, help="the unloaded TPOT (s); measured first when not given")
+    p.add_argument("--unloaded-sessions", type=int, default=10)
+    p.add_argument("--unloaded-gap", type=float, default=20.0, help="seconds between the unloaded sessions' starts")
+    p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/sim_accuracy/calibration.json"))
+    p.add_argument("--sim-seeds", type=int, default=3, help="simulated runs per real run (seeds of the step scatter)")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/ranking"))
+    a = p.parse_args()
+    arms = a.arms.split(",")
+    if bad := [x for x in arms if x not in ARMS]:
+        p.error(f"--arms: unknown {bad}; known: {sorted(ARMS)}")
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / "ranking.json"
+    result = json.loads(path.read_text()) if path.exists() else {}
+    seeds = [int(x) for x in a.seeds.split(",")]
+    rates = [float(x) for x in a.rates.split(",")]
+    encode = functools.partial(load_tokenizer().encode, add_special=False)
+    unloaded = a.unloaded or result.get("unloaded_tpot_s") or unloaded_tpot(a.unloaded_sessions, a.unloaded_gap, a.timeout, encode,
+                                                                          a.out)
+    targets = {"joint": joint_target(unloaded), "ttft": CLUSTER_TARGET}
+    result.update({"command": " ".join(["python", "-m", "benchmarks.policies.ranking", *sys.argv[1:]]),
+                   "unloaded_tpot_s": unloaded, "targets": {k: t.to_json() for k, t in targets.items()},
+                   "rates": rates, "duration_s": a.duration, "timeout_s": a.timeout})
+    print(f"unloaded TPOT {unloaded:.4f} s → joint target {targets['joint'].to_json()}", flush=True)
+    for part in a.parts.split(","):
+        for seed in seeds:
+            for arm in arms:
+                key = f"{arm}/{seed}"
+                if key in result.get(part, {}):
+                    continue
+                if part == "real":
+                    got = real_arm(arm, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real")
+                elif part == "sim":
+                    from benchmarks.policies.ranking_sim import sim_arm
+                    got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
+                else:
+                    from benchmarks.policies.ranking_plan import plan_arm
+                    got = plan_arm(arm, seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
+                result.setdefault(part, {})[key] = got
+                path.write_text(json.dumps(result, indent=1))
+    if "plan" in a.parts.split(",") and "recommended" not in result:
+        from benchmarks.policies.ranking_plan import recommend
+        result["recommended"] = {str(s): recommend(rates, a.duration, a.timeout, targets["joint"], a.calibration, s)
+                                 for s in seeds}
+    from benchmarks.policies.ranking_sim import rankings
+    result["rankings"] = rankings(result, arms, seeds)
+    path.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["rankings"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

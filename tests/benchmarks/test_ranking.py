@@ -1,0 +1,66 @@
+"""The ranking benchmark's bookkeeping (benchmarks/policies/ranking*.py), by hand (no cluster)."""
+
+import pytest
+
+from benchmarks.policies.ranking import ARMS, goodputs, joint_target, records, verdicts
+from benchmarks.policies.ranking_plan import CANDIDATES, plan_candidates
+from benchmarks.policies.ranking_sim import rankings, same_order
+
+
+def row(cls, ttft, tpot, ok=True, turn=1):
+    """A requests.jsonl row of a 33-token answer whose TPOT is ``tpot``."""
+    return {"sid": f"s{ttft}", "turn": turn, "class": cls, "ok": ok, "ttft_s": ttft if ok else None,
+            "e2e_s": ttft + 32 * tpot if ok else None, "output_tokens": 33 if ok else 0, "prompt_tokens": 100,
+            "cached_tokens": 0, "error": None if ok else "TimeoutError"}
+
+
+def test_joint_target_bounds_tpot_at_one_and_a_half_the_unloaded():
+    t = joint_target(0.1108)
+    assert t.bounds("all").tpot_p90 == pytest.approx(0.1662)
+    assert t.bounds("warm").ttft_p90 == 2.0 and t.bounds("cold").ttft_p90 == 20.0
+
+
+def test_verdicts_judge_the_same_requests_under_both_targets():
+    # 10 warm requests: 9 within 2 s and a TPOT of 0.15 s, the tenth 2.5 s; one cold at 9 s with a TPOT of 0.3 s
+    rows = [row("warm", 0.5 + 0.1 * i, 0.15) for i in range(9)] + [row("warm", 2.5, 0.15), row("cold", 9.0, 0.3)]
+    v = verdicts(records(rows), 60.0, 0.1, {"joint": joint_target(0.11), "ttft": joint_target(10.0)})
+    # joint: TPOT bound 0.165 s; the cold request's 0.3 s misses -> cold attainment 0 -> missed
+    assert v["joint"]["attainment"] == {"warm": 0.9, "cold": 0.0} and not v["joint"]["met"]
+    # a loose TPOT: 9 of 10 warm within 2 s (0.9 attains), warm p90 1.3 + 0.1 * (2.5 - 1.3) = 1.42 s: met
+    assert v["ttft"]["attainment"] == {"warm": 0.9, "cold": 1.0}
+    assert v["ttft"]["warm_ttft_p90_s"] == pytest.approx(1.42) and v["ttft"]["met"]
+
+
+def test_goodput_stops_at_the_first_miss():
+    pts = {0.05: {"j": {"met": True}}, 0.1: {"j": {"met": False}}, 0.15: {"j": {"met": True}}}
+    assert goodputs(pts) == {"j": 0.05}
+    assert goodputs({0.05: {"j": {"met": False}}}) == {"j": None}
+
+
+def test_same_order_counts_ties():
+    assert same_order({"a": 0.1, "b": 0.05, "c": 0.05}, {"a": 0.2, "b": 0.1, "c": 0.1})
+    assert not same_order({"a": 0.1, "b": 0.05}, {"a": 0.1, "b": 0.1})     # a tie where the other orders
+    assert not same_order({"a": 0.1, "b": 0.05}, {"a": 0.05, "b": 0.1})
+
+
+def test_rankings_take_the_median_over_seeds_and_say_whether_sim_agrees():
+    res = {"real": {"x/1": {"goodput": {"joint": 0.1, "ttft": 0.2}}, "x/2": {"goodput": {"joint": None, "ttft": 0.2}},
+                    "x/3": {"goodput": {"joint": 0.1, "ttft": 0.15}},
+                    "y/1": {"goodput": {"joint": 0.05, "ttft": 0.2}}, "y/2": {"goodput": {"joint": 0.05, "ttft": 0.2}},
+                    "y/3": {"goodput": {"joint": 0.05, "ttft": 0.2}}},
+           "sim": {f"{a}/{s}": {"goodput": {"joint": 0.1 if a == "x" else 0.05, "ttft": 0.2}}
+                   for a in "xy" for s in (1, 2, 3)}}
+    r = rankings(res, ["x", "y"], [1, 2, 3])
+    assert r["real"]["joint"]["median"] == {"x": 0.1, "y": 0.05} and r["real"]["joint"]["order"] == ["x", "y"]
+    assert r["real"]["ttft"]["median"] == {"x": 0.2, "y": 0.2}
+    assert r["sim_agrees"] == {"joint": True, "ttft": True} and "plan_agrees" not in r
+
+
+def test_every_arm_is_pinned_one_worker_per_core_and_has_a_plan_candidate():
+    assert {a: t.cpus for a, t in ARMS.items()} == {
+        "replica-2": {"replica-0": "0", "replica-1": "1"}, "pd-1p1d": {"prefill-0": "0", "decode-0": "1"},
+        "pd-1p1d@dynamic": {"prefill-0": "0", "decode-0": "1"}}
+    cands = plan_candidates()
+    assert {a: cands[c].topology().workers for a, c in CANDIDATES.items()} == {
+        a: t.workers for a, t in ARMS.items()}
+    assert cands[CANDIDATES["pd-1p1d@dynamic"]].ppd == "dynamic"
