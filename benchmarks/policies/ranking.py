@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common.workload import WORKERS, agent, prime
+from benchmarks.policies.ranking_plan import CANDIDATES
 from warmpath.bench.metrics import Record
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import judge, run_rate, sweep_summary, write_results
@@ -47,6 +48,10 @@ ARMS = {
     "pd-1p1d@dynamic": Topology("pd-1p1d@dynamic", "pd", {"prefill": 1, "decode": 1}, "dynamic",
                                 cpus={"prefill-0": "0", "decode-0": "1"}),
 }
+# issue 29's per-request path decision on the same two cores, routing for the joint target; its
+# router gets that target (``--slo``) and the calibration's step model (``--calibration``)
+ARMS["goodput-1p1d"] = Topology("goodput-1p1d", "goodput", {"prefill": 1, "decode": 1},
+                                cpus={"prefill-0": "0", "decode-0": "1"})
 TPOT_FACTOR = 1.5
 
 
@@ -87,8 +92,14 @@ def goodputs(points: dict[float, dict]) -> dict[str, float | None]:
     return out
 
 
-def start(topo: Topology):
-    return launcher.start(topo, "127.0.0.1", free_port(), WORKERS, ["--model", "smollm2"], None, 2.0, 1)
+def start(topo: Topology, router_argv: tuple = ()):
+    return launcher.start(topo, "127.0.0.1", free_port(), WORKERS, ["--model", "smollm2", *router_argv], None, 2.0, 1)
+
+
+def router_argv(topo: Topology, targets: dict, calibration: Path) -> tuple:
+    """A ``goodput`` router routes for the joint target with the calibration's step model;
+    the fixed arms' routers run as ``warmpath serve`` does by default (the online model)."""
+    return ("--slo", targets["joint"].spec(), "--calibration", str(calibration)) if topo.policy == "goodput" else ()
 
 
 def unloaded_tpot(sessions: int, gap: float, timeout: float, encode, out: Path) -> float:
@@ -118,9 +129,9 @@ def unloaded_tpot(sessions: int, gap: float, timeout: float, encode, out: Path) 
 
 
 def real_arm(name: str, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
-             encode, out: Path) -> dict:
+             encode, out: Path, calibration: Path) -> dict:
     """One arm, started fresh and primed, at each rate until both targets miss."""
-    c = start(ARMS[name])
+    c = start(ARMS[name], router_argv(ARMS[name], targets, calibration))
     runs, points = {}, {}
 
     async def sweep():
@@ -157,7 +168,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="real,sim,plan", help="real: the cluster; sim: `bench --sim`'s "
                    "procedure; plan: `warmpath plan`'s evaluator and its recommendation")
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--arms", default="replica-2,pd-1p1d,pd-1p1d@dynamic", help=f"of {sorted(ARMS)}")
     p.add_argument("--seeds", default="11,12,13")
     p.add_argument("--rates", default="0.05,0.1,0.15,0.2")
     p.add_argument("--duration", type=float, default=60.0)
@@ -194,13 +205,16 @@ def main() -> int:
                 if key in result.get(part, {}):
                     continue
                 if part == "real":
-                    got = real_arm(arm, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real")
+                    got = real_arm(arm, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real",
+                                   a.calibration)
                 elif part == "sim":
                     from benchmarks.policies.ranking_sim import sim_arm
                     got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
-                else:
+                elif arm in CANDIDATES:   # plan's space has no goodput candidate
                     from benchmarks.policies.ranking_plan import plan_arm
                     got = plan_arm(arm, seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
+                else:
+                    continue
                 result.setdefault(part, {})[key] = got
                 path.write_text(json.dumps(result, indent=1))
     if "plan" in a.parts.split(",") and "recommended" not in result:

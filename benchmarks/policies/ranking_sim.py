@@ -55,6 +55,8 @@ def sim_arm(topo: Topology, seed: int, rates: list[float], duration: float, time
     from benchmarks.policies.ranking import goodputs
 
     base = replace(cpu_setup(calibration, timeout), topology=topo)
+    if topo.policy == "goodput":   # it routes for the joint target, as its real router does
+        base = replace(base, target=targets["joint"])
     runs = [sim_sweep(replace(base, seed=k), seed, rates, duration, targets) for k in range(sim_seeds)]
     per_run = [goodputs(r) for r in runs]
     med = {n: statistics.median([g[n] or 0.0 for g in per_run]) for n in targets}
@@ -72,14 +74,17 @@ def rankings(result: dict, arms: list[str], seeds: list[int]) -> dict:
         got = result.get(part)
         if not got:
             continue
+        present = [arm for arm in arms if any(f"{arm}/{s}" in got for s in seeds)]
         for n in ("joint", "ttft"):
-            per = {arm: [(got.get(f"{arm}/{s}") or {}).get("goodput", {}).get(n) for s in seeds] for arm in arms}
+            per = {arm: [(got.get(f"{arm}/{s}") or {}).get("goodput", {}).get(n) for s in seeds] for arm in present}
             med = {arm: statistics.median([x or 0.0 for x in xs]) for arm, xs in per.items()}
-            order = sorted(arms, key=lambda a: -med[a])
+            order = sorted(present, key=lambda a: -med[a])
             out.setdefault(part, {})[n] = {"per_seed": per, "median": med, "order": order}
     for part in ("sim", "plan"):
         if "real" in out and part in out:
-            out[f"{part}_agrees"] = {n: same_order(out["real"][n]["median"], out[part][n]["median"])
+            common = [a for a in out["real"]["joint"]["median"] if a in out[part]["joint"]["median"]]
+            out[f"{part}_agrees"] = {n: same_order({a: out["real"][n]["median"][a] for a in common},
+                                                   {a: out[part][n]["median"][a] for a in common})
                                      for n in ("joint", "ttft")}
     return out
 

@@ -59,8 +59,19 @@ def test_rankings_take_the_median_over_seeds_and_say_whether_sim_agrees():
 def test_every_arm_is_pinned_one_worker_per_core_and_has_a_plan_candidate():
     assert {a: t.cpus for a, t in ARMS.items()} == {
         "replica-2": {"replica-0": "0", "replica-1": "1"}, "pd-1p1d": {"prefill-0": "0", "decode-0": "1"},
-        "pd-1p1d@dynamic": {"prefill-0": "0", "decode-0": "1"}}
+        "pd-1p1d@dynamic": {"prefill-0": "0", "decode-0": "1"}, "goodput-1p1d": {"prefill-0": "0", "decode-0": "1"}}
     cands = plan_candidates()
     assert {a: cands[c].topology().workers for a, c in CANDIDATES.items()} == {
-        a: t.workers for a, t in ARMS.items()}
+        a: t.workers for a, t in ARMS.items() if a != "goodput-1p1d"}     # plan's space has no goodput candidate
     assert cands[CANDIDATES["pd-1p1d@dynamic"]].ppd == "dynamic"
+
+
+def test_only_the_goodput_router_gets_the_joint_target_and_the_calibration(tmp_path):
+    from pathlib import Path
+
+    from benchmarks.policies.ranking import router_argv
+
+    t = {"joint": joint_target(0.1108)}
+    assert router_argv(ARMS["goodput-1p1d"], t, Path("cal.json")) == (
+        "--slo", t["joint"].spec(), "--calibration", "cal.json")
+    assert router_argv(ARMS["pd-1p1d@dynamic"], t, Path("cal.json")) == ()
