@@ -10,12 +10,9 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.common.workload import agent
-from benchmarks.sim_accuracy.sim_validation import primes
-from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
+from benchmarks.sim_accuracy.sim_validation import simulate_sweep
 from warmpath.launch.topology import Topology
 from warmpath.sim.cli import add_parser, setup_from_args
-from warmpath.sim.run import build
 
 
 def cpu_setup(calibration: Path, timeout: float):
@@ -30,22 +27,12 @@ def cpu_setup(calibration: Path, timeout: float):
 
 
 def sim_sweep(setup, seed: int, rates: list[float], duration: float, targets: dict) -> dict[float, dict]:
-    """The real procedure on one simulated cluster: primed, then each rate after the previous
-    drained (``run_rate``'s arrivals and sessions for ``seed``); per rate the verdicts."""
+    """The real procedure on one simulated cluster (``sim_validation.simulate_sweep``: primed,
+    each rate after the previous drained, ``run_rate``'s arrivals and sessions for ``seed``);
+    per rate the verdicts of both targets."""
     from benchmarks.policies.ranking import verdicts
 
-    sim = build(setup)
-    sim.run(primes())
-    out = {}
-    for rate in rates:
-        start, seen = sim.now + 1.0, len(sim.records)
-        times = arrival_times(ArrivalConfig(rate, duration, seed=seed))
-        sessions = agent(len(times), session_seed(seed, rate))
-        for s, t in zip(sessions, times):
-            s.start = start + t
-        recs = sim.run(sessions)[seen:]
-        out[rate] = verdicts(recs, max(sim.now - start, duration), rate, targets)
-    return out
+    return simulate_sweep(setup, rates, duration, seed, lambda recs, dur, rate: verdicts(recs, dur, rate, targets))
 
 
 def sim_arm(topo: Topology, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,

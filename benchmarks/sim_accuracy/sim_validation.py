@@ -28,14 +28,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.common import workload as real  # benchmarks/policies/real_policies.py: the same workload definitions
-
-from warmpath.bench.arrivals import ArrivalConfig, arrival_times
+from benchmarks.common import (
+    workload as real,  # benchmarks/policies/real_policies.py: the same workload definitions
+)
+from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import summarize
 from warmpath.bench.workload import Session, Turn, repo_contexts
-from warmpath.launch.topology import resolve
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
+from warmpath.launch.topology import resolve
 from warmpath.sim.cli import CPU
 from warmpath.sim.hardware import MODELS
 from warmpath.sim.run import SimSetup, build
@@ -60,22 +61,25 @@ def cluster_setup(topology: str, fitted: StepModel, hw, measured: dict) -> SimSe
                     cpu_cores=2, store_bytes_s=hw.nic_bytes_s, l3_gib=2.0, **measured)
 
 
-def simulate_sweep(setup: SimSetup, rates: list[float], duration: float, seed: int = real.SEED) -> dict[float, dict]:
+def simulate_sweep(setup: SimSetup, rates: list[float], duration: float, seed: int = real.SEED,
+                   judge=None) -> dict[float, dict]:
     """The real benchmark's procedure on one simulated cluster: prime the repository contexts,
     then each rate in the run's order, each after the previous one drained (the caches carry
     over, as they did on the real cluster). ``seed``: the run's ``--seed`` (arrivals; sessions
-    ``seed + int(rate * 1000)``). Returns the bench summary's classes per rate."""
+    ``bench/arrivals.session_seed``). Per rate ``judge(records, duration_s, rate)``; by default
+    the bench summary's classes under ``real.TARGET``."""
+    judge = judge or (lambda recs, dur, rate: summarize(recs, dur, real.TARGET))
     sim = build(setup)
     sim.run(primes())
     out = {}
     for rate in rates:
         start, seen = sim.now + 1.0, len(sim.records)
         times = arrival_times(ArrivalConfig(rate, duration, seed=seed))
-        sessions = real.agent(len(times), seed + int(rate * 1000))
+        sessions = real.agent(len(times), session_seed(seed, rate))
         for s, t in zip(sessions, times):
             s.start = start + t
         recs = sim.run(sessions)[seen:]
-        out[rate] = summarize(recs, max(sim.now - start, duration), real.TARGET)
+        out[rate] = judge(recs, max(sim.now - start, duration), rate)
     return out
 
 
