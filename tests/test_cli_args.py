@@ -19,3 +19,31 @@ def test_defaults_are_as_before():
     assert (a.topology, a.schedule_order, a.kv_write_mode, a.kv_load_mode, a.log_level) == (
         "single", "decode-first", None, "auto", "INFO")
     assert tier_config(a).write_mode == "write-back"          # a replica (the single worker)
+
+
+def test_command_is_the_first_word_after_the_global_options():
+    from warmpath.cli import _command
+
+    assert _command(["--log-level", "warning", "worker", "--worker-id", "bench"]) == "worker"
+    assert _command(["bench", "--rate", "1"]) == "bench"
+    assert _command(["--log-level=debug", "router"]) == "router"
+    assert _command(["--help"]) is None
+
+
+def test_a_worker_start_imports_no_benchmark_or_simulator_module():
+    """``warmpath worker`` builds only the core subcommands' parsers; ``warmpath --help``
+    still lists every subcommand."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from warmpath.cli import build_parser; p = build_parser('worker'); "
+            "a = p.parse_args(['worker', '--router', 'http://127.0.0.1:1']); "
+            "print(a.cmd, sorted(m for m in ('warmpath.sim.repro', 'warmpath.bench.cli', 'warmpath.plan.cli') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "worker []"
+    from warmpath.cli import build_parser
+
+    names = build_parser()._subparsers._group_actions[0].choices
+    assert {"worker", "router", "serve", "bench", "sim", "repro", "map", "plan", "deploy", "manifests"} <= set(names)

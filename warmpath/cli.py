@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
@@ -173,8 +174,34 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``warmpath`` command line (every subcommand)."""
+# subcommands whose modules a worker, router or serve start need not import (~1 s on 2 cores)
+_MORE_COMMANDS = {
+    "store": ("warmpath.launch.store", {}), "manifests": ("warmpath.launch.manifests_cli", {}),
+    "deploy": ("warmpath.deploy.cli", {}), "calibrate": ("warmpath.calibrate.cli", {}),
+    "bench": ("warmpath.bench.cli", {"fn": lambda a: _bench(a)}), "sim": ("warmpath.sim.cli", {}),
+    "repro": ("warmpath.sim.repro", {}), "map": ("warmpath.sim.map_cli", {}), "plan": ("warmpath.plan.cli", {}),
+}
+
+
+_CORE_COMMANDS = ("serve", "worker", "router", "prepare")
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (the first word after the global ``--log-level``)."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--log-level":
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:
+            return argv[i]
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``warmpath`` command line: every subcommand, or (``only``) the core ones and that
+    one, so that starting a worker does not import the benchmark and simulator modules."""
     from warmpath.launch.topology import PPD_MODES
     from warmpath.router.policy import POLICIES
 
@@ -209,32 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("prepare", help="convert and cache the model weights")
     pr.add_argument("--model", default="smollm2")
     pr.set_defaults(fn=_prepare)
-    from warmpath.bench.cli import add_parser as add_bench
-    from warmpath.calibrate.cli import add_parser as add_calibrate
-    from warmpath.sim.cli import add_parser as add_sim
-
-    from warmpath.plan.cli import add_parser as add_plan
-    from warmpath.sim.repro import add_parser as add_repro
-    from warmpath.sim.map_cli import add_parser as add_map
-
-    from warmpath.launch.manifests_cli import add_parser as add_manifests
-    from warmpath.launch.store import add_parser as add_store
-    from warmpath.deploy.cli import add_parser as add_deploy
-
-    add_store(sub)
-    add_manifests(sub)
-    add_deploy(sub)
-    add_calibrate(sub)
-    add_bench(sub, fn=_bench)
-    add_sim(sub)
-    add_repro(sub)
-    add_map(sub)
-    add_plan(sub)
+    for name, (module, kwargs) in _MORE_COMMANDS.items():
+        if only is None or only == name:
+            importlib.import_module(module).add_parser(sub, **kwargs)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    cmd = _command(argv)
+    a = build_parser(only=cmd if cmd in _MORE_COMMANDS or cmd in _CORE_COMMANDS else None).parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from warmpath.models.gguf_loader import ModelFileError
 

@@ -116,7 +116,7 @@ def main() -> int:
     token = "ray-deploy-bench-" + str(random.randrange(1 << 60))
     auth = {"Authorization": f"Bearer {token}"}
     result: dict = {"goals": {"restart_serving_s": 10, "scale_down_failed": 0, "ttft_p50_overhead": 0.05}}
-    with RayHosts(NODES, {"a": 0, "b": 2, "c": 2}) as rc:
+    with RayHosts(NODES, {"a": 0, "b": 2, "c": 2}, nice=0) as rc:   # the priority `warmpath serve` runs at
         rc.env["WARMPATH_CLUSTER_TOKEN"] = token
         rc.deploy(*DEPLOY)
         ray_ttft = rc.on("a", ttft, first_token_s, ROUTER, a.ttft_requests, auth)

@@ -40,8 +40,11 @@ def skip_reason() -> str | None:
 class RayHosts:
     """Nodes ``{name: address}`` (the first is the head) on bridge ``prefix-br``."""
 
-    def __init__(self, nodes: dict[str, str], cpus: dict[str, float], prefix: str = "wpr", port: int = 6379):
-        self.nodes, self.cpus, self.prefix, self.port = nodes, cpus, prefix, port
+    def __init__(self, nodes: dict[str, str], cpus: dict[str, float], prefix: str = "wpr", port: int = 6379,
+                 nice: int = 19):
+        """``nice``: the Ray nodes' niceness, inherited by every process Ray starts (19 in
+        tests; a measurement against ``warmpath serve`` gives both the same, 0)."""
+        self.nodes, self.cpus, self.prefix, self.port, self.nice = nodes, cpus, prefix, port, nice
         self.ns = {n: f"{prefix}-{n}" for n in nodes}
         self.head = next(iter(nodes))
         self.address = f"{nodes[self.head]}:{port}"
@@ -101,7 +104,7 @@ class RayHosts:
         where = ["--head", "--port", str(self.port), "--include-dashboard", "false"] if head else ["--address", self.address]
         log = open(self.tmp / f"ray-{node}.log", "w")  # noqa: SIM115 - the node outlives this call
         self.procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", self.ns[node], "nice", "-n", "19", sys.executable, "-m", "ray.scripts.scripts",
+            ["ip", "netns", "exec", self.ns[node], "nice", "-n", str(self.nice), sys.executable, "-m", "ray.scripts.scripts",
              "start", *where, "--node-ip-address", self.nodes[node], "--num-cpus", str(self.cpus.get(node, 1)),
              "--num-gpus", "0", "--object-store-memory", str(100 << 20), "--disable-usage-stats", "--temp-dir", str(self.tmp / node), "--block"],
             stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))

@@ -74,3 +74,16 @@ def test_quantizing_leaves_the_table_mapped_but_not_resident():
     r = load("fp16w")        # builds an fp16 LM head from the whole table, then maps it afresh
     assert "embed_tokens.weight" in r["mapped"] and r["contiguous"]
     assert r["file"] < 64 * MIB, r
+
+
+def test_loading_the_default_model_does_not_import_dynamo():
+    """A worker's start (and every restart) must not pay torch._dynamo's import (3-4 s on
+    2 cores): building the model for the checkpoint draws no random weights."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from warmpath.models.loader import load_model; lm = load_model('smollm2'); "
+            "print(lm.model_id, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["SmolLM2-135M-Instruct", "False"]

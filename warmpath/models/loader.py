@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from warmpath.models.gguf_loader import ModelFileError, cached_conversion, file_
 from warmpath.models.llama import LlamaForCausalLM
 from warmpath.models.tokenizer import TextTokenizer
 from warmpath.procs import trim_heap
+
+_RANDOM_INIT = (torch.nn.Embedding,)   # the modules of llama.py that draw random weights when built
 
 @dataclass
 class LoadedModel:
@@ -78,12 +81,27 @@ def _map_afresh(model: LlamaForCausalLM, hf_dir: Path) -> None:
                 setattr(mod, name, torch.nn.Parameter(t, requires_grad=p.requires_grad))
 
 
+@contextmanager
+def _no_random_init():
+    """Build modules without their random initialisation: every weight comes from the
+    checkpoint. (Not on the meta device: an op there goes through ``torch._refs`` and
+    imports ``torch._dynamo``, 3-4 s of a worker's start on 2 cores, paid at every restart.)"""
+    saved = {cls: cls.reset_parameters for cls in _RANDOM_INIT}
+    try:
+        for cls in _RANDOM_INIT:
+            cls.reset_parameters = lambda self: None
+        yield
+    finally:
+        for cls, fn in saved.items():
+            cls.reset_parameters = fn
+
+
 def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[
         LlamaForCausalLM, ModelConfig, TextTokenizer | None]:
     """Build our model from an HF directory.
 
-    NOTE: no weight is copied more than once: the model is built on the meta device and
-    takes the checkpoint's tensors (``assign``); on CPU in float32 the embedding and norms
+    NOTE: no weight is copied more than once: the model is built over uninitialised
+    (untouched) storage and takes the checkpoint's tensors (``assign``); on CPU in float32 the embedding and norms
     stay views of the memory-mapped file, shared by every process that maps it.
     """
     cfg_path = hf_dir / "config.json"
@@ -94,9 +112,8 @@ def load_hf_dir(hf_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple
     except (ValueError, KeyError, json.JSONDecodeError) as e:
         raise ModelFileError(f"{cfg_path}: {e}") from e
     sd = _load_safetensors(hf_dir)
-    with torch.device("meta"):
+    with _no_random_init():   # uninitialised storage, replaced by the checkpoint's (never touched)
         model = LlamaForCausalLM(cfg)
-    model.rope = type(model.rope)(cfg)  # buffers are not in the checkpoint
     try:
         model.load_hf_state_dict({k: v.float() for k, v in sd.items()})
     except ValueError as e:
