@@ -9,8 +9,10 @@ router, two Ray worker nodes; tests/deploy/raycluster.py), deploys cpd-1d and:
 * ``--scales`` times: the warm tier 1 → 2 → 1 under four clients' load; failed requests
   and the drain's seconds;
 * ``--ttft-requests`` streamed requests one at a time (cold, distinct prompts): TTFT p50
-  through the Ray deployment, then the same through ``warmpath serve --topology cpd-1d``
-  (same worker flags, on 127.0.0.1) on this machine.
+  through the three-node Ray deployment (its KV handoffs cross the bridge), through the
+  same deployment on a one-node Ray cluster (every process in one namespace: Ray's own
+  overhead, the same network path as ``serve``), and through ``warmpath serve --topology
+  cpd-1d`` (same worker flags, on 127.0.0.1) on this machine.
 
 Needs root, iproute2 and Ray. Writes ``OUT/ray_deploy.json``.
 
@@ -69,7 +71,7 @@ def kills(rc: RayHosts, auth: dict, n: int) -> list[dict]:
         load = Load(rc)
         time.sleep(3)
         old = workers()["prefill-0"]["pid"]
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         os.kill(old, signal.SIGKILL)
         back = rc.wait(lambda old=old: (w := workers().get("prefill-0")) and w["pid"] not in (None, old) and w,
                        120, "back")
@@ -79,7 +81,10 @@ def kills(rc: RayHosts, auth: dict, n: int) -> list[dict]:
         serving = time.monotonic() - t0
         time.sleep(2)
         outcomes = load.end()
+        # Ray's part: from the kill to the new actor's process started (ProcessHost.started_at)
+        restarted = rc.status()["processes"]["prefill-0"].get("started_at", wall0) - wall0
         out.append({"registered_s": round(registered, 2), "serving_s": round(serving, 2), "answered": ok,
+                    "ray_restart_s": round(restarted, 2), "process_start_s": round(registered - restarted, 2),
                     "requests": len(outcomes), "failed": sum(o != 200 for o in outcomes)})
         print("kill:", out[-1], flush=True)
     return out
@@ -109,6 +114,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--scales", type=int, default=3)
     ap.add_argument("--ttft-requests", type=int, default=40)
+    ap.add_argument("--only-ttft", action="store_true", help="skip the kills and scale-downs")
     ap.add_argument("--out", default="benchmarks/results/ray_deploy")
     a = ap.parse_args()
     if (why := skip_reason()) is not None:
@@ -120,18 +126,26 @@ def main() -> int:
         rc.env["WARMPATH_CLUSTER_TOKEN"] = token
         rc.deploy(*DEPLOY)
         ray_ttft = rc.on("a", ttft, first_token_s, ROUTER, a.ttft_requests, auth)
-        result["kills"] = kills(rc, auth, a.kills)
-        result["scales"] = scales(rc, a.scales)
+        if not a.only_ttft:
+            result["kills"] = kills(rc, auth, a.kills)
+            result["scales"] = scales(rc, a.scales)
         rc.deploy("--down")
+    with RayHosts({"a": NODES["a"]}, {"a": 4}, prefix="wp1", nice=0) as one:
+        one.env["WARMPATH_CLUSTER_TOKEN"] = token
+        one.deploy(*DEPLOY[:4], "--store-args", "--segment-gib 0.5")
+        one_ttft = one.on("a", ttft, first_token_s, ROUTER, a.ttft_requests, auth)
+        one.deploy("--down")
     with cluster_process("cpd-1d", *FLAGS) as url:
         serve_ttft = ttft(first_token_s, url, a.ttft_requests, AUTH)
-    result["ttft_ms"] = {"ray_p50": p50(ray_ttft), "serve_p50": p50(serve_ttft),
-                         "overhead": round(statistics.median(ray_ttft) / statistics.median(serve_ttft) - 1, 3),
-                         "ray": [round(x * 1000, 1) for x in ray_ttft], "serve": [round(x * 1000, 1) for x in serve_ttft]}
+    ms = lambda xs: [round(x * 1000, 1) for x in xs]
+    over = lambda xs: round(statistics.median(xs) / statistics.median(serve_ttft) - 1, 3)
+    result["ttft_ms"] = {"ray_p50": p50(ray_ttft), "ray_1node_p50": p50(one_ttft), "serve_p50": p50(serve_ttft),
+                         "overhead": over(one_ttft), "overhead_3nodes": over(ray_ttft),
+                         "ray": ms(ray_ttft), "ray_1node": ms(one_ttft), "serve": ms(serve_ttft)}
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "ray_deploy.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "ttft_ms"} | {"ttft_p50_ms": {
-        k: result["ttft_ms"][k] for k in ("ray_p50", "serve_p50", "overhead")}}, indent=1))
+        k: result["ttft_ms"][k] for k in ("ray_p50", "ray_1node_p50", "serve_p50", "overhead", "overhead_3nodes")}}, indent=1))
     return 0
 
 

@@ -25,6 +25,9 @@ and agreement with the reference is measured in ``benchmarks/engine/engine.py``.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 from torch import nn
 
@@ -157,12 +160,20 @@ def quantize_model(model: LlamaForCausalLM, mode: str, calibration_ids: list[int
     swaps = [(parent, child_name, f"{pname}.{child_name}" if pname else child_name, child)
              for pname, parent in model.named_modules()
              for child_name, child in parent.named_children() if isinstance(child, Linear)]
-    for parent, child_name, full, child in swaps:
-        w = child.weight_t.detach().t()
-        setattr(parent, child_name, build(w, None if child.bias is None else child.bias.detach(), full))
+    jobs = [(child.weight_t.detach().t(), None if child.bias is None else child.bias.detach(), full)
+            for _parent, _name, full, child in swaps]
     head_w = model.embed_tokens.weight.detach() if model.lm_head is None else None
+    if head_w is None and not isinstance(model.lm_head, (Int8Linear, Fp16Linear)):
+        head_w = model.lm_head.weight_t.detach().t()
     if head_w is not None:
-        model.lm_head = build(head_w, None, "lm_head")
-    elif not isinstance(model.lm_head, (Int8Linear, Fp16Linear)):
-        model.lm_head = build(model.lm_head.weight_t.detach().t(), None, "lm_head")
+        jobs.append((head_w, None, "lm_head"))
+    # fbgemm's prepack releases the GIL: pack on every CPU this process may use (a worker
+    # pinned to one core packs on that core) — the largest part of a worker's start.
+    # The packed layers are the same whatever the order they were built in.
+    with ThreadPoolExecutor(max(1, min(8, len(os.sched_getaffinity(0))))) as pool:
+        built = pool.map(lambda job: build(*job), jobs)
+        for parent, child_name, _full, _child in swaps:   # in order, each float32 weight let go at once
+            setattr(parent, child_name, next(built))
+        if head_w is not None:
+            model.lm_head = next(built)
     return len(swaps) + 1
