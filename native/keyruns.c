@@ -126,8 +126,11 @@ PyObject *warmpath_keyset_certify(KeySet *s, PyObject *args) {
         end = -1;
         goto done;
     }
-    for (Py_ssize_t i = start; i < end; i++)      /* 16-byte keys (run_of says so), room reserved */
+    for (Py_ssize_t i = start; i < end; i++) {    /* 16-byte keys (run_of says so), room reserved */
+        if (i + AHEAD < end)
+            prefetch_slot(s, hs[i + AHEAD - start]);
         warmpath_keyset_add_h(s, (const unsigned char *)PyBytes_AS_STRING(items[i]), hs[i - start]);
+    }
 done:
     PyMem_Free(hs);
     Py_DECREF(seq);
