@@ -6,7 +6,9 @@
  *   run(hashes, start=0)          first i >= start with hashes[i] not in the set
  *   closed_run(hashes)            the leading run by binary search (a prefix-closed set only)
  *   certify(held, hashes, start)  held.run(hashes, start), those keys added to this set
- *   discard(key), absorb(keys)    remove one key; add the 16-byte keys of a batch, skip others
+ *   discard(key), discard_all(keys), absorb(keys)
+ *                                 remove one key, or a batch's; add the 16-byte keys of a batch,
+ *                                 skip others
  *
  * ``hashes``: a tuple or list; an item that is not 16-byte bytes is in no set (a run ends). */
 #define PY_SSIZE_T_CLEAN
@@ -158,14 +160,12 @@ fail:
 
 /* Linear probing without tombstones: after emptying slot i, each key further along the probe
  * chain whose first slot is not cyclically in (i, j] moves back into the hole. */
-PyObject *warmpath_keyset_discard(KeySet *s, PyObject *k) {
-    if (!PyBytes_Check(k) || PyBytes_GET_SIZE(k) != 16)
-        Py_RETURN_NONE;
+static void discard_raw(KeySet *s, const unsigned char *key) {
     int found;
     size_t mask = (size_t)s->cap - 1;
-    size_t i = (size_t)warmpath_keyset_slot(s, (const unsigned char *)PyBytes_AS_STRING(k), &found), j = i;
+    size_t i = (size_t)warmpath_keyset_slot(s, key, &found), j = i;
     if (!found)
-        Py_RETURN_NONE;
+        return;
     for (;;) {
         j = (j + 1) & mask;
         if (!s->used[j])
@@ -179,5 +179,26 @@ PyObject *warmpath_keyset_discard(KeySet *s, PyObject *k) {
     }
     s->used[i] = 0;
     s->n--;
+}
+
+PyObject *warmpath_keyset_discard(KeySet *s, PyObject *k) {
+    const unsigned char *key = key_of(k);
+    if (key != NULL)
+        discard_raw(s, key);
+    Py_RETURN_NONE;
+}
+
+PyObject *warmpath_keyset_discard_all(KeySet *s, PyObject *keys) {
+    PyObject *seq = PySequence_Fast(keys, "KeySet.discard_all() takes an iterable of keys");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *key = key_of(items[i]);
+        if (key != NULL)
+            discard_raw(s, key);
+    }
+    Py_DECREF(seq);
     Py_RETURN_NONE;
 }

@@ -1,7 +1,7 @@
 /* warmpath.kv._blockhash.KeySet: a set of 16-byte block keys stored inline, for the router
  * index's certified sets and its mirrors of the held sets (warmpath/router/index.py); part of
  * the module native/blockhash.c defines. xxhash.h: see blockhash.c. Runs of a chain
- * (run, closed_run, certify) and discard: keyruns.c. */
+ * (run, closed_run, certify) and discard(_all): keyruns.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -195,6 +195,7 @@ static PyMethodDef keyset_methods[] = {
     {"update", (PyCFunction)keyset_update, METH_O, "update(keys): a sequence (or iterable) of 16-byte keys"},
     {"clear", (PyCFunction)keyset_clear, METH_NOARGS, "clear(): drop every key"},
     {"discard", (PyCFunction)warmpath_keyset_discard, METH_O, "discard(key): remove it if present (anything else: no-op)"},
+    {"discard_all", (PyCFunction)warmpath_keyset_discard_all, METH_O, "discard_all(keys): discard each of an iterable"},
     {"absorb", (PyCFunction)warmpath_keyset_absorb, METH_O,
      "absorb(keys): add the 16-byte bytes of a sequence, skip anything else (a key no block chain has)"},
     {"run", (PyCFunction)warmpath_keyset_run, METH_VARARGS,

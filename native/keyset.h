@@ -23,6 +23,7 @@ int warmpath_keyset_add_h(KeySet *s, const unsigned char *key, uint64_t h);
 int warmpath_keyset_reserve(KeySet *s, Py_ssize_t more);                       /* room for more keys */
 
 PyObject *warmpath_keyset_discard(KeySet *s, PyObject *k);
+PyObject *warmpath_keyset_discard_all(KeySet *s, PyObject *keys);
 PyObject *warmpath_keyset_absorb(KeySet *s, PyObject *keys);
 PyObject *warmpath_keyset_run(KeySet *s, PyObject *args);
 PyObject *warmpath_keyset_closed_run(KeySet *s, PyObject *hashes);

@@ -30,8 +30,8 @@ With the C extension (``kv.hashing.NATIVE``) every set a lookup probes is a C
 held sets (``held_keys``: per worker, the keys ``local`` holds in any tier; ``l3_keys``: the
 keys of ``l3``), kept in step by :meth:`GlobalKVIndex.apply`. A lookup is then a few C calls
 (``kv/keyruns.py``) that never make or hash a Python object per block: a cold 32K-token
-prompt probes ~3,000 keys. ``local`` and ``l3`` stay the truth (and what the rest of the
-code reads); the mirrors cost ~40-80 bytes a held key. Without the extension the lookups
+prompt probes ~3,000 keys and certifies them. ``local`` and ``l3`` stay the truth (and what the rest of the
+code reads); a mirror costs 17 bytes a slot, 2-4 slots a key. Without the extension the lookups
 probe ``local`` and ``l3`` themselves (same answers, Python speed).
 
 NOTE: no torch, no I/O; ``now`` is passed in so the simulator can drive time.
@@ -83,22 +83,24 @@ class GlobalKVIndex:
                     held.setdefault(h, set()).add(e.medium)
                 if NATIVE:
                     keys.absorb(e.block_hashes)
+            elif isinstance(e, BlockRemoved) and e.medium == "L3":
+                self.l3.difference_update(e.block_hashes)
+                if NATIVE:
+                    self.l3_keys.discard_all(e.block_hashes)
+                if any(map(self.l3_certified.__contains__, e.block_hashes)):
+                    self.l3_certified.clear()
             elif isinstance(e, BlockRemoved):
+                gone = []
                 for h in e.block_hashes:
-                    if e.medium == "L3":
-                        self.l3.discard(h)
-                        if NATIVE:
-                            self.l3_keys.discard(h)
-                        if h in self.l3_certified:
-                            self.l3_certified.clear()
-                    elif h in held:
+                    if h in held:
                         held[h].discard(e.medium)
                         if not held[h]:
                             del held[h]
-                            if NATIVE:
-                                keys.discard(h)
-                            if h in self.certified.get(worker, ()):
-                                self.certified[worker].clear()
+                            gone.append(h)
+                if NATIVE:
+                    keys.discard_all(gone)
+                if any(map(self.certified.get(worker, ()).__contains__, gone)):
+                    self.certified[worker].clear()
             elif isinstance(e, AllBlocksCleared):
                 held.clear()
                 if NATIVE:
