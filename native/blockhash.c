@@ -9,7 +9,7 @@
  *       block's key
  *   pack(list_or_tuple) -> bytes                             ids as little-endian u32
  *   common_blocks(a, b, block_size) -> int                   leading full blocks a, b share
- *   KeySet()                                                 a set of 16-byte keys (keyset.c)
+ *   KeySet()                                                 a set of 16-byte keys (keyset.c; chain runs: keyruns.c)
  *
  * xxhash.h is xxHash 0.8.4 (BSD-2-Clause, LICENSE.xxhash), the version the xxhash package
  * 4.1.0 bundles; inlined here so the build needs nothing but a C compiler.

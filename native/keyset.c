@@ -1,27 +1,29 @@
 /* warmpath.kv._blockhash.KeySet: a set of 16-byte block keys stored inline, for the router
- * index's certified sets (warmpath/router/index.py); part of the module native/blockhash.c
- * defines. xxhash.h: see blockhash.c. */
+ * index's certified sets and its mirrors of the held sets (warmpath/router/index.py); part of
+ * the module native/blockhash.c defines. xxhash.h: see blockhash.c. Runs of a chain
+ * (run, closed_run, certify) and discard(_all): keyruns.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
 #define XXH_INLINE_ALL
 #include "xxhash.h"
+#include "keyset.h"
 
 /* Open addressing, linear probing, load <= 1/2. A key's slot comes from XXH3-64 of its 16
  * bytes under a per-process random seed: the keys are xxh3 outputs a client can grind, so
  * their own bits are never used as the slot (no crafted probe chains). One cache line per
- * probe instead of a Python set's entry, key object and its bytes. No removal of single
- * keys (the index never needs it): add, contains, clear, len, iteration. */
-
-typedef struct {
-    PyObject_HEAD
-    unsigned char *keys;     /* cap * 16 */
-    unsigned char *used;     /* cap */
-    Py_ssize_t cap, n;
-} KeySet;
+ * probe instead of a Python set's entry, key object and its bytes. */
 
 static uint64_t keyset_seed;
+
+uint64_t warmpath_keyset_hash(const unsigned char *key) {
+    return XXH3_64bits_withSeed(key, 16, keyset_seed);
+}
+
+size_t warmpath_keyset_home(const KeySet *s, const unsigned char *key) {
+    return (size_t)warmpath_keyset_hash(key) & ((size_t)s->cap - 1);
+}
 
 static int keyset_alloc(KeySet *s, Py_ssize_t cap) {
     unsigned char *keys = PyMem_Malloc((size_t)cap * 16), *used = PyMem_Calloc((size_t)cap, 1);
@@ -35,8 +37,8 @@ static int keyset_alloc(KeySet *s, Py_ssize_t cap) {
     return 0;
 }
 
-static Py_ssize_t keyset_slot(const KeySet *s, const unsigned char *key, int *found) {
-    size_t mask = (size_t)s->cap - 1, i = (size_t)XXH3_64bits_withSeed(key, 16, keyset_seed) & mask;
+Py_ssize_t warmpath_keyset_find(const KeySet *s, const unsigned char *key, uint64_t h, int *found) {
+    size_t mask = (size_t)s->cap - 1, i = (size_t)h & mask;
     while (s->used[i]) {
         if (memcmp(s->keys + 16 * i, key, 16) == 0) {
             *found = 1;
@@ -48,33 +50,48 @@ static Py_ssize_t keyset_slot(const KeySet *s, const unsigned char *key, int *fo
     return (Py_ssize_t)i;
 }
 
-static int keyset_add_raw(KeySet *s, const unsigned char *key);
-
-static int keyset_grow(KeySet *s) {
-    KeySet old = *s;
-    if (keyset_alloc(s, old.cap * 2) < 0) {
-        *s = old;
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < old.cap; i++)
-        if (old.used[i])
-            keyset_add_raw(s, old.keys + 16 * i);
-    PyMem_Free(old.keys);
-    PyMem_Free(old.used);
-    return 0;
+Py_ssize_t warmpath_keyset_slot(const KeySet *s, const unsigned char *key, int *found) {
+    return warmpath_keyset_find(s, key, warmpath_keyset_hash(key), found);
 }
 
-static int keyset_add_raw(KeySet *s, const unsigned char *key) {
-    if (2 * (s->n + 1) > s->cap && keyset_grow(s) < 0)
-        return -1;
+static void keyset_put(KeySet *s, const unsigned char *key, uint64_t h) {   /* room: reserved */
     int found;
-    Py_ssize_t i = keyset_slot(s, key, &found);
+    Py_ssize_t i = warmpath_keyset_find(s, key, h, &found);
     if (!found) {
         memcpy(s->keys + 16 * i, key, 16);
         s->used[i] = 1;
         s->n++;
     }
+}
+
+int warmpath_keyset_reserve(KeySet *s, Py_ssize_t more) {      /* one rehash at most */
+    Py_ssize_t cap = s->cap;
+    while (2 * (s->n + more) > cap)
+        cap *= 2;
+    if (cap == s->cap)
+        return 0;
+    KeySet old = *s;
+    if (keyset_alloc(s, cap) < 0) {
+        *s = old;
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < old.cap; i++)
+        if (old.used[i])
+            keyset_put(s, old.keys + 16 * i, warmpath_keyset_hash(old.keys + 16 * i));
+    PyMem_Free(old.keys);
+    PyMem_Free(old.used);
     return 0;
+}
+
+int warmpath_keyset_add_h(KeySet *s, const unsigned char *key, uint64_t h) {
+    if (warmpath_keyset_reserve(s, 1) < 0)
+        return -1;
+    keyset_put(s, key, h);
+    return 0;
+}
+
+int warmpath_keyset_add(KeySet *s, const unsigned char *key) {
+    return warmpath_keyset_add_h(s, key, warmpath_keyset_hash(key));
 }
 
 static const unsigned char *key_bytes(PyObject *k) {
@@ -109,13 +126,13 @@ static int keyset_contains(KeySet *s, PyObject *k) {
     if (!PyBytes_Check(k) || PyBytes_GET_SIZE(k) != 16)
         return 0;
     int found;
-    keyset_slot(s, (const unsigned char *)PyBytes_AS_STRING(k), &found);
+    warmpath_keyset_slot(s, (const unsigned char *)PyBytes_AS_STRING(k), &found);
     return found;
 }
 
 static PyObject *keyset_add(KeySet *s, PyObject *k) {
     const unsigned char *key = key_bytes(k);
-    if (key == NULL || keyset_add_raw(s, key) < 0)
+    if (key == NULL || warmpath_keyset_add(s, key) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -126,12 +143,11 @@ static PyObject *keyset_update(KeySet *s, PyObject *iterable) {
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    while (2 * (s->n + n) > s->cap)          /* at most one rehash for the whole batch */
-        if (keyset_grow(s) < 0)
-            goto fail;
+    if (warmpath_keyset_reserve(s, n) < 0)   /* at most one rehash for the whole batch */
+        goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         const unsigned char *key = key_bytes(items[i]);
-        if (key == NULL || keyset_add_raw(s, key) < 0)
+        if (key == NULL || warmpath_keyset_add(s, key) < 0)
             goto fail;
     }
     Py_DECREF(seq);
@@ -178,10 +194,20 @@ static PyMethodDef keyset_methods[] = {
     {"add", (PyCFunction)keyset_add, METH_O, "add(key): one 16-byte key"},
     {"update", (PyCFunction)keyset_update, METH_O, "update(keys): a sequence (or iterable) of 16-byte keys"},
     {"clear", (PyCFunction)keyset_clear, METH_NOARGS, "clear(): drop every key"},
+    {"discard", (PyCFunction)warmpath_keyset_discard, METH_O, "discard(key): remove it if present (anything else: no-op)"},
+    {"discard_all", (PyCFunction)warmpath_keyset_discard_all, METH_O, "discard_all(keys): discard each of an iterable"},
+    {"absorb", (PyCFunction)warmpath_keyset_absorb, METH_O,
+     "absorb(keys): add the 16-byte bytes of a sequence, skip anything else (a key no block chain has)"},
+    {"run", (PyCFunction)warmpath_keyset_run, METH_VARARGS,
+     "run(hashes, start=0) -> the first index >= start whose key is not in the set (len(hashes) if none)"},
+    {"closed_run", (PyCFunction)warmpath_keyset_closed_run, METH_O,
+     "closed_run(hashes) -> the leading run in the set, by binary search: exact only for a prefix-closed set"},
+    {"certify", (PyCFunction)warmpath_keyset_certify, METH_VARARGS,
+     "certify(held, hashes, start) -> held.run(hashes, start), adding hashes[start:that] to this set"},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject KeySetType = {
+PyTypeObject warmpath_KeySetType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "warmpath.kv._blockhash.KeySet",
     .tp_doc = "A set of 16-byte block keys stored inline (add, update, in, len, iter, clear).",
@@ -201,7 +227,7 @@ int warmpath_add_keyset(PyObject *m) {
         return -1;
     memcpy(&keyset_seed, PyBytes_AS_STRING(raw), 8);
     Py_DECREF(raw);
-    if (PyType_Ready(&KeySetType) < 0)
+    if (PyType_Ready(&warmpath_KeySetType) < 0)
         return -1;
-    return PyModule_AddObjectRef(m, "KeySet", (PyObject *)&KeySetType);
+    return PyModule_AddObjectRef(m, "KeySet", (PyObject *)&warmpath_KeySetType);
 }

@@ -14,7 +14,8 @@ half of the prompt's blocks in ``p0``'s L1 and all of them in L3 (as before this
   new tokens: the hashes of the common blocks are reused, the certified run is found by
   binary search.
 
-Per prompt size: p50 / p99 of the hash part, the index + plan part, and their sum. The
+Per prompt size: p50 / p99 of the hash part, the index + plan part (and apart: the index
+lookups, made by the snapshot, and the plan, ``decide_route``), and their sum. The
 machine's load average is recorded with them: times taken beside other busy processes are
 upper bounds (a p99 then mostly measures the scheduler).
 
@@ -38,8 +39,8 @@ from warmpath.kv.events import BlockStored
 from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import NATIVE, KVNamespace, hash_prefix_blocks, token_array
 from warmpath.router.index import GlobalKVIndex
-from warmpath.router.route import RouteDecider
 from warmpath.router.policy import CPDPolicy
+from warmpath.router.route import RouteDecider
 from warmpath.router.views import WorkerView
 
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=16)
@@ -55,26 +56,28 @@ def indexed(hashes: list[bytes]) -> GlobalKVIndex:
 
 
 def decide(cache: BlockHashCache, index: GlobalKVIndex, decider: RouteDecider, ids,
-           sid: str) -> tuple[float, float]:
-    """One decision, timed: (hash seconds, index + plan seconds)."""
+           sid: str) -> tuple[float, float, float]:
+    """One decision, timed: (hash, index lookups (the snapshot), plan (``decide_route``)) seconds."""
     t0 = time.perf_counter()
     hs = cache.hashes(NS, ids, sid)
     t1 = time.perf_counter()
     rv = decider.request_view(len(ids), hs, NS.block_size, sid, None, 128)
     snap = decider.snapshot(VIEWS, lambda w: index.lookup(w, hs, 0.0), None, 46080, 0.0)
+    t2 = time.perf_counter()
     decider.decide_route(rv, snap, arrival=False)
-    return t1 - t0, time.perf_counter() - t1
+    return t1 - t0, t2 - t1, time.perf_counter() - t2
 
 
 def quantiles(xs: list[float]) -> dict:
     xs = sorted(xs)
-    q = lambda p: round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 4)  # noqa: E731
+    q = lambda p: round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 4)
     return {"p50": q(0.5), "p99": q(0.99)}
 
 
-def summary(times: list[tuple[float, float]]) -> dict:
-    return {"hash_ms": quantiles([a for a, _ in times]), "index_plan_ms": quantiles([b for _, b in times]),
-            "total_ms": quantiles([a + b for a, b in times])}
+def summary(times: list[tuple[float, float, float]]) -> dict:
+    return {"hash_ms": quantiles([a for a, _, _ in times]), "index_plan_ms": quantiles([b + c for _, b, c in times]),
+            "lookup_ms": quantiles([b for _, b, _ in times]), "plan_ms": quantiles([c for _, _, c in times]),
+            "total_ms": quantiles([sum(t) for t in times])}
 
 
 def to_array(ids: list[int]) -> tuple[object, float]:
@@ -112,7 +115,9 @@ def part_decide(iters: int = 200, sizes: tuple[int, ...] = (2048, 32768, 131072)
             s = r[kind]
             print(f"decide {n} tokens {kind}: total p50 {s['total_ms']['p50']:.3f} p99 {s['total_ms']['p99']:.3f} ms "
                   f"(hash {s['hash_ms']['p50']:.3f}/{s['hash_ms']['p99']:.3f}, index+plan "
-                  f"{s['index_plan_ms']['p50']:.3f}/{s['index_plan_ms']['p99']:.3f})", flush=True)
+                  f"{s['index_plan_ms']['p50']:.3f}/{s['index_plan_ms']['p99']:.3f}: lookups "
+                  f"{s['lookup_ms']['p50']:.3f}/{s['lookup_ms']['p99']:.3f}, plan "
+                  f"{s['plan_ms']['p50']:.3f}/{s['plan_ms']['p99']:.3f})", flush=True)
         print(f"decide {n} tokens: list -> array('I') p50 {r['to_array_ms']['p50']:.3f} "
               f"p99 {r['to_array_ms']['p99']:.3f} ms (tokenizer thread, not in the totals)", flush=True)
     return out

@@ -23,9 +23,17 @@ So "certified" is monotone along a request's chain: a binary search finds the ce
 ``v`` in O(log n) probes, and only blocks after it are checked one by one (at C speed), each
 certified then, once per certified-set lifetime. The result is the same leading run as
 checking every block (``tests/router/test_index_exact.py`` checks it against that).
-Memory: a certified set is never larger than its held set. The certified sets are
-``kv.hashing.KeySet``s (16-byte keys stored inline, in C): certifying a 32K-token prompt's
-2,048 blocks is the largest part of a cold lookup.
+Memory: a certified set is never larger than its held set.
+
+With the C extension (``kv.hashing.NATIVE``) every set a lookup probes is a C
+``kv.hashing.KeySet`` (16-byte keys stored inline): the certified sets, and *mirrors* of the
+held sets (``held_keys``: per worker, the keys ``local`` holds in any tier; ``l3_keys``: the
+keys of ``l3``), kept in step by :meth:`GlobalKVIndex.apply`. A lookup is then a few C calls
+(``kv/keyruns.py``) that never make or hash a Python object per block: a cold 32K-token
+prompt probes ~3,000 keys and certifies them. ``local`` and ``l3`` stay the truth (and what
+the rest of the code reads); a mirror costs 17 bytes a slot, 2-4 slots a key, and ~20-40 ns
+a stored or removed key in ``apply``. Without the extension the lookups probe ``local`` and
+``l3`` themselves (same answers, Python speed).
 
 NOTE: no torch, no I/O; ``now`` is passed in so the simulator can drive time.
 """
@@ -34,11 +42,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import islice, takewhile
+from itertools import islice
 
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
-from warmpath.kv.hashing import KeySet
+from warmpath.kv.hashing import NATIVE, KeySet
+from warmpath.kv.keyruns import certify, closed_run, run
 from warmpath.router.views import PrefixHit
+
+_NOTHING = KeySet()     # a worker with no mirror yet holds nothing (never written)
 
 
 @dataclass
@@ -52,32 +63,49 @@ class GlobalKVIndex:
     last_event: dict[str, float] = field(default_factory=dict)
     certified: dict[str, KeySet] = field(default_factory=dict)       # per worker, ⊆ local (see above)
     l3_certified: KeySet = field(default_factory=KeySet)             # ⊆ l3
+    held_keys: dict[str, KeySet] = field(init=False, default_factory=dict)   # keys of local[w] (NATIVE only)
+    l3_keys: KeySet = field(init=False, default_factory=KeySet)              # keys of l3 (NATIVE only)
 
     def apply(self, worker: str, events: list, now: float) -> None:
         """Fold one batch of a worker's events into the index."""
         self.last_event[worker] = now
         held = self.local[worker]
+        keys = self.held_keys.get(worker) if NATIVE else None
+        if NATIVE and keys is None:
+            keys = self.held_keys[worker] = KeySet()
         for e in events:
             if isinstance(e, BlockStored):
+                if e.medium == "L3":
+                    self.l3.update(e.block_hashes)
+                    if NATIVE:
+                        self.l3_keys.absorb(e.block_hashes)
+                    continue
                 for h in e.block_hashes:
-                    if e.medium == "L3":
-                        self.l3.add(h)
-                    else:
-                        held.setdefault(h, set()).add(e.medium)
+                    held.setdefault(h, set()).add(e.medium)
+                if NATIVE:
+                    keys.absorb(e.block_hashes)
+            elif isinstance(e, BlockRemoved) and e.medium == "L3":
+                self.l3.difference_update(e.block_hashes)
+                if NATIVE:
+                    self.l3_keys.discard_all(e.block_hashes)
+                if any(map(self.l3_certified.__contains__, e.block_hashes)):
+                    self.l3_certified.clear()
             elif isinstance(e, BlockRemoved):
+                gone = []
                 for h in e.block_hashes:
-                    if e.medium == "L3":
-                        self.l3.discard(h)
-                        if h in self.l3_certified:
-                            self.l3_certified.clear()
-                    elif h in held:
+                    if h in held:
                         held[h].discard(e.medium)
                         if not held[h]:
                             del held[h]
-                            if h in self.certified.get(worker, ()):
-                                self.certified[worker].clear()
+                            gone.append(h)
+                if NATIVE:
+                    keys.discard_all(gone)
+                if any(map(self.certified.get(worker, ()).__contains__, gone)):
+                    self.certified[worker].clear()
             elif isinstance(e, AllBlocksCleared):
                 held.clear()
+                if NATIVE:
+                    keys.clear()
                 self.certified.pop(worker, None)
 
     def note_routed(self, worker: str, hashes: tuple[bytes, ...], now: float) -> None:
@@ -105,6 +133,7 @@ class GlobalKVIndex:
     def drop_worker(self, worker: str) -> None:
         """Forget a dead worker's entries."""
         self.local.pop(worker, None)
+        self.held_keys.pop(worker, None)
         self.approx.pop(worker, None)
         self.last_event.pop(worker, None)
         self.certified.pop(worker, None)
@@ -116,12 +145,11 @@ class GlobalKVIndex:
     def lookup(self, worker: str, hashes: tuple[bytes, ...], now: float) -> PrefixHit:
         """Leading blocks ``worker`` holds locally, then how many more are in L3.
 
-        ``hashes``: a request's chain from its first block (``kv/hashing.py``)."""
-        held = self.local.get(worker, {})
-        cert = self.certified.get(worker, ())
-        v = _certified_run(cert, hashes)
+        ``hashes``: a request's chain from its first block (``kv/hashing.py``), a tuple or list."""
+        cert = self.certified.get(worker)
+        v = closed_run(cert, hashes) if cert is not None else 0
         if self.is_stale(worker, now):
-            approx = self.approx.get(worker, {})
+            held, approx = self.local.get(worker, {}), self.approx.get(worker, {})
             n = v
             for h in islice(hashes, v, None):
                 if h in held or approx.get(h, float("-inf")) >= now:   # any clock, negative times too
@@ -129,44 +157,14 @@ class GlobalKVIndex:
                 else:
                     break
         else:
-            n = _held_run(held, hashes, v)
-            if n > v:
-                if worker not in self.certified:
-                    self.certified[worker] = KeySet()
-                self.certified[worker].update(hashes[v:n])
-        u = _certified_run(self.l3_certified, hashes)
-        a = _held_run(self.l3, hashes, u)
-        if a > u:
-            self.l3_certified.update(hashes[u:a])
-        return PrefixHit(n, (a if a >= n else _held_run(self.l3, hashes, n)) - n)
-
-
-def _certified_run(cert, hashes: tuple[bytes, ...]) -> int:
-    """Length of the leading run of ``hashes`` in the prefix-closed ``cert`` (binary search)."""
-    lo, hi = 0, len(hashes)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if hashes[mid] in cert:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-_RUN_CHUNK = 256   # blocks a set checks in one C call (issuperset) before a chunk with a gap is scanned
-
-
-def _held_run(held, hashes: tuple[bytes, ...], start: int) -> int:
-    """First index from ``start`` on whose hash is not in ``held`` (a C-level scan).
-
-    A set (L3) is checked a chunk at a time by ``issuperset`` (no Python call per block);
-    the chunk with the first gap, and a dict (a worker's L1/L2), by ``takewhile``."""
-    n = len(hashes)
-    if start >= n or hashes[start] not in held:
-        return start
-    if isinstance(held, set):
-        while start < n and held.issuperset(islice(hashes, start, start + _RUN_CHUNK)):
-            start += _RUN_CHUNK
-        if start >= n:
-            return n
-    return start + len(list(takewhile(held.__contains__, islice(hashes, start, None))))
+            keys = self.held_keys.get(worker, _NOTHING) if NATIVE else self.local.get(worker, {})
+            new = cert is None
+            if new:
+                cert = KeySet()
+            n = certify(cert, keys, hashes, v)
+            if new and n:
+                self.certified[worker] = cert
+        l3 = self.l3_keys if NATIVE else self.l3
+        u = closed_run(self.l3_certified, hashes)
+        a = certify(self.l3_certified, l3, hashes, u)
+        return PrefixHit(n, (a if a >= n else run(l3, hashes, n)) - n)
