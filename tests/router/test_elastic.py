@@ -121,6 +121,18 @@ def test_a_replica_moves_back_once_its_decodes_drained_and_another_role_is_press
     assert e.draining is None and [(t, c.new) for t, c in e.drained] == [(1.0, "replica"), (3.0, "prefill")]
 
 
+def test_at_equal_pressure_a_lent_worker_goes_back_first_under_roles():
+    e = Elastic(ElasticConfig(roles=ROLES, hold_s=0.0, cooldown_s=0.0, lent_first=True))
+    assert e.step(fleet(kv=0.99), Q, 0.0).new == "decode"                  # p0 lent to decode
+    busy = [WorkerView("p0", "decode"), WorkerView("p1", "prefill", queued_prefill_tokens=400),
+            WorkerView("d0", "decode")]
+    assert e.step(busy, Q, 1.0).worker == "p0"          # both decode workers idle: the lent one returns
+    plain = Elastic(ElasticConfig(roles=ROLES, hold_s=0.0, cooldown_s=0.0))   # as --elastic on: lowest id
+    plain.step(fleet(kv=0.99), Q, 0.0)
+    assert plain.step(busy, Q, 1.0).worker == "d0"
+    assert ElasticConfig.from_mode("roles", "goodput").lent_first and not ElasticConfig.from_mode("on", "cpd").lent_first
+
+
 def test_held_work_is_what_the_new_role_cannot_serve():
     dec, pre = WorkerView("x", "decode", queued_prefill_tokens=300), WorkerView("x", "prefill", queued_prefill_tokens=300)
     two = Load(q, decoding=lambda w: 2)
@@ -160,6 +172,8 @@ def test_the_decider_feeds_the_rule_its_policy_units_and_the_share_routed_local(
     cfg = d.elastic.cfg
     assert (cfg.cold_queue_s, cfg.warm_queue_s, cfg.tpot_s) == (20.0, 2.0, 0.05)
     assert RouteDecider(CPDPolicy(), elastic=ElasticConfig()).elastic.cfg.tpot_s is None   # no target: KV only
+    tiers = RouteDecider(GoodputPolicy(GoodputConfig(target)), elastic=ElasticConfig()).elastic.cfg   # --elastic on
+    assert (tiers.cold_queue_s, tiers.warm_queue_s) == (None, None)   # 1 s units, as the CPD tiers always had
     for local in (True, True, True, False):   # 3 of the last 4 decisions were local
         d.recent_local.append(local)
     ch = d.rebalance(fleet(kv=0.99), 0.0)     # KV 1.1 units; TPOT 0 (nothing running)

@@ -28,7 +28,7 @@ def shifting_mix(spacing_s: float) -> list[Session]:
 def test_a_shifting_mix_lends_a_prefill_worker_to_the_decode_side_and_takes_it_back(spacing_s, lent_as):
     setup = SimSetup(Topology("elastic", "goodput", {"prefill": 2, "decode": 1}), MODELS["llama-3.1-8b"],
                      HARDWARE["b200"], kv_blocks=2500, target=Target.parse("warm.ttft_p90=2,cold.ttft_p90=20"),
-                     elastic=ElasticConfig(roles=ROLES, hold_s=2.0, cooldown_s=5.0),
+                     elastic=ElasticConfig(roles=ROLES, hold_s=2.0, cooldown_s=5.0, lent_first=True),
                      admission=AdmissionConfig(1024, {"cold": 4096, "warm": 4096}))
     sim = build(setup)
     recs = sim.run(shifting_mix(spacing_s))

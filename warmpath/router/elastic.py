@@ -5,8 +5,8 @@ load). The router (``route.py``) and the simulator run this one rule.
 **Pressure.** Each worker's load in units of its role's budget (1 = at the budget):
 
 * pre-prefill / prefill: its predicted queue (seconds of queued prompt work, the router's
-  learnt model) over ``cold_queue_s`` / ``warm_queue_s`` (the goodput target's cold / warm
-  TTFT bounds; 1 s each without one, as the CPD tiers always had);
+  learnt model) over ``cold_queue_s`` / ``warm_queue_s`` (with every role taking part, the
+  goodput target's cold / warm TTFT bounds; else 1 s each, as the CPD tiers always had);
 * decode: the larger of its KV use over ``kv_high`` and its running requests' predicted
   TPOT over ``tpot_s`` (the goodput target's running-TPOT bound; no TPOT term without one);
 * replica: the larger of the two (it computes prompts and decodes them).
@@ -17,7 +17,8 @@ A role's pressure is the mean over its workers (only the roles in ``roles`` take
 ``ratio`` × a donor's. A *donor* is another role with a worker to spare: more than one, or
 any at all for a role the fleet did not start with (each role a worker started in keeps one).
 The most pressed role (ties in ``ROLES`` order) takes the least-pressed worker of the least
-pressed donor (at equal pressure, one not in the role it started in: a lent worker goes back) — when the pressure has held ``hold_s`` without a break, ``cooldown_s`` has
+pressed donor (under ``roles``, at equal pressure one not in the role it started in: a lent
+worker goes back) — when the pressure has held ``hold_s`` without a break, ``cooldown_s`` has
 passed since the last change and the last change has drained. The new role is the pressed
 one, except that a pressed *decode* side becomes a **replica** when ``replica`` takes part
 and the recent share of requests routed local (prompt and decode on one worker) is at least
@@ -57,6 +58,8 @@ class ElasticConfig:
     tpot_s: float | None = None             # decode: TPOT counted as one unit (None: the policy's bound, if any)
     local_share: float = 0.5                # a pressed decode side gets a replica at or above this local share
     drain_s: float = 120.0                  # a change counts as drained after this long regardless
+    lent_first: bool = False                # at equal pressure a worker lent from another role goes back first
+                                            # (``roles``; ``on`` keeps the CPD tiers' choice: the lowest id)
 
     def __post_init__(self) -> None:
         if self.ratio < 1 or min(self.min_pressure, self.hold_s, self.cooldown_s, self.drain_s) < 0:
@@ -79,14 +82,16 @@ class ElasticConfig:
         if mode == "auto":
             mode = "on" if policy == "cpd" else "off"
         roles = TIERS if mode in ("on", "off") else tuple(r for r in ROLES if r in policy_roles)
-        return cls(enabled=mode != "off" and len(roles) >= 2, roles=roles if len(roles) >= 2 else TIERS, **kw)
+        return cls(enabled=mode != "off" and len(roles) >= 2, roles=roles if len(roles) >= 2 else TIERS,
+                   lent_first=mode == "roles", **kw)
 
 
 def with_policy_units(cfg: ElasticConfig, policy) -> ElasticConfig:
     """``cfg`` with the units it leaves to the policy taken from its target, where it has one
-    (the goodput policy: its cold / warm TTFT bounds and its running-TPOT bound)."""
+    (the goodput policy: its cold / warm TTFT bounds and its running-TPOT bound). Not for the
+    CPD tiers alone (``--elastic on``): their queues stay in 1 s units, as they always were."""
     pc = getattr(policy, "cfg", None)
-    if not hasattr(pc, "bound"):
+    if not hasattr(pc, "bound") or set(cfg.roles) <= set(TIERS):
         return cfg
     return replace(cfg, cold_queue_s=cfg.cold_queue_s or pc.bound(["cold"], "ttft"),
                    warm_queue_s=cfg.warm_queue_s or pc.bound(["warm"], "ttft"),
@@ -150,27 +155,25 @@ class Elastic:
         if not self._drained(views, load, now):
             return None
         by = {r: [w for w in views if w.role == r] for r in self.cfg.roles}
-        p = {r: sum(pressure(self.cfg, w, load) for w in ws) / len(ws) for r, ws in by.items() if ws}
+        p = {r: sum(pressure(self.cfg, w, load) for w in ws) / len(ws) if ws else 0.0 for r, ws in by.items()}
+        over = lambda r, d: p[r] > max(self.cfg.min_pressure, self.cfg.ratio * p[d])   # noqa: E731
+        pressed = sorted((r for r in p if by[r] and any(over(r, d) for d in p if d != r)),
+                         key=lambda r: (-p[r], ROLES.index(r)))
+        self.pressed_since = {r: self.pressed_since.get(r, now) for r in pressed}   # a break restarts a clock
         need = {self.started[w.worker_id] for w in views}
-        donors = [r for r in p if len(by[r]) > (1 if r in need else 0)]
-        hot = None
-        for r in sorted(p, key=lambda r: (-p[r], ROLES.index(r))):
+        for r in pressed:
             dest = self._dest(r, load)
-            ok = [d for d in donors if d not in (r, dest) and p[r] > max(self.cfg.min_pressure, self.cfg.ratio * p[d])]
-            if ok:
-                hot = (r, dest, min(ok, key=lambda d: (p[d], ROLES.index(d))))
-                break
-        for r in list(self.pressed_since):
-            if hot is None or r != hot[0]:
-                del self.pressed_since[r]
-        if hot is None:
-            return None
-        r, dest, donor = hot
-        since = self.pressed_since.setdefault(r, now)
-        if now - since < self.cfg.hold_s or now - self.last_change < self.cfg.cooldown_s:
-            return None
-        # the least pressed; at equal pressure one lent from another role goes back first
-        w = min(by[donor], key=lambda x: (pressure(self.cfg, x, load), self.started[x.worker_id] == x.role, x.worker_id))
+            donors = [d for d in p if d not in (r, dest) and len(by[d]) > (d in need) and over(r, d)]
+            since = self.pressed_since[r]
+            if donors and now - since >= self.cfg.hold_s and now - self.last_change >= self.cfg.cooldown_s:
+                return self._move(r, dest, min(donors, key=lambda d: (p[d], ROLES.index(d))), p, by, load, since, now)
+        return None
+
+    def _move(self, r: str, dest: str, donor: str, p: dict, by: dict, load: Load, since: float,
+              now: float) -> RoleChange:
+        # the least pressed; at equal pressure (lent_first) one lent from another role goes back first
+        lent = (lambda x: self.started[x.worker_id] == x.role) if self.cfg.lent_first else (lambda x: False)
+        w = min(by[donor], key=lambda x: (pressure(self.cfg, x, load), lent(x), x.worker_id))
         ch = RoleChange(now, w.worker_id, w.role, dest, f"{r} pressure {p[r]:.2f} vs {donor} {p[donor]:.2f} "
                         f"for {now - since:.0f}s; local share {load.local_share:.2f}")
         self.changes.append(ch)
