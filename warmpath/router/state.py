@@ -99,7 +99,6 @@ class RouterState:
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
             self.dashboard.note_change(ch.worker, ch.old, ch.new, ch.reason)
-            self.fit_admission()
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
 
     def release(self, kv_tokens: int | None = None) -> None:
