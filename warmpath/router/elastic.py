@@ -156,7 +156,7 @@ class Elastic:
             return None
         by = {r: [w for w in views if w.role == r] for r in self.cfg.roles}
         p = {r: sum(pressure(self.cfg, w, load) for w in ws) / len(ws) if ws else 0.0 for r, ws in by.items()}
-        over = lambda r, d: p[r] > max(self.cfg.min_pressure, self.cfg.ratio * p[d])   # noqa: E731
+        over = lambda r, d: p[r] > max(self.cfg.min_pressure, self.cfg.ratio * p[d])
         pressed = sorted((r for r in p if by[r] and any(over(r, d) for d in p if d != r)),
                          key=lambda r: (-p[r], ROLES.index(r)))
         self.pressed_since = {r: self.pressed_since.get(r, now) for r in pressed}   # a break restarts a clock
