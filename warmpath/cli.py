@@ -8,8 +8,8 @@ import logging
 import sys
 
 from warmpath.cli_args import (_admission_args, _auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
-                               _store_gib, _worker_args, add_serve_parser, advertise_host, engine_config,
-                               serve_namespace, size_cluster_store, tier_config)
+                               _store_gib, _worker_args, add_serve_parser, advertise_host, elastic_args, elastic_timing,
+                               engine_config, serve_namespace, size_cluster_store, tier_config)
 
 
 def _serve(a: argparse.Namespace) -> int:
@@ -152,7 +152,8 @@ def _router(a: argparse.Namespace) -> int:
                        ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
-                       elastic=ElasticConfig(enabled=a.elastic == "on"))
+                       elastic=ElasticConfig.from_mode(a.elastic, a.policy, POLICIES[a.policy].roles,
+                                                       **elastic_timing(a)))
     policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET)) if a.policy == "goodput"
               else POLICIES[a.policy]())
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
@@ -228,8 +229,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
-    rt.add_argument("--elastic", default="off", choices=("on", "off"),
-                    help="workers change role between the CPD tiers as the mix drifts")
+    rt.add_argument("--elastic", default="off", choices=("on", "roles", "off"),
+                    help="workers change role as the mix drifts: on (between the CPD tiers) | roles "
+                         "(among every role the policy routes to: pre-prefill, prefill, decode, replica) | off")
+    elastic_args(rt)
     rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
     _auth_args(rt)
     rt.set_defaults(fn=_router)

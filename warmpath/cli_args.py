@@ -100,7 +100,22 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--worker-id", default="worker")
 
 
+def elastic_args(p: argparse.ArgumentParser) -> None:
+    """The elastic rule's hysteresis (``router/elastic.py``)."""
+    p.add_argument("--elastic-hold-s", type=float, default=None,
+                   help="elastic roles: seconds a role's pressure must hold before a change (default 5)")
+    p.add_argument("--elastic-cooldown-s", type=float, default=None,
+                   help="elastic roles: least seconds between two changes (default 20)")
+
+
+def elastic_timing(a: argparse.Namespace) -> dict:
+    """``ElasticConfig`` fields given on the command line."""
+    got = {"hold_s": getattr(a, "elastic_hold_s", None), "cooldown_s": getattr(a, "elastic_cooldown_s", None)}
+    return {k: v for k, v in got.items() if v is not None}
+
+
 def tier_config(a: argparse.Namespace, service=None):
+    from warmpath.engine.tier_rules import write_mode_for
     from warmpath.engine.tiered_kv import TierConfig
     from warmpath.launch.netaddr import parse_kv_store
     from warmpath.kv.mooncake_store import MooncakeConfig
@@ -110,7 +125,7 @@ def tier_config(a: argparse.Namespace, service=None):
         master, meta = (service.master, service.metadata) if service else parse_kv_store(a.kv_store)
         l3 = MooncakeConfig(master=master, metadata=meta, protocol=a.kv_protocol,
                             local_hostname=advertise_host(a))
-    write = a.kv_write_mode or ("write-back" if getattr(a, "role", "replica") == "replica" else "write-through")
+    write = a.kv_write_mode or write_mode_for(getattr(a, "role", "replica"))
     return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_mode=write, load_mode=a.kv_load_mode,
                       events_host=a.host, events_port=a.kv_events_port,
                       events_advertise_host=advertise_host(a),
@@ -251,8 +266,10 @@ def add_serve_parser(sub, fn=None) -> None:
                    "(and the goodput policy's step model)")
     s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
                    "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
-    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
-                   help="elastic CPD tiers (auto: on for cpd topologies)")
+    s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
+                   help="elastic roles: on (between the CPD tiers) | roles (among pre-prefill, prefill, decode "
+                        "and replica, those the policy routes to) | off (auto: on for cpd topologies)")
+    elastic_args(s)
     _admission_args(s)
     s.add_argument("--drop-after-s", type=float, default=30.0)
     s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")

@@ -97,3 +97,13 @@ def test_a_role_that_changes_between_samples_is_logged(state):
     db.sample(state, now=3.0, wall=3.0)
     assert db.state(state)["role_changes"] == [{"t": 2.0, "worker": "d0", "from": "decode", "to": "prefill"}]
     assert db.roles == {"p0": "prefill", "d0": "prefill", "r9": "replica"}
+
+
+def test_a_role_change_the_router_made_is_logged_once_with_its_reason(state):
+    db = Dashboard()
+    db.sample(state, now=1.0, wall=1.0)
+    state.registry.set_role("d0", "replica")                              # elastic roles moved it
+    db.note_change("d0", "decode", "replica", "decode pressure 1.10 vs prefill 0.00", wall=1.5)
+    db.sample(state, now=2.0, wall=2.0)                                    # the sample sees no other change
+    assert db.state(state)["role_changes"] == [{"t": 1.5, "worker": "d0", "from": "decode", "to": "replica",
+                                                "reason": "decode pressure 1.10 vs prefill 0.00"}]

@@ -24,13 +24,13 @@ def test_a_draining_heartbeat_takes_the_worker_out_of_routing_and_its_last_one_r
             return httpx.get(router + "/v1/cluster", headers=AUTH, timeout=5).json()
 
         assert httpx.get(router + "/ready", timeout=5).status_code == 200
-        assert beat(draining=False) == (200, {"ok": True}) and cluster()["admission"]["slots"] == {"p": 4, "d": 4}
-        assert beat(draining=True, running=1) == (200, {"ok": True, "in_flight": 0})   # nothing routed to it
+        assert beat(draining=False) == (200, {"ok": True, "role": "prefill"}) and cluster()["admission"]["slots"] == {"p": 4, "d": 4}
+        assert beat(draining=True, running=1) == (200, {"ok": True, "role": "prefill", "in_flight": 0})   # nothing routed to it
         assert httpx.get(router + "/ready", timeout=5).status_code == 503    # no prefill worker to route to
         ws = {w["worker_id"]: w for w in cluster()["workers"]}
         assert (ws["p"]["draining"], ws["d"]["draining"]) == (True, False)
         assert cluster()["admission"]["slots"] == {"d": 4}
-        assert beat(draining=True) == (200, {"ok": True, "in_flight": 0})   # again: still draining
+        assert beat(draining=True) == (200, {"ok": True, "role": "prefill", "in_flight": 0})   # again: still draining
         assert beat(draining=True, healthy=False, detail="drained") == (200, {"ok": True})   # it left
         assert [w["worker_id"] for w in cluster()["workers"]] == ["d"]
         assert metric(router, "warmpath_router_workers_dropped_total", reason="drained") == 1

@@ -27,6 +27,19 @@ from warmpath.kv.load_cost import LoadCostModel
 WRITE_MODES = ("write-through", "write-back", "none")
 
 
+def write_mode_for(role: str, current: str | None = None) -> str:
+    """When a worker of ``role`` writes blocks to L3: a replica keeps its blocks until
+    evicted (write-back; ``current`` if it has one already); every other role hands KV to
+    another worker through the store, so each sealed block goes at once (write-through).
+    A worker whose role changes (elastic roles) moves to write-through, never off it;
+    ``none`` stays ``none``."""
+    if current == "none":
+        return "none"
+    if role == "replica":
+        return current or "write-back"
+    return "write-through"
+
+
 @dataclass
 class TierStats:
     """What the rules did (counts of blocks unless named tokens)."""

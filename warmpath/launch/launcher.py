@@ -258,6 +258,9 @@ def start_from_args(a) -> Cluster:
         router_argv += ["--slo", a.slo]
     if getattr(a, "elastic", "auto") != "auto":
         router_argv += ["--elastic", a.elastic]
+    for flag in ("elastic_hold_s", "elastic_cooldown_s"):   # the elastic rule's hysteresis, when given
+        if getattr(a, flag, None) is not None:
+            router_argv += ["--" + flag.replace("_", "-"), str(getattr(a, flag))]
     from warmpath.protocol.auth import api_keys, cluster_token
 
     vllm = a.engine == "vllm" or "vllm" in topo.engines.values()

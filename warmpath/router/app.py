@@ -26,6 +26,7 @@ from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
 from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.router.dashboard_routes import add_dashboard_routes
 from warmpath.router.dispatch import WorkerClient
+from warmpath.router.elastic import elastic_json
 from warmpath.router.flow import RequestFlow
 from warmpath.router.handler import RequestHandler
 from warmpath.router.state import RouterState
@@ -155,12 +156,13 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             return JSONResponse({"ok": True})
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
+        role = state.registry.workers[b.worker_id].view.role   # elastic roles may have moved it
         if not b.draining:
-            return JSONResponse({"ok": True})
+            return JSONResponse({"ok": True, "role": role})
         if b.worker_id not in state.draining:   # it got SIGTERM (worker/drain.py): nothing new for it
             state.drain(b.worker_id, "drain")
         # what it must still wait for: its requests here, and prefills elsewhere whose decode goes to it
-        return JSONResponse({"ok": True, "in_flight": state.load.in_flight(b.worker_id)})
+        return JSONResponse({"ok": True, "role": role, "in_flight": state.load.in_flight(b.worker_id)})
 
     @app.post("/internal/drain", dependencies=internal, responses=errors(*BODY, 404))
     async def drain(b: Drain) -> DrainState:
@@ -186,7 +188,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
         """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
         probe = RequestView(1, (), 16)
         try:
-            d = state.decider.decide_route(probe, state.snapshot(probe, None))
+            d = state.decider.decide_route(probe, state.snapshot(probe, None), arrival=False)
         except LookupError as e:
             return JSONResponse({"status": "not ready", "detail": str(e)}, status_code=503)
         return JSONResponse({"status": "ready", "workers": len(state.registry.workers),
@@ -226,8 +228,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
         m = state.metrics
         return {"policy": state.policy.name, "ppd": state.cfg.ppd.mode if state.cfg.ppd else None,
                 "model": state.decider.model.params(),
-                "elastic": {"enabled": state.cfg.elastic.enabled,
-                            "changes": [vars(c) for c in state.decider.elastic.changes[-20:]]},
+                "elastic": elastic_json(state.decider.elastic),
                 "workers": [worker(w, r) for w, r in state.registry.workers.items()],
                 "sessions": len(state.sessions.sessions), "retries": int(m.retries._value.get()),
                 "mid_stream_failures": state.mid_stream_failures,

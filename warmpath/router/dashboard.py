@@ -105,6 +105,13 @@ class Dashboard:
         d, self._last[key] = total - self._last[key], total
         return d
 
+    def note_change(self, worker: str, old: str, new: str, reason: str, wall: float | None = None) -> None:
+        """Log a role change the router made (elastic roles), with its reason."""
+        self.role_changes.append({"t": time.time() if wall is None else wall, "worker": worker,
+                                  "from": old, "to": new, "reason": reason})
+        if worker in self.roles:
+            self.roles[worker] = new   # the next sample sees no other change
+
     def note_roles(self, roles: dict[str, str], wall: float) -> None:
         """Log every worker whose role differs from the last sample's (a new worker is not
         a change; a worker that left is forgotten)."""

@@ -22,6 +22,7 @@ class RoutingPolicy(ABC):
     name: str = ""
     cold_rule: ColdRule = ColdRule()     # what "cold" means for this policy's metrics and admission
     decides_local = False                # True: route() takes allow_local and picks local paths itself (no PPD switch)
+    roles: tuple[str, ...] = ("pre-prefill", "prefill", "decode")   # the roles it routes to (elastic roles move among them)
 
     @abstractmethod
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
@@ -116,6 +117,7 @@ class ReplicaPolicy(RoutingPolicy):
     with the fewest running, then the least recently chosen: round-robin, not replica-0."""
 
     name = "replica"
+    roles = ("replica",)
 
     def __init__(self) -> None:
         self.last_routed: dict[str, int] = {}
@@ -165,6 +167,7 @@ class GoodputPolicy(RoutingPolicy):
 
     name = "goodput"
     decides_local = True
+    roles = ("pre-prefill", "prefill", "decode", "replica")
 
     def __init__(self, cfg: GoodputConfig = GoodputConfig()) -> None:
         self.cfg = cfg

@@ -14,23 +14,38 @@ The steps every request takes before it runs, in one place:
    (cold / warm, :mod:`warmpath.router.classify`);
 4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
    ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
-   feedback), and :meth:`RouteDecider.rebalance` (elastic tiers, ``elastic.py``).
+   feedback), and :meth:`RouteDecider.rebalance` (elastic roles, ``elastic.py``: the load it
+   reads — predicted queues and running TPOT, the recent share of requests routed local).
 
 ``router/flow.py`` and ``sim/simulation.py`` both call it; neither decides anything itself.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
 from warmpath.router import ppd
 from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.elastic import Elastic, ElasticConfig, RoleChange
+from warmpath.router.elastic import (
+    Elastic,
+    ElasticConfig,
+    Load,
+    RoleChange,
+    with_policy_units,
+)
 from warmpath.router.estimate import estimate
 from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel
 from warmpath.router.policy import RoutingPolicy
-from warmpath.router.predict import predict_local, predict_remote, step_cost
+from warmpath.router.predict import (
+    DEFAULT_CHUNK,
+    current_tpot,
+    predict_local,
+    predict_remote,
+    step_cost,
+    tpot_scale,
+)
 from warmpath.router.sessions import SessionState
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -51,7 +66,8 @@ class RouteDecider:
         self.model = RouterModel()
         self.rates = ArrivalRates()
         self.feedback = ppd.PPDFeedback()
-        self.elastic = Elastic(elastic)
+        self.elastic = Elastic(with_policy_units(elastic, policy))
+        self.recent_local: deque[bool] = deque(maxlen=64)   # the last decisions: prompt and decode on one worker?
 
     @property
     def cold_rule(self) -> ColdRule:
@@ -82,7 +98,14 @@ class RouteDecider:
                      arrival: bool = True) -> Decision:
         """Where ``rv`` runs (``LookupError`` when no worker can take it). ``Decision.ppd``
         says which way the PPD switch went, for a turn 2+ it applied to. ``arrival``: a new
-        request (counted in the arrival rates), not a second decision for one."""
+        request (counted in the arrival rates and the share routed local), not a second
+        decision for one."""
+        d = self._decide(rv, snap, allow_local, arrival)
+        if arrival:
+            self.recent_local.append(d.prefill in (None, d.decode))
+        return d
+
+    def _decide(self, rv: RequestView, snap: Snapshot, allow_local: bool, arrival: bool) -> Decision:
         local_paths = self.policy.decides_local
         d = self.policy.route(rv, snap, allow_local) if local_paths else self.policy.route(rv, snap)
         cls = d.cls or (d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens))
@@ -123,9 +146,19 @@ class RouteDecider:
                     if tpot_s is not None and d.est_tpot_s is not None and d.decode is not None else None)
         return ttft_err, tpot_err
 
-    def rebalance(self, views: list[WorkerView], now: float) -> RoleChange | None:
-        """Elastic tiers: a role change to apply now, if the queues call for one."""
-        return self.elastic.step(views, lambda w: self.model.of(w).queue_s(w.queued_prefill_tokens), now)
+    def rebalance(self, views: list[WorkerView], now: float,
+                  decoding: Callable[[WorkerView], int] | None = None) -> RoleChange | None:
+        """Elastic roles: a role change to apply now, if the load calls for one. ``views``
+        with the load the policies see; ``decoding(view)``: requests decoding there (default
+        the view's ``running``)."""
+        snap = Snapshot(views, {}, None, self.model.kv_bytes_per_token, self.network_bytes_s, self.model, {}, now)
+        chunk = getattr(getattr(self.policy, "cfg", None), "chunk_tokens", DEFAULT_CHUNK)
+        tpot = ((lambda w: current_tpot(step_cost(snap, w), w, 128, chunk, tpot_scale(snap, w)))
+                if self.elastic.cfg.tpot_s else (lambda w: 0.0))
+        local = sum(self.recent_local) / len(self.recent_local) if self.recent_local else 0.0
+        load = Load(lambda w: self.model.of(w).queue_s(w.queued_prefill_tokens), tpot,
+                    decoding or (lambda w: w.running), local)
+        return self.elastic.step(views, load, now)
 
     def decode_for(self, snap: Snapshot) -> str:
         """A decode worker to go on with a request whose first token exists (its KV is in

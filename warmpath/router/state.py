@@ -44,7 +44,7 @@ class RouterConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
-    elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes between the CPD tiers
+    elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes (router/elastic.py)
 
 
 class RouterState:
@@ -89,10 +89,16 @@ class RouterState:
                                          session_decode, self.kv_bytes_per_token, now)
 
     def rebalance(self, now: float) -> None:
-        """Elastic tiers: apply a role change if the decider calls for one."""
-        ch = self.decider.rebalance(self.routable(), now)
+        """Elastic roles: apply a role change if the decider calls for one, over the load the
+        policies see. From now on the worker gets its new role's traffic only; what it holds
+        of the old one finishes there (``elastic.py``). Logged, counted per role and shown in
+        the dashboard's role log with its reason."""
+        with self.lock:
+            views = self.load.views(self.routable())
+        ch = self.decider.rebalance(views, now)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
+            self.dashboard.note_change(ch.worker, ch.old, ch.new, ch.reason)
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
 
     def release(self, kv_tokens: int | None = None) -> None:

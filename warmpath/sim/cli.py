@@ -34,8 +34,9 @@ def add_parser(sub) -> None:
     s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
     s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
                    help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
-    s.add_argument("--elastic", default="auto", choices=("auto", "on", "off"),
-                   help="elastic CPD tiers (auto: on for the cpd policy)")
+    s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
+                   help="elastic roles: on (between the CPD tiers) | roles (among every role the policy "
+                        "routes to, replica included) | off (auto: on for the cpd policy)")
     s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
     s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
@@ -136,7 +137,7 @@ def setup_from_args(a: argparse.Namespace):
                     scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
                     cpu_cores=cores if cpu else None, request_overhead_s=overhead,
                     retokenize_miss=retok,
-                    elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic == "on",
+                    elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic,
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
                     max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
                     **(variation if cpu else {}), **store, **_goodput_target(a))

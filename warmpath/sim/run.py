@@ -57,7 +57,7 @@ class SimSetup:
     admission: AdmissionConfig = AdmissionConfig()
     cpd: CPDConfig = CPDConfig()
     ppd_table: PPDTable | None = None
-    elastic: bool | None = None           # elastic CPD tiers (None: on for the cpd policy, as served)
+    elastic: bool | str | ElasticConfig | None = None   # "on"/True (the CPD tiers), "roles", "off"/False, a config; None: auto
     step_time: StepTime | None = None     # overrides both (tests, custom profiles)
     cpu_cores: int | None = None          # CPU profile: workers share this many cores
     request_overhead_s: float = 0.0       # router + HTTP hops on the way to the first token at the client
@@ -104,11 +104,19 @@ def build(s: SimSetup) -> Simulation:
     sim = Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
-                     ElasticConfig(enabled=s.topology.policy == "cpd" if s.elastic is None else s.elastic),
+                     elastic_config(s, pol),
                      s.max_concurrency, s.handoff, s.timeout_s)
     # the router's step costs: each simulated worker's own (unjittered: a prediction draws no noise)
     sim.decider.model.steps = {w.wid: w.st.inner if isinstance(w.st, Jittered) else w.st for w in workers}
     return sim
+
+
+def elastic_config(s: SimSetup, policy) -> ElasticConfig:
+    """The setup's elastic rule, as ``warmpath router --elastic`` builds it (auto: on for cpd)."""
+    if isinstance(s.elastic, ElasticConfig):
+        return s.elastic
+    mode = {None: "auto", True: "on", False: "off"}.get(s.elastic, s.elastic)
+    return ElasticConfig.from_mode(mode, s.topology.policy, policy.roles)
 
 
 def policy_for(s: SimSetup):

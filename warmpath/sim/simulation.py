@@ -1,7 +1,8 @@
 """Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
 
 The router part runs the production objects: the router's route decision
-(``router/route.py``: the routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule), admission, the
+(``router/route.py``: the routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule,
+the elastic roles), admission, the
 session table and the global KV index fed by the workers' events. Each worker runs the production scheduler and block manager
 (``worker.py``). Only step times and transfers are modelled. The request flow mirrors
 ``router/flow.py``: prefill to the first token (blocks written through to L3), handoff to
@@ -139,7 +140,8 @@ class Simulation(Endings):
         """The router's route decision (``router/route.py``) over the workers' state now."""
         if self.now >= self._next_rebalance:   # the router's once-a-second elastic pass
             self._next_rebalance = self.now + 1.0
-            ch = self.decider.rebalance([w.view() for w in self.workers.values()], self.now)
+            ch = self.decider.rebalance([w.view() for w in self.workers.values()], self.now,
+                                        lambda v: self.workers[v.worker_id].decoding())
             if ch is not None:
                 self.workers[ch.worker].set_role(ch.new)
                 self.stats.role_changes.append((ch.at, ch.worker, ch.new))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_rules import credit_l3_writes, TierRules
+from warmpath.engine.tier_rules import credit_l3_writes, TierRules, write_mode_for
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.block_codec import header_size
 from warmpath.kv.load_cost import LoadCostModel
@@ -104,8 +104,14 @@ class SimWorker:
                           kv_tokens=self.pool.num_blocks * self.cfg.block_size)
 
     def set_role(self, role: str) -> None:
-        """Elastic tiers moved this worker (the router's view changes, nothing else)."""
+        """Elastic roles moved this worker: the router's view changes, and its L3 writes as
+        a real worker's do (``tier_rules.write_mode_for``); what it runs goes on."""
         self.role, self._view = role, None
+        self.rules.write_mode = write_mode_for(role, self.rules.write_mode)
+
+    def decoding(self) -> int:
+        """Sequences decoding here (past their prompt)."""
+        return sum(1 for q in self.sched.running if not q.in_prefill)
 
     def add(self, seq: Sequence) -> None:
         """Queue ``seq``; one that arrives with its first token (a P->D handoff) is counted

@@ -85,6 +85,18 @@ async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> httpx.Resp
         return None
 
 
+def _adopt_role(body: dict, r: httpx.Response, on_role: Callable[[str], None]) -> None:
+    """The role in a heartbeat's answer, when the router moved this worker."""
+    try:
+        role = r.json().get("role")
+    except ValueError:
+        return
+    if isinstance(role, str) and role != body["role"]:
+        log.info("the router moved this worker: %s -> %s", body["role"], role)
+        body["role"] = role
+        on_role(role)
+
+
 async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
                                  alive: Callable[[], bool] = lambda: True, defaults: dict | None = None,
                                  draining: Callable[[], bool] = lambda: False) -> None:
@@ -105,16 +117,25 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
     async def report() -> Heartbeat:
         return load_report(engine, cfg.worker_id)
 
-    await keep_registered(cfg, body, report, alive, draining)
+    def on_role(role: str) -> None:   # the router moved us (elastic roles): hand KV on as the role needs
+        if engine.tiers is not None:
+            from warmpath.engine.tier_rules import write_mode_for
+
+            engine.tiers.rules.write_mode = write_mode_for(role, engine.tiers.rules.write_mode)
+
+    await keep_registered(cfg, body, report, alive, draining, on_role)
 
 
 async def keep_registered(cfg: RegistrationConfig, body: dict, report: Callable[[], Awaitable[Heartbeat]],
                           alive: Callable[[], bool] = lambda: True,
-                          draining: Callable[[], bool] = lambda: False) -> None:
+                          draining: Callable[[], bool] = lambda: False,
+                          on_role: Callable[[str], None] = lambda role: None) -> None:
     """Runs until cancelled: posts ``body`` (a :class:`Registration`'s JSON) whenever the
     router does not know this worker, then ``await report()`` every ``heartbeat_s``; stops
     once ``alive()`` turns false. While ``draining()`` (``worker/drain.py``) the heartbeats
-    say so and a router that forgot this worker is not told of it again."""
+    say so and a router that forgot this worker is not told of it again. A heartbeat's
+    answer names the role the router gives this worker now (elastic roles): a new one is
+    passed to ``on_role`` and registered from then on (a restarted router keeps it)."""
     registered = False
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
         while alive():
@@ -128,6 +149,8 @@ async def keep_registered(cfg: RegistrationConfig, body: dict, report: Callable[
                     hb = (await report()).model_copy(update={"draining": draining()})
                     r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
                     registered = r.status_code == 200
+                    if registered:
+                        _adopt_role(body, r, on_role)
             except httpx.HTTPError as e:
                 log.info("router not reachable yet (%s)", e)
                 registered = False

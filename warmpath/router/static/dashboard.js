@@ -61,7 +61,8 @@ function renderWorkers(cluster, state) {
   const log = document.getElementById("role-changes");
   if (state.role_changes.length)
     log.replaceChildren(...state.role_changes.map((c) => el("li", {},
-      new Date(c.t * 1000).toLocaleTimeString() + ": " + c.worker + " " + c.from + " → " + c.to)));
+      new Date(c.t * 1000).toLocaleTimeString() + ": " + c.worker + " " + c.from + " → " + c.to
+      + (c.reason ? " (" + c.reason + ")" : ""))));
 }
 
 function lineChart(id, samples, series, yfmt) {
