@@ -103,6 +103,21 @@ def test_second_turn_goes_to_the_worker_holding_its_context(cluster):
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 640
 
 
+def test_the_router_learns_each_vllm_workers_lines_from_its_answers(cluster):
+    """An answer carries the vLLM worker's own timings; the router's model of the worker that
+    computed it has learnt its prefill line and its decode steps from them."""
+    model = httpx.get(cluster + "/v1/models", timeout=5).json()["data"][0]["id"]
+    r = httpx.post(cluster + "/v1/completions", timeout=120,
+                   json={"model": model, "prompt": [3000 + i for i in range(300)], **GREEDY, "max_tokens": 8,
+                         "ignore_eos": True})
+    t = r.json()["usage"]["warmpath"]["timing"]
+    assert t["computed_tokens"] + t["cached_tokens"] == 300 and t["decode_steps"] == 7
+    assert t["prefill_s"] > 0 and t["decode_s"] > 0 and t["batch"] >= 1
+    learnt = httpx.get(cluster + "/v1/cluster", headers=AUTH, timeout=5).json()["model"]["workers"]
+    mine = learnt[r.headers["X-Warmpath-Worker"]]
+    assert mine["observations"] >= 1 and mine["decode_samples"] >= 1 and mine["decode_step_s"] > 0
+
+
 def test_a_killed_vllm_is_dropped_and_its_worker_restarted(cluster):
     ws = workers(cluster)
     victim, w = sorted(ws.items())[0]

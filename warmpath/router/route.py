@@ -24,6 +24,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from pydantic import ValidationError
+
+from warmpath.protocol.internal import AnswerTiming
 from warmpath.router import ppd
 from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.elastic import Elastic, ElasticConfig, RoleChange
@@ -107,6 +110,21 @@ class RouteDecider:
         """A prefill reply: refit that worker's lines."""
         if view is not None:
             self.model.observe_prefill(obs, view)
+
+    def observe_answer(self, worker: str, usage: dict | None, view: WorkerView | None, computed_here: bool) -> bool:
+        """An answer's usage: when it carries the worker's own timings
+        (``usage["warmpath"]["timing"]``, :class:`~warmpath.protocol.internal.AnswerTiming`),
+        refit that worker's decode line, and its prefill line when ``computed_here``. Returns
+        whether it learnt (malformed timings are ignored: a worker's report, not the client's)."""
+        raw = ((usage or {}).get("warmpath") or {}).get("timing") if isinstance(usage, dict) else None
+        if view is None or not isinstance(raw, dict):
+            return False
+        try:
+            t = AnswerTiming.model_validate(raw)
+        except ValidationError:
+            return False
+        self.model.observe_answer(worker, t, view, computed_here)
+        return True
 
     def observe_outcome(self, d: Decision, ttft_s: float | None,
                         tpot_s: float | None) -> tuple[float | None, float | None]:
