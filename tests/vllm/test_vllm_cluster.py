@@ -118,6 +118,27 @@ def test_the_router_learns_each_vllm_workers_lines_from_its_answers(cluster):
     assert mine["observations"] >= 1 and mine["decode_samples"] >= 1 and mine["decode_step_s"] > 0
 
 
+def test_calibrate_times_a_running_vllm_and_the_simulator_predicts_from_it(cluster, tmp_path):
+    """`warmpath calibrate --engine vllm --url` on one worker's vLLM server (quick points): the
+    calibration has every timed step, a KV pool from vLLM's metrics, and `warmpath sim` runs on it."""
+    from warmpath.cli import main
+
+    w = next(iter(workers(cluster).values()))
+    cal = tmp_path / "vllm.json"
+    assert main(["calibrate", "--engine", "vllm", "--url", health(w)["vllm_url"], "--quick",
+                 "--serve-args", "--max-num-seqs 8", "--out", str(cal)]) == 0
+    c = json.loads(cal.read_text())
+    assert c["calibrated_engine"] == "vllm" and len(c["profile"]["prefill"]) == 8 and len(c["profile"]["decode"]) == 4
+    assert all(s > 0 for *_, s in c["profile"]["prefill"] + c["profile"]["decode"])
+    assert c["engine"]["block_size"] == 32 and c["engine"]["max_num_seqs"] == 8 and c["engine"]["l1_blocks"] > 0
+    assert c["step_model"]["prefill_coef"][1] > 0 and c["ppd_table"]
+    out = tmp_path / "sim"
+    assert main(["sim", "--hardware", "cpu", "--calibration", str(cal), "--topology", "replica",
+                 "--workload", "coding-agent", "--rates", "0.2", "--duration", "60", "--scale", "0.25",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["rates"]["0.2"]["all"]["completed"] > 0
+
+
 def test_a_killed_vllm_is_dropped_and_its_worker_restarted(cluster):
     ws = workers(cluster)
     victim, w = sorted(ws.items())[0]

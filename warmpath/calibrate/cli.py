@@ -32,6 +32,13 @@ def add_parser(sub) -> None:
     c.add_argument("--serve-args", default="", help="extra `warmpath serve` flags for the served phase")
     c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
+    c.add_argument("--engine", default="warmpath", choices=("warmpath", "vllm"),
+                   help="vllm: measure a vLLM server over HTTP (started as `warmpath worker --engine vllm` starts "
+                        "it, with --serve-args' worker flags, or the running one at --url); no served phase")
+    c.add_argument("--url", default=None, help="--engine vllm: a running vLLM OpenAI server to measure")
+    c.add_argument("--tokens", default="32,128,512", help="--engine vllm: new prompt tokens per prefill")
+    c.add_argument("--batches", default="1,4,16", help="--engine vllm: decode batch sizes")
+    c.add_argument("--decode-tokens", type=int, default=24, help="--engine vllm: tokens each decode request runs")
     c.add_argument("--refit", default=None, metavar="CALIBRATION",
                    help="time nothing: refit an earlier calibrate output's timed steps (its `profile`) with this "
                         "version's fit and write it to --out (the step model and PPD table change; the rest is kept)")
@@ -93,13 +100,16 @@ def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     if a.refit:
         return refit(a.refit, a.out, a.l3_gbps, a.network_gbps)
+    if a.engine == "vllm":
+        from warmpath.calibrate.vllm import main as vllm_main
+
+        return vllm_main(a)
     import torch
 
     from warmpath.bench.workload import coding_agent
     from warmpath.engine.step_timing import answer_roundtrip_miss, profile_engine
     from warmpath.engine.step_trace import trace_variation
     from warmpath.models.loader import load_model
-    from warmpath.router.ppd import table_from_model
 
     try:
         contexts = tuple(int(x) for x in a.contexts.split(","))
@@ -130,15 +140,13 @@ def main(a: argparse.Namespace) -> int:
         print(f"from the traces: {len(traced.prefill)} prefill, {len(traced.decode)} decode and "
               f"{len(traced.mixed)} mixed steps that ran alone")
         prof = prof.extend(traced)
-    model = prof.fit()
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
-    table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
+    model, fit = fitted(prof, kvb, a.l3_gbps, a.network_gbps)
     from warmpath.calibrate.served import served_engine_for
 
     out["engine"] = served_engine_for(a.served_topology, shlex.split(a.serve_args), a.model,
                                       lm.config.max_position_embeddings, kvb)
-    out.update(kv_bytes_per_token=kvb, step_model=model.to_json(), ppd_table=table.to_json(),
-               profile={"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed})
+    out.update(fit)
     if runs:   # how the served steps scatter around the fit, and slow each other (the CPU profile)
         var = {src: trace_variation(steps) for src, steps in runs.items()}
         for k in ("step_cv", "contention"):
@@ -147,6 +155,29 @@ def main(a: argparse.Namespace) -> int:
         out["trace_variation"] = var
         print(f"steps around the fit: cv {out['step_cv']}; slowdown beside one other worker: {out['contention']}")
     Path(a.out).write_text(json.dumps(out, indent=1))
+    print_fit(model)
+    for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
+        if out.get(k) is not None:
+            print(f"{k}: {out[k]:.4g}")
+    print(f"wrote {a.out} ({len(out['ppd_table'])} PPD cells)")
+    return 0
+
+
+def fitted(prof, kv_bytes_per_token: int, l3_gbps: float, network_gbps: float) -> tuple:
+    """``prof`` fitted (``StepProfile.fit``) and what a calibration file holds of it: the step
+    model, the PPD table filled from it, the KV bytes per token and the timed steps (for
+    ``--refit``). Every engine's calibration (``--engine vllm`` too) is written through here."""
+    from warmpath.router.ppd import table_from_model
+
+    model = prof.fit()
+    table = table_from_model(model, kv_bytes_per_token, l3_gbps * 1e9, network_gbps * 1e9)
+    return model, {"kv_bytes_per_token": kv_bytes_per_token, "step_model": model.to_json(),
+                   "ppd_table": table.to_json(),
+                   "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed}}
+
+
+def print_fit(model) -> None:
+    """The fitted step model's lines, in words."""
     a0, a1, a2 = model.prefill_coef
     d0, d1, d2 = model.decode_coef
     print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
@@ -154,8 +185,3 @@ def main(a: argparse.Namespace) -> int:
     print(f"mixed:   {model.mixed_form}" + (
         " ({:.2f} ms + {:.3f} ms/token + {:.4f} us/token/ctx-token + {:.3f} ms/seq + {:.4f} us/seq/ctx-token)"
         .format(*(k * f for k, f in zip(model.mixed_coef, (1e3, 1e3, 1e6, 1e3, 1e6)))) if model.mixed_coef else ""))
-    for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
-        if out.get(k) is not None:
-            print(f"{k}: {out[k]:.4g}")
-    print(f"wrote {a.out} ({len(table.cells)} PPD cells)")
-    return 0
