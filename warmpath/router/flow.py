@@ -102,7 +102,8 @@ class RequestFlow:
             try:
                 if t.first_token is None:  # the worker computing the prompt will hold its blocks
                     with s.lock:
-                        s.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
+                        w = d.prefill or d.decode
+                        s.index.note_routed(w, s.hashes_for(w, t.rv), time.monotonic())
                     if d.prefill not in (None, d.decode):
                         with s.load.holding(d.prefill, d.decode):   # a drain of either waits
                             await self._prefill(t, d.prefill)

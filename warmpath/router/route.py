@@ -61,14 +61,16 @@ class RouteDecider:
 
     @staticmethod
     def request_view(num_tokens: int, block_hashes: tuple[bytes, ...], block_size: int,
-                     session_id: str | None, session: SessionState | None, max_tokens: int) -> RequestView:
+                     session_id: str | None, session: SessionState | None, max_tokens: int,
+                     ns_hashes: dict | None = None) -> RequestView:
         """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's
-        history (its last prompt + answer) does not already hold."""
+        history (its last prompt + answer) does not already hold; ``ns_hashes``: its hashes
+        in the fleet's other namespaces."""
         held = session.context_tokens if session else 0
         return RequestView(num_tokens, block_hashes, block_size, session_id,
                            turn=(session.turns + 1) if session else 1,
                            new_tokens=num_tokens - held if 0 < held < num_tokens else num_tokens,
-                           max_tokens=max_tokens)
+                           max_tokens=max_tokens, ns_hashes=ns_hashes or {})
 
     def snapshot(self, views: list[WorkerView], lookup: Lookup, session_decode: str | None,
                  kv_bytes_per_token: int, now: float = 0.0) -> Snapshot:
