@@ -47,8 +47,8 @@ def add_parser(sub) -> None:
 
 def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
     """``--refit``: ``src``'s timed steps fitted again (torch-free); everything else kept."""
+    from warmpath.calibrate.fit import fitted
     from warmpath.engine.step_model import StepProfile
-    from warmpath.router.ppd import table_from_model
 
     try:
         cal = json.loads(Path(src).read_text())
@@ -56,9 +56,8 @@ def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
         kvb = int(cal["kv_bytes_per_token"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--refit {src}: not a `warmpath calibrate` output with its timed steps ({e})") from e
-    model = prof.fit()
-    table = table_from_model(model, kvb, l3_gbps * 1e9, network_gbps * 1e9)
-    cal.update(step_model=model.to_json(), ppd_table=table.to_json(), refit_of=src)
+    model, fit = fitted(prof, kvb, l3_gbps, network_gbps)
+    cal.update(step_model=fit["step_model"], ppd_table=fit["ppd_table"], refit_of=src)
     Path(out).write_text(json.dumps(cal, indent=1))
     print(f"refit {src}: {len(prof.prefill)} prefill, {len(prof.decode)} decode, {len(prof.mixed)} mixed steps; "
           f"mixed: {model.mixed_form}; wrote {out}")
@@ -140,6 +139,8 @@ def main(a: argparse.Namespace) -> int:
         print(f"from the traces: {len(traced.prefill)} prefill, {len(traced.decode)} decode and "
               f"{len(traced.mixed)} mixed steps that ran alone")
         prof = prof.extend(traced)
+    from warmpath.calibrate.fit import fitted, print_fit
+
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
     model, fit = fitted(prof, kvb, a.l3_gbps, a.network_gbps)
     from warmpath.calibrate.served import served_engine_for
@@ -162,26 +163,3 @@ def main(a: argparse.Namespace) -> int:
     print(f"wrote {a.out} ({len(out['ppd_table'])} PPD cells)")
     return 0
 
-
-def fitted(prof, kv_bytes_per_token: int, l3_gbps: float, network_gbps: float) -> tuple:
-    """``prof`` fitted (``StepProfile.fit``) and what a calibration file holds of it: the step
-    model, the PPD table filled from it, the KV bytes per token and the timed steps (for
-    ``--refit``). Every engine's calibration (``--engine vllm`` too) is written through here."""
-    from warmpath.router.ppd import table_from_model
-
-    model = prof.fit()
-    table = table_from_model(model, kv_bytes_per_token, l3_gbps * 1e9, network_gbps * 1e9)
-    return model, {"kv_bytes_per_token": kv_bytes_per_token, "step_model": model.to_json(),
-                   "ppd_table": table.to_json(),
-                   "profile": {"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed}}
-
-
-def print_fit(model) -> None:
-    """The fitted step model's lines, in words."""
-    a0, a1, a2 = model.prefill_coef
-    d0, d1, d2 = model.decode_coef
-    print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
-    print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
-    print(f"mixed:   {model.mixed_form}" + (
-        " ({:.2f} ms + {:.3f} ms/token + {:.4f} us/token/ctx-token + {:.3f} ms/seq + {:.4f} us/seq/ctx-token)"
-        .format(*(k * f for k, f in zip(model.mixed_coef, (1e3, 1e3, 1e6, 1e3, 1e6)))) if model.mixed_coef else ""))

@@ -1,6 +1,6 @@
 """``warmpath calibrate --engine vllm``: time a vLLM server's steps over its OpenAI HTTP API and
 write the same calibration file ``warmpath calibrate`` writes for warmpath's engine (fitted by
-the same code, ``calibrate/cli.fitted``), so ``warmpath sim`` / ``plan`` / ``serve
+the same code, ``calibrate/fit.fitted``), so ``warmpath sim`` / ``plan`` / ``serve
 --calibration`` predict a vLLM fleet.
 
 The server is the one ``warmpath worker --engine vllm`` would start with the same worker flags
@@ -73,8 +73,8 @@ def engine_profile(num_blocks: int | None, block_size: int | None, max_num_seqs:
 def calibration(prof: StepProfile, kv_bytes_per_token: int, engine: dict, l3_gbps: float = 0.67,
                 network_gbps: float = 1.0):
     """The fitted step model and the calibration file's content (``warmpath calibrate``'s
-    format, ``calibrate/cli.fitted``) for a vLLM server's timed steps and ``engine``."""
-    from warmpath.calibrate.cli import fitted
+    format, ``calibrate/fit.fitted``) for a vLLM server's timed steps and ``engine``."""
+    from warmpath.calibrate.fit import fitted
 
     model, fit = fitted(prof, kv_bytes_per_token, l3_gbps, network_gbps)
     return model, {"calibrated_engine": "vllm", "engine": engine, **fit}
@@ -173,7 +173,7 @@ def measure(p: Prober, pts: dict) -> StepProfile:
 
 def main(a: argparse.Namespace) -> int:
     """Start (or reach) the vLLM server, time it, write the calibration to ``--out``."""
-    from warmpath.calibrate.cli import print_fit
+    from warmpath.calibrate.fit import print_fit
     from warmpath.cli_args import serve_namespace
     from warmpath.models.files import model_config
     from warmpath.vllm.worker import KV_ITEMSIZE
