@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import itertools
 import json
 import os
 import shlex
@@ -53,7 +54,7 @@ def decode_step(times: list[list[float]], skip: int = 1) -> float:
     if not times or any(len(t) < skip + 2 for t in times):
         raise ValueError(f"decode_step: every request needs > {skip + 1} tokens")
     start, end = max(t[skip] for t in times), min(t[-1] for t in times)
-    gaps = [b - a for t in times for a, b in zip(t, t[1:]) if a >= start and b <= end]
+    gaps = [b - a for t in times for a, b in itertools.pairwise(t) if a >= start and b <= end]
     if not gaps:
         raise ValueError("decode_step: the requests never decoded together")
     return statistics.median(gaps)
@@ -218,10 +219,10 @@ def _flag_int(args: str | None, flag: str, default: int) -> int:
 def _start(w: argparse.Namespace):
     """A vLLM server as ``warmpath worker --engine vllm`` starts it (nothing subscribes to its
     events here); returns it, answering, and its URL."""
+    from warmpath.models.files import served_model_id
     from warmpath.procs import free_port
     from warmpath.vllm.model_dir import vllm_model_dir
     from warmpath.vllm.server import VLLMServer
-    from warmpath.models.files import served_model_id
     from warmpath.vllm.worker import server_config, vllm_block_size
 
     mdir = vllm_model_dir(w.model)

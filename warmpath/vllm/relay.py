@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from warmpath.models.generation import GenerationDefaults
 from warmpath.protocol.errors import APIError, bad
