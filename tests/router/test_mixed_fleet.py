@@ -73,6 +73,10 @@ def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
             r = httpx.post(router + "/v1/completions", json={**body, "prompt": b + [9]}, timeout=120)
             assert r.headers["x-warmpath-worker"] == "w1"
             assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 304
+            # v0 restarted (another pid): the router replaces it and keeps its namespace
+            assert httpx.post(router + "/internal/register", json={**reg, "pid": 4242}, headers=AUTH,
+                              timeout=5).status_code == 200
+            assert cluster()["v0"]["kv_namespace"]["block_size"] == 32
             # P/D roles stay in one namespace; another model is refused outright
             p0 = {**reg, "worker_id": "p0", "role": "prefill", "url": f"http://127.0.0.1:{free_port()}",
                   "namespace": dataclasses.asdict(ns_v), "events_endpoint": None, "replay_endpoint": None}

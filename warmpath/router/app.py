@@ -125,7 +125,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         except (ValueError, TypeError) as e:
             raise bad("namespace", f"namespace: {e}") from e
         try:
-            state.namespaces.admit(b.worker_id, b.role, ns, state.namespace)
+            state.namespaces.check(b.worker_id, b.role, ns, state.namespace)
         except ValueError as e:
             raise bad("namespace", str(e)) from e
         if state.namespace is None:
@@ -142,6 +142,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
                                     b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
+        state.namespaces.add(b.worker_id, b.role, ns)   # after a restart's removal above, which forgets it
         state.fit_admission()
         if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
             state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet

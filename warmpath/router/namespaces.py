@@ -44,9 +44,9 @@ class FleetNamespaces:
     of: dict[str, KVNamespace] = field(default_factory=dict)
     pd: dict[str, bool] = field(default_factory=dict)
 
-    def admit(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None) -> None:
-        """Record ``worker``'s namespace; ``ValueError`` (saying why) when the rules above
-        refuse it (``first``: the fleet's first namespace, ``None`` before any)."""
+    def check(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None) -> None:
+        """``ValueError`` (saying why) when the rules above refuse ``worker`` serving ``ns`` in
+        ``role`` (``first``: the fleet's first namespace, ``None`` before any)."""
         if first is not None and not same_model(ns, first):
             raise ValueError(f"worker {worker} serves a different model/KV layout (model {ns.model_id!r}, "
                              f"tokenizer {ns.tokenizer!r}; the fleet serves {first.model_id!r}, {first.tokenizer!r})")
@@ -56,7 +56,15 @@ class FleetNamespaces:
                 raise ValueError(f"worker {worker}: the P/D roles are held in another KV namespace "
                                  f"({next(iter(held)).revision!r}); a handoff never crosses namespaces, so a worker "
                                  f"of {ns.revision!r} registers as a replica")
+
+    def add(self, worker: str, role: str, ns: KVNamespace) -> None:
+        """Record a registered worker's namespace (after :meth:`check`)."""
         self.of[worker], self.pd[worker] = ns, role != "replica"
+
+    def admit(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None) -> None:
+        """:meth:`check`, then :meth:`add`."""
+        self.check(worker, role, ns, first)
+        self.add(worker, role, ns)
 
     def drop(self, worker: str) -> None:
         self.of.pop(worker, None)
