@@ -28,7 +28,8 @@ ALLOWED = {
     # the flags of serve / worker and the configs built from them
     "cli_args": {"engine", "kv", "launch", "models", "router"},
     # the served phase starts a topology as `warmpath serve` does (cli_args) and drives it with the bench
-    "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router"},
+    # --engine vllm starts a vLLM server as its worker kind does and reads its /metrics (vllm)
+    "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router", "vllm"},
     "cli": {"bench", "calibrate", "cli_args", "deploy", "engine", "kv", "launch", "models", "plan", "protocol", "router",
             "sim", "vllm", "worker"},
     # a vLLM server behind the router: its HTTP face, registration (torch-free) and events

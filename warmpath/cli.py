@@ -113,9 +113,9 @@ def _drain_teller(scfg):
 
 
 def _model_id(model: str) -> str:
-    from warmpath.models.files import SMOLLM2_NAME
+    from warmpath.models.files import served_model_id
 
-    return SMOLLM2_NAME if model == "smollm2" else model.rstrip("/").split("/")[-1].removesuffix(".gguf")
+    return served_model_id(model)
 
 
 def _router(a: argparse.Namespace) -> int:

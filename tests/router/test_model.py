@@ -78,3 +78,56 @@ def test_ppd_explores_then_corrects_a_wrong_table_from_observed_outcomes():
     d = ppd.decide(cfg, table, rv, dw, 0.0, fb)
     # observed: local 1.0 s vs remote 0.5 s (dTTFT -1.0) and TPOT +150%: remote
     assert not d.local and d.score == pytest.approx(-1.0 - 1.5) and "observed" in d.reason
+
+
+def test_answer_timings_fit_the_decode_line_and_the_local_prefill_line():
+    from warmpath.protocol.internal import AnswerTiming
+    from warmpath.router.predict import LineSteps, step_cost
+    from warmpath.router.views import Snapshot
+
+    v = WorkerView("v0", "replica", prefill_tok_s=400.0)
+    m = RouterModel()
+    # a handoff's decode side: only its decode steps are learnt (0.5 s / 10 steps at batch 2)
+    t1 = AnswerTiming(computed_tokens=1000, cached_tokens=0, prefill_s=2.1, queue_s=0.1, decode_s=0.5,
+                      decode_steps=10, batch=2.0)
+    m.observe_answer("v0", t1, v, computed_here=False)
+    got = m.workers["v0"]
+    assert got.observations == 0 and got.compute.bytes_s == 400.0
+    assert got.decode.overhead_s == pytest.approx(0.05) and not got.decode.fitted   # one batch size: flat
+    # it computed the prompt itself: the prefill line learns 2.0 s for 1000 uncached tokens after 0
+    m.observe_answer("v0", t1, v, computed_here=True)
+    assert got.observations == 1 and got.compute.bytes_s == pytest.approx(work(1000, 0) / 2.0)
+    assert got.decode.overhead_s == pytest.approx(0.05)
+    # batch 4 at 0.07 s a step: the line through (2, 0.05) and (4, 0.07)
+    m.observe_answer("v0", AnswerTiming(computed_tokens=0, cached_tokens=500, prefill_s=0.2, decode_s=0.7,
+                                        decode_steps=10, batch=4.0), v, computed_here=True)
+    assert got.decode.fitted and 1 / got.decode.bytes_s == pytest.approx(0.01)
+    assert got.decode.overhead_s == pytest.approx(0.03) and got.observations == 1   # nothing computed: no prefill
+    assert m.hop_s.samples == 0                           # no round trip in an answer
+    p = m.params()["workers"]["v0"]
+    assert (p["decode_step_s"], p["decode_s_per_seq"], p["decode_samples"]) == (0.03, 0.01, 3)
+    # the router's step cost for v0 now decodes on that line; a prefill chunk beside adds its work
+    cost = step_cost(Snapshot([v], model=m), v)
+    assert isinstance(cost, LineSteps) and cost.step_s([(1, 100)] * 3) == pytest.approx(0.06)
+    assert cost.step_s([(1, 100)] * 3 + [(200, 0)]) == pytest.approx(0.06 + work(200, 0) / (work(1000, 0) / 2.0))
+    # a calibration for the fleet does not replace a worker's own learnt steps
+    m.steps[None] = LineSteps(0.0, 1.0)
+    assert step_cost(Snapshot([v], model=m), v).step_s([(1, 100)] * 3) == pytest.approx(0.06)
+
+
+def test_router_learns_from_an_answer_usage_and_ignores_malformed_timings():
+    from warmpath.router.policy import POLICIES
+    from warmpath.router.route import RouteDecider
+
+    v = WorkerView("v0", "replica", prefill_tok_s=400.0)
+    d = RouteDecider(POLICIES["replica"]())
+    timing = {"computed_tokens": 800, "cached_tokens": 200, "prefill_s": 1.0, "decode_s": 0.4,
+              "decode_steps": 8, "batch": 1.0, "future_field": 1}
+    assert d.observe_answer("v0", {"warmpath": {"timing": timing}}, v, computed_here=True)
+    w = d.model.workers["v0"]
+    assert w.compute.bytes_s == pytest.approx(work(800, 200) / 1.0) and w.decode.overhead_s == pytest.approx(0.05)
+    for bad in (None, {}, {"warmpath": {}}, {"warmpath": {"timing": {**timing, "batch": 0.5}}},
+                {"warmpath": {"timing": "x"}}):
+        assert not d.observe_answer("v0", bad, v, computed_here=True)
+    assert not d.observe_answer("gone", {"warmpath": {"timing": timing}}, None, computed_here=True)
+    assert w.observations == 1 and w.decode.samples == 1

@@ -49,7 +49,9 @@ def test_vllm_stream_rendered_as_chat_chunks_and_usage():
     assert out[-1]["choices"][0]["finish_reason"] == "stop" and out[0]["object"] == "chat.completion.chunk"
     a.feed({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
                                      "prompt_tokens_details": {"cached_tokens": 2}}})
-    assert a.usage_chunk()["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+    u = a.usage_chunk()["usage"]
+    assert u["warmpath"].pop("timing")["decode_steps"] == 1     # timings: test_answer_timings_...
+    assert u == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
                                         "prompt_tokens_details": {"cached_tokens": 2},
                                         "warmpath": {"worker": {"loaded_tokens": {"L1": 2}, "recomputed_tokens": 1}}}
     whole = a.whole()
@@ -112,3 +114,45 @@ def test_server_command_line():
         with pytest.raises(ValueError):
             VLLMServerConfig(**{"model_dir": "/m", "served_model_name": "M", "port": 1,
                                 "events_endpoint": "tcp://h:1", **bad})
+
+
+def test_answer_timings_from_the_streamed_tokens():
+    """First token 0.5 s after the start, the last 0.3 s after it over 2 more steps; 64 of the
+    100 prompt tokens cached: the timings the router's cost model learns from."""
+    ticks = iter([10.0, 10.5, 10.6, 10.8])
+    a = Answer("text", "M", 100, clock=lambda: next(ticks))
+    for text, reason in (("a", None), ("b", None), ("c", "length")):
+        a.feed({"choices": [{"index": 0, "text": text, "finish_reason": reason}]})
+    assert a.timing() is None          # vLLM's usage not yet in
+    a.feed({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 3,
+                                     "prompt_tokens_details": {"cached_tokens": 64}}})
+    a.batch = 2.5
+    want = {"computed_tokens": 36, "cached_tokens": 64, "prefill_s": 0.5, "queue_s": 0.0,
+            "decode_s": 0.3, "decode_steps": 2, "batch": 2.5}
+    assert a.timing() == pytest.approx(want)
+    assert a.usage_chunk()["usage"]["warmpath"] == {
+        "worker": {"loaded_tokens": {"L1": 64}, "recomputed_tokens": 36}, "timing": a.timing()}
+    assert a.whole()["usage"]["warmpath"]["timing"] == a.timing()
+    # one token only: no decode step
+    one = Answer("text", "M", 10, clock=iter([0.0, 0.2]).__next__)
+    one.feed({"choices": [{"text": "x", "finish_reason": "length"}]})
+    one.feed({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 1}})
+    assert one.timing() == {"computed_tokens": 10, "cached_tokens": 0, "prefill_s": 0.2, "queue_s": 0.0,
+                            "decode_s": 0.0, "decode_steps": 0, "batch": 1.0}
+
+
+def test_relay_book_batch_from_vllm_running_readings():
+    book = RelayBook()
+    book.started("a", 100)
+    book.first_token("a")              # decoding alone (the relay's own count: 1)
+    book.started("b", 50)
+    book.first_token("b")              # beside a: 2
+    assert book.finished("b") == 2.0   # no /metrics reading while it decoded: the relay's count
+    book.heartbeat("w", parse_metrics("vllm:num_requests_running 3\n"))
+    book.heartbeat("w", parse_metrics("vllm:num_requests_running 4\n"))
+    assert book.finished("a") == 3.5   # the mean of vLLM's running requests read meanwhile
+    assert book.finished("a") == 1.0 and book.decoding == {} and book.pending == {}
+    book.started("c", 10)              # a reading of 0 running while c decodes counts c itself
+    book.first_token("c")
+    book.heartbeat("w", parse_metrics("vllm:num_requests_running 0\n"))
+    assert book.finished("c") == 1.0

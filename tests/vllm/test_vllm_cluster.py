@@ -103,6 +103,42 @@ def test_second_turn_goes_to_the_worker_holding_its_context(cluster):
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 640
 
 
+def test_the_router_learns_each_vllm_workers_lines_from_its_answers(cluster):
+    """An answer carries the vLLM worker's own timings; the router's model of the worker that
+    computed it has learnt its prefill line and its decode steps from them."""
+    model = httpx.get(cluster + "/v1/models", timeout=5).json()["data"][0]["id"]
+    r = httpx.post(cluster + "/v1/completions", timeout=120,
+                   json={"model": model, "prompt": [3000 + i for i in range(300)], **GREEDY, "max_tokens": 8,
+                         "ignore_eos": True})
+    t = r.json()["usage"]["warmpath"]["timing"]
+    assert t["computed_tokens"] + t["cached_tokens"] == 300 and t["decode_steps"] == 7
+    assert t["prefill_s"] > 0 and t["decode_s"] > 0 and t["batch"] >= 1
+    learnt = httpx.get(cluster + "/v1/cluster", headers=AUTH, timeout=5).json()["model"]["workers"]
+    mine = learnt[r.headers["X-Warmpath-Worker"]]
+    assert mine["observations"] >= 1 and mine["decode_samples"] >= 1 and mine["decode_step_s"] > 0
+
+
+def test_calibrate_times_a_running_vllm_and_the_simulator_predicts_from_it(cluster, tmp_path):
+    """`warmpath calibrate --engine vllm --url` on one worker's vLLM server (quick points): the
+    calibration has every timed step, a KV pool from vLLM's metrics, and `warmpath sim` runs on it."""
+    from warmpath.cli import main
+
+    w = next(iter(workers(cluster).values()))
+    cal = tmp_path / "vllm.json"
+    assert main(["calibrate", "--engine", "vllm", "--url", health(w)["vllm_url"], "--quick",
+                 "--serve-args", "--max-num-seqs 8", "--out", str(cal)]) == 0
+    c = json.loads(cal.read_text())
+    assert c["calibrated_engine"] == "vllm" and len(c["profile"]["prefill"]) == 8 and len(c["profile"]["decode"]) == 4
+    assert all(s > 0 for *_, s in c["profile"]["prefill"] + c["profile"]["decode"])
+    assert c["engine"]["block_size"] == 32 and c["engine"]["max_num_seqs"] == 8 and c["engine"]["l1_blocks"] > 0
+    assert c["step_model"]["prefill_coef"][1] > 0 and c["ppd_table"]
+    out = tmp_path / "sim"
+    assert main(["sim", "--hardware", "cpu", "--calibration", str(cal), "--topology", "replica",
+                 "--workload", "coding-agent", "--rates", "0.2", "--duration", "60", "--scale", "0.25",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["rates"]["0.2"]["all"]["completed"] > 0
+
+
 def test_a_killed_vllm_is_dropped_and_its_worker_restarted(cluster):
     ws = workers(cluster)
     victim, w = sorted(ws.items())[0]

@@ -32,6 +32,13 @@ def add_parser(sub) -> None:
     c.add_argument("--serve-args", default="", help="extra `warmpath serve` flags for the served phase")
     c.add_argument("--l3-gbps", type=float, default=0.67, help="L3 read bandwidth for the remote path")
     c.add_argument("--network-gbps", type=float, default=1.0, help="P→D handoff bandwidth")
+    c.add_argument("--engine", default="warmpath", choices=("warmpath", "vllm"),
+                   help="vllm: measure a vLLM server over HTTP (started as `warmpath worker --engine vllm` starts "
+                        "it, with --serve-args' worker flags, or the running one at --url); no served phase")
+    c.add_argument("--url", default=None, help="--engine vllm: a running vLLM OpenAI server to measure")
+    c.add_argument("--tokens", default="32,128,512", help="--engine vllm: new prompt tokens per prefill")
+    c.add_argument("--batches", default="1,4,16", help="--engine vllm: decode batch sizes")
+    c.add_argument("--decode-tokens", type=int, default=24, help="--engine vllm: tokens each decode request runs")
     c.add_argument("--refit", default=None, metavar="CALIBRATION",
                    help="time nothing: refit an earlier calibrate output's timed steps (its `profile`) with this "
                         "version's fit and write it to --out (the step model and PPD table change; the rest is kept)")
@@ -40,8 +47,8 @@ def add_parser(sub) -> None:
 
 def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
     """``--refit``: ``src``'s timed steps fitted again (torch-free); everything else kept."""
+    from warmpath.calibrate.fit import fitted
     from warmpath.engine.step_model import StepProfile
-    from warmpath.router.ppd import table_from_model
 
     try:
         cal = json.loads(Path(src).read_text())
@@ -49,9 +56,8 @@ def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
         kvb = int(cal["kv_bytes_per_token"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--refit {src}: not a `warmpath calibrate` output with its timed steps ({e})") from e
-    model = prof.fit()
-    table = table_from_model(model, kvb, l3_gbps * 1e9, network_gbps * 1e9)
-    cal.update(step_model=model.to_json(), ppd_table=table.to_json(), refit_of=src)
+    model, fit = fitted(prof, kvb, l3_gbps, network_gbps)
+    cal.update(step_model=fit["step_model"], ppd_table=fit["ppd_table"], refit_of=src)
     Path(out).write_text(json.dumps(cal, indent=1))
     print(f"refit {src}: {len(prof.prefill)} prefill, {len(prof.decode)} decode, {len(prof.mixed)} mixed steps; "
           f"mixed: {model.mixed_form}; wrote {out}")
@@ -93,13 +99,16 @@ def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     if a.refit:
         return refit(a.refit, a.out, a.l3_gbps, a.network_gbps)
+    if a.engine == "vllm":
+        from warmpath.calibrate.vllm import main as vllm_main
+
+        return vllm_main(a)
     import torch
 
     from warmpath.bench.workload import coding_agent
     from warmpath.engine.step_timing import answer_roundtrip_miss, profile_engine
     from warmpath.engine.step_trace import trace_variation
     from warmpath.models.loader import load_model
-    from warmpath.router.ppd import table_from_model
 
     try:
         contexts = tuple(int(x) for x in a.contexts.split(","))
@@ -130,15 +139,15 @@ def main(a: argparse.Namespace) -> int:
         print(f"from the traces: {len(traced.prefill)} prefill, {len(traced.decode)} decode and "
               f"{len(traced.mixed)} mixed steps that ran alone")
         prof = prof.extend(traced)
-    model = prof.fit()
+    from warmpath.calibrate.fit import fitted, print_fit
+
     kvb = lm.config.kv_bytes_per_token(next(lm.model.parameters()).element_size())
-    table = table_from_model(model, kvb, a.l3_gbps * 1e9, a.network_gbps * 1e9)
+    model, fit = fitted(prof, kvb, a.l3_gbps, a.network_gbps)
     from warmpath.calibrate.served import served_engine_for
 
     out["engine"] = served_engine_for(a.served_topology, shlex.split(a.serve_args), a.model,
                                       lm.config.max_position_embeddings, kvb)
-    out.update(kv_bytes_per_token=kvb, step_model=model.to_json(), ppd_table=table.to_json(),
-               profile={"prefill": prof.prefill, "decode": prof.decode, "mixed": prof.mixed})
+    out.update(fit)
     if runs:   # how the served steps scatter around the fit, and slow each other (the CPU profile)
         var = {src: trace_variation(steps) for src, steps in runs.items()}
         for k in ("step_cv", "contention"):
@@ -147,15 +156,10 @@ def main(a: argparse.Namespace) -> int:
         out["trace_variation"] = var
         print(f"steps around the fit: cv {out['step_cv']}; slowdown beside one other worker: {out['contention']}")
     Path(a.out).write_text(json.dumps(out, indent=1))
-    a0, a1, a2 = model.prefill_coef
-    d0, d1, d2 = model.decode_coef
-    print(f"prefill: {a0 * 1e3:.2f} ms + {a1 * 1e3:.3f} ms/token + {a2 * 1e6:.4f} us/token/ctx-token")
-    print(f"decode:  {d0 * 1e3:.2f} ms + {d1 * 1e3:.3f} ms/seq + {d2 * 1e6:.4f} us/seq/ctx-token")
-    print(f"mixed:   {model.mixed_form}" + (
-        " ({:.2f} ms + {:.3f} ms/token + {:.4f} us/token/ctx-token + {:.3f} ms/seq + {:.4f} us/seq/ctx-token)"
-        .format(*(k * f for k, f in zip(model.mixed_coef, (1e3, 1e3, 1e6, 1e3, 1e6)))) if model.mixed_coef else ""))
+    print_fit(model)
     for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
         if out.get(k) is not None:
             print(f"{k}: {out[k]:.4g}")
-    print(f"wrote {a.out} ({len(table.cells)} PPD cells)")
+    print(f"wrote {a.out} ({len(out['ppd_table'])} PPD cells)")
     return 0
+

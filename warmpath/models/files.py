@@ -65,3 +65,9 @@ def model_config(spec: str = DEFAULT_MODEL) -> ModelConfig:
         return ModelConfig.from_hf(json.loads(path.read_text()))
     except (ValueError, KeyError, json.JSONDecodeError) as e:
         raise ModelFileError(f"{path}: {e}") from e
+
+
+def served_model_id(spec: str) -> str:
+    """The model id a ``--model`` spec is served under (``/v1/models``; vLLM's
+    ``--served-model-name``): SmolLM2's name for ``smollm2``, else the path's last part."""
+    return SMOLLM2_NAME if spec == "smollm2" else spec.rstrip("/").split("/")[-1].removesuffix(".gguf")

@@ -91,6 +91,24 @@ class GenerateRequest(BaseModel):
     prefill: PrefillStage | None = None
 
 
+class AnswerTiming(BaseModel):
+    """A worker's own timings of one answer it computed and decoded (``usage["warmpath"]["timing"]``),
+    which the router's cost model learns from (``router/model.py``): the prompt's tokens it
+    computed vs found cached and the seconds from the request's arrival to its first token
+    (``queue_s`` of them waiting, when the worker knows it); the seconds from the first token
+    to the last over ``decode_steps`` steps (tokens after the first) and the mean number of
+    sequences decoding beside it (``batch``, itself included)."""
+
+    model_config = ConfigDict(extra="ignore")
+    computed_tokens: int = Field(ge=0)
+    cached_tokens: int = Field(ge=0)
+    prefill_s: float = Field(ge=0, allow_inf_nan=False)
+    queue_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    decode_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    decode_steps: int = Field(0, ge=0)
+    batch: float = Field(1.0, ge=1, allow_inf_nan=False)
+
+
 class Namespace(BaseModel):
     """The KV namespace a worker serves (``kv.hashing.KVNamespace`` on the wire)."""
 

@@ -125,13 +125,15 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             ns = KVNamespace(**b.namespace.model_dump())
         except (ValueError, TypeError) as e:
             raise bad("namespace", f"namespace: {e}") from e
+        try:
+            state.namespaces.check(b.worker_id, b.role, ns, state.namespace)
+        except ValueError as e:
+            raise bad("namespace", str(e)) from e
         if state.namespace is None:
             state.namespace = ns
             state.kv_bytes_per_token = b.kv_bytes_per_token
             state.max_model_len = b.max_model_len
             state.generation_defaults = b.generation_defaults and b.generation_defaults.model_dump()
-        elif ns != state.namespace:
-            raise bad("namespace", f"worker {b.worker_id} serves a different model/KV layout")
         old = state.registry.workers.get(b.worker_id)
         if old is not None and (old.url == b.url and state.pids.get(b.worker_id) != b.pid
                                 or old.url != b.url and not await answers(old.url)):
@@ -141,6 +143,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
                                     b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
+        state.namespaces.add(b.worker_id, b.role, ns)   # after a restart's removal above, which forgets it
         state.fit_admission()
         if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
             state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
@@ -218,6 +221,9 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {})),
                    "draining": w in state.draining, "in_flight": state.load.in_flight(w)}
+            ns = state.namespaces.of.get(w)
+            if ns is not None:   # a fleet of two engines: each worker's KV namespace (router/namespaces.py)
+                out["kv_namespace"] = {"revision": ns.revision, "dtype": ns.dtype, "block_size": ns.block_size}
             believed = state.decider.model.of(r.view)    # what the router's learnt model uses now
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),
                        model_l3_read_bytes_s=round(believed.l3_read.bytes_s),

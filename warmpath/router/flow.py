@@ -102,7 +102,8 @@ class RequestFlow:
             try:
                 if t.first_token is None:  # the worker computing the prompt will hold its blocks
                     with s.lock:
-                        s.index.note_routed(d.prefill or d.decode, t.rv.block_hashes, time.monotonic())
+                        w = d.prefill or d.decode
+                        s.index.note_routed(w, s.hashes_for(w, t.rv), time.monotonic())
                     if d.prefill not in (None, d.decode):
                         with s.load.holding(d.prefill, d.decode):   # a drain of either waits
                             await self._prefill(t, d.prefill)
@@ -185,11 +186,19 @@ class RequestFlow:
         self._ended(t, sess)
         return Response(r.content, media_type="application/json", headers=headers)
 
+    def _learn(self, t: Trip) -> None:
+        """The decode worker's own timings in the answer's usage (vLLM workers report them)
+        refit its lines; its prefill line only when it computed the prompt (no handoff)."""
+        w = self.s.registry.workers.get(t.decision.decode)
+        self.s.decider.observe_answer(t.decision.decode, t.usage, w.view if w is not None else None,
+                                      computed_here=t.first_token is None)
+
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
         self.s.load.add(t.decision.decode, running=-1, context=-_context(t))
         tpot = t.finished(self.s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
         ttft_err, tpot_err = self.s.decider.observe_outcome(t.decision, ttft, tpot)
+        self._learn(t)
         if ttft_err is not None:
             self.s.metrics.ttft_error.observe(ttft_err)
         if tpot_err is not None:

@@ -106,5 +106,7 @@ class RequestHandler:
         sid = session_id(body.user, req.headers.get("x-session-id"), msgs)
         sess = s.sessions.touch(sid, arrival) if sid else None
         hashes = s.hash_cache.hashes(ns, ids, sid)   # = hash_prefix_blocks(ns, ids), the session's reused
-        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128)
+        others = {o: s.hash_cache.hashes(o.with_salt(body.cache_salt), ids, sid)   # once per other namespace
+                  for o in s.namespaces.others(s.namespace)}
+        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128, others)
         return rv, sess

@@ -8,7 +8,15 @@ until the first ones):
   from each prefill reply (its own seconds less queue and L3 time);
 * L3 read and write: ``seconds = overhead + bytes / bandwidth``, from the reply's L3
   seconds and the tokens it loaded from L3 / the bytes it wrote;
-* the router's hop: round trip less the worker's own time (moving average).
+* the router's hop: round trip less the worker's own time (moving average);
+* decode steps: ``seconds = overhead + batch · per-sequence`` from the answers' own timings
+  (:class:`~warmpath.protocol.internal.AnswerTiming` in ``usage["warmpath"]["timing"]``: the
+  seconds between the first and the last token over the steps between, in the batch the
+  worker saw); one batch size so far: its mean step, flat in the batch.
+
+An answer's timings also feed the prefill line when the worker computed the prompt itself
+(a replica, a PPD-local turn): its first token's seconds less its queue, for the tokens it
+did not find cached (``observe_answer``). vLLM workers report them (``vllm/relay.py``).
 
 ``Prediction`` records what the plan expected so the router can compare with the TTFT it
 then measured (``warmpath_router_ttft_error_ratio``; goal: median ≤ 15% at low load).
@@ -21,6 +29,7 @@ them online (``warmpath_router_tpot_error_ratio``: the error before the correcti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from warmpath.kv.load_cost import Ema, TransferFit
@@ -42,6 +51,7 @@ class WorkerModel:
     l3_read: TransferFit                    # seconds vs bytes
     l3_write: TransferFit
     observations: int = 0
+    decode: TransferFit | None = None       # step seconds vs batch (``bytes_s``: sequences/s), once observed
 
     @classmethod
     def prior(cls, w) -> "WorkerModel":
@@ -57,9 +67,20 @@ class WorkerModel:
 
     def params(self) -> dict:
         c, r, wr = self.compute, self.l3_read, self.l3_write
-        return {"prefill_tok_s": round(c.bytes_s, 1), "prefill_overhead_s": round(c.overhead_s, 4),
-                "l3_read_bytes_s": round(r.bytes_s), "l3_write_bytes_s": round(wr.bytes_s),
-                "observations": self.observations}
+        out = {"prefill_tok_s": round(c.bytes_s, 1), "prefill_overhead_s": round(c.overhead_s, 4),
+               "l3_read_bytes_s": round(r.bytes_s), "l3_write_bytes_s": round(wr.bytes_s),
+               "observations": self.observations}
+        if self.decode is not None:
+            out |= {"decode_step_s": round(self.decode.overhead_s, 5),
+                    "decode_s_per_seq": round(1.0 / self.decode.bytes_s, 6), "decode_samples": self.decode.samples}
+        return out
+
+    def observe_step(self, batch: float, seconds: float) -> None:
+        """One decode step's seconds in a batch of ``batch`` sequences (a mean over an answer's)."""
+        line = self.decode = self.decode or TransferFit(0.0, math.inf)
+        line.update(batch, seconds)
+        if not line.fitted:             # one batch size so far: its mean step, flat in the batch
+            line.overhead_s = line.sums[2] / line.sums[0]
 
 
 @dataclass(frozen=True)
@@ -128,6 +149,19 @@ class RouterModel:
             m.l3_write.update(o.l3_put_bytes, o.l3_put_s)
         if o.round_trip_s >= o.worker_s:
             self.hop_s.update(o.round_trip_s - o.worker_s)
+
+    def observe_answer(self, worker: str, t, view, computed_here: bool) -> None:
+        """An answer's own timings (``t``: :class:`~warmpath.protocol.internal.AnswerTiming`)
+        from ``worker``: its decode line, and its prefill line when ``computed_here`` (it
+        computed the prompt: no handoff). The hop is not touched (no round trip to a first token)."""
+        if computed_here and t.computed_tokens > 0 and t.prefill_s > 0:
+            self.observe_prefill(PrefillObservation(worker, t.computed_tokens + t.cached_tokens, t.cached_tokens, 0,
+                                                    t.queue_s, t.prefill_s, 0.0, 0.0, 0, 0.0), view)
+        if t.decode_steps > 0 and t.decode_s > 0:
+            m = self.workers.get(worker)
+            if m is None:
+                m = self.workers[worker] = WorkerModel.prior(view)
+            m.observe_step(t.batch, t.decode_s / t.decode_steps)
 
     def observe_ttft(self, predicted_s: float, actual_s: float) -> float | None:
         """Record a request's predicted vs measured TTFT; returns the relative error."""

@@ -47,26 +47,41 @@ class LineSteps:
     its heartbeat's before any), so a local prefill is priced as a remote one is, less the
     handoff. A prefill chunk costs its ``work``; the decodes one token each (their attention
     ignored), at least ``floor_tokens`` together (a step reads the weights once, however few
-    sequences decode) — no floor on a prefill alone, as the line has none."""
+    sequences decode) — no floor on a prefill alone, as the line has none.
+
+    ``decode_s`` / ``decode_per_seq_s``: the worker's learnt decode line (``model.py``, from its
+    answers' timings) when it has one: ``b`` decodes then cost ``decode_s + b·decode_per_seq_s``
+    (their context ignored), and a prefill chunk beside them its work at the prefill speed."""
 
     overhead_s: float
     tok_s: float
     floor_tokens: int = 16
+    decode_s: float | None = None
+    decode_per_seq_s: float = 0.0
 
     def step_s(self, items: list[tuple[int, int]]) -> float:
         if not items:
             return 0.0
         dec = sum(1 for n, _ in items if n == 1)
-        w = sum(work(n, c) for n, c in items if n > 1) + (max(dec, self.floor_tokens) if dec else 0)
-        return self.overhead_s + w / self.tok_s
+        pre = sum(work(n, c) for n, c in items if n > 1)
+        if self.decode_s is not None and dec:
+            return self.decode_s + dec * self.decode_per_seq_s + pre / self.tok_s
+        return self.overhead_s + (pre + (max(dec, self.floor_tokens) if dec else 0)) / self.tok_s
 
 
 def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
-    """``w``'s step cost: the router model's for it (else the fleet's, else
-    :class:`LineSteps` from its learnt prefill line)."""
+    """``w``'s step cost: the router model's for it, else :class:`LineSteps` from its learnt
+    lines when it reported decode steps, else the fleet's, else :class:`LineSteps` from its
+    learnt prefill line."""
     steps = getattr(snap.model, "steps", {})
-    line = worker_model(w, snap).compute
-    return steps.get(w.worker_id) or steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+    m = worker_model(w, snap)
+    line = m.compute
+    if w.worker_id in steps:
+        return steps[w.worker_id]
+    if m.decode is not None:
+        return LineSteps(line.overhead_s, line.bytes_s, decode_s=m.decode.overhead_s,
+                         decode_per_seq_s=1.0 / m.decode.bytes_s)
+    return steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
 
 
 def tpot_scale(snap: Snapshot, w: WorkerView) -> float:

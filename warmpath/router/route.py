@@ -26,6 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from pydantic import ValidationError
+
+from warmpath.protocol.internal import AnswerTiming
 from warmpath.router import ppd
 from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.elastic import (
@@ -75,14 +78,16 @@ class RouteDecider:
 
     @staticmethod
     def request_view(num_tokens: int, block_hashes: tuple[bytes, ...], block_size: int,
-                     session_id: str | None, session: SessionState | None, max_tokens: int) -> RequestView:
+                     session_id: str | None, session: SessionState | None, max_tokens: int,
+                     ns_hashes: dict | None = None) -> RequestView:
         """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's
-        history (its last prompt + answer) does not already hold."""
+        history (its last prompt + answer) does not already hold; ``ns_hashes``: its hashes
+        in the fleet's other namespaces."""
         held = session.context_tokens if session else 0
         return RequestView(num_tokens, block_hashes, block_size, session_id,
                            turn=(session.turns + 1) if session else 1,
                            new_tokens=num_tokens - held if 0 < held < num_tokens else num_tokens,
-                           max_tokens=max_tokens)
+                           max_tokens=max_tokens, ns_hashes=ns_hashes or {})
 
     def snapshot(self, views: list[WorkerView], lookup: Lookup, session_decode: str | None,
                  kv_bytes_per_token: int, now: float = 0.0) -> Snapshot:
@@ -132,6 +137,21 @@ class RouteDecider:
         """A prefill reply: refit that worker's lines."""
         if view is not None:
             self.model.observe_prefill(obs, view)
+
+    def observe_answer(self, worker: str, usage: dict | None, view: WorkerView | None, computed_here: bool) -> bool:
+        """An answer's usage: when it carries the worker's own timings
+        (``usage["warmpath"]["timing"]``, :class:`~warmpath.protocol.internal.AnswerTiming`),
+        refit that worker's decode line, and its prefill line when ``computed_here``. Returns
+        whether it learnt (malformed timings are ignored: a worker's report, not the client's)."""
+        raw = ((usage or {}).get("warmpath") or {}).get("timing") if isinstance(usage, dict) else None
+        if view is None or not isinstance(raw, dict):
+            return False
+        try:
+            t = AnswerTiming.model_validate(raw)
+        except ValidationError:
+            return False
+        self.model.observe_answer(worker, t, view, computed_here)
+        return True
 
     def observe_outcome(self, d: Decision, ttft_s: float | None,
                         tpot_s: float | None) -> tuple[float | None, float | None]:

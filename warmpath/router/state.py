@@ -20,12 +20,13 @@ from warmpath.router.index import GlobalKVIndex
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
+from warmpath.router.namespaces import FleetNamespaces, in_request_blocks
 from warmpath.router.route import RouteDecider
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.ppd import PPDConfig, PPDTable
 from warmpath.router.registry import DiscoveryConfig, Registry
 from warmpath.router.sessions import SessionTable
-from warmpath.router.views import RequestView, Snapshot
+from warmpath.router.views import PrefixHit, RequestView, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class RouterState:
         self.hash_cache = BlockHashCache()     # a session's next prompt rehashes only its new blocks
         self.admission = Admission(cfg.admission)
         self.metrics = RouterMetrics()
-        self.namespace: KVNamespace | None = None
+        self.namespace: KVNamespace | None = None     # the first registration's (requests' own blocks)
+        self.namespaces = FleetNamespaces()           # each worker's (a fleet of two engines: router/namespaces.py)
         self.kv_bytes_per_token = 46080
         self.max_model_len: int | None = None     # learnt from the first registration
         self.generation_defaults: dict | None = None   # the first registration's, as reported
@@ -85,8 +87,20 @@ class RouterState:
         now = time.monotonic()
         with self.lock:
             return self.decider.snapshot(self.load.views(self.routable()),
-                                         lambda w: self.index.lookup(w, rv.block_hashes, now),
+                                         lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
+
+    def hashes_for(self, worker: str, rv: RequestView) -> tuple[bytes, ...]:
+        """``rv``'s block keys in ``worker``'s namespace."""
+        ns = self.namespaces.of.get(worker)
+        return rv.block_hashes if ns is None or ns == self.namespace else rv.ns_hashes.get(ns, ())
+
+    def lookup(self, worker: str, rv: RequestView, now: float) -> PrefixHit:
+        """``worker``'s prefix hit for ``rv`` (call with the lock held): looked up with its own
+        namespace's keys, counted in ``rv``'s blocks."""
+        hit = self.index.lookup(worker, self.hashes_for(worker, rv), now)
+        ns = self.namespaces.of.get(worker)
+        return hit if ns is None else in_request_blocks(hit, ns.block_size, rv.block_size)
 
     def rebalance(self, now: float) -> None:
         """Elastic roles: apply a role change if the decider calls for one, over the load the
@@ -183,6 +197,7 @@ class RouterState:
         that wait on it (call on the event loop)."""
         self.gone_event(worker).set()
         self.draining.discard(worker)
+        self.namespaces.drop(worker)
         with self.lock:
             self.index.drop_worker(worker)
         self.sessions.forget_worker(worker)

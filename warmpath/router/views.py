@@ -35,7 +35,9 @@ class WorkerView:
 
 @dataclass(frozen=True)
 class RequestView:
-    """The request being routed: its block hashes (full blocks) and session."""
+    """The request being routed: its block hashes (full blocks) and session.
+    ``ns_hashes``: its block hashes in each other namespace of the fleet (unsalted namespace
+    → hashes; ``router/namespaces.py``)."""
 
     num_tokens: int
     block_hashes: tuple[bytes, ...]
@@ -44,6 +46,7 @@ class RequestView:
     turn: int = 1
     new_tokens: int | None = None      # turn 2+: tokens not in the session's history
     max_tokens: int = 128
+    ns_hashes: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
         return up
 
     async def chunks(up: httpx.Response, ans: Answer) -> AsyncIterator[dict]:
-        """vLLM's events as warmpath's chunks; the relay book follows the request."""
+        """vLLM's events as warmpath's chunks; the relay book follows the request (and gives
+        its batch at the end, before the usage goes out with the timings)."""
         first = True
         async for ev in EventSource(up).aiter_sse():
             if ev.data == "[DONE]":
@@ -88,11 +89,15 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
                     book.first_token(ans.rid)
                     first = False
                 yield c
+        done(ans)
 
     def done(ans: Answer) -> None:
+        """The request left vLLM (once: later calls do nothing)."""
+        if ans.batch is not None:
+            return
         u = ans.usage or {}
         computed = u.get("prompt_tokens", 0) - (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        book.finished(ans.rid, computed if u else None, ans.ttft)
+        ans.batch = book.finished(ans.rid, computed if u else None, ans.ttft)
 
     @app.post("/internal/generate", dependencies=internal,
               responses=generation(ChatCompletion | TextCompletion, 429, 500, 503))

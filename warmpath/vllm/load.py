@@ -69,14 +69,18 @@ def parse_metrics(text: str) -> VLLMMetrics:
 
 class RelayBook:
     """What the relay knows that vLLM's metrics do not say: prompt tokens of requests not yet
-    at their first token, and the prefill speed measured from answers (tokens computed, not
-    cached, over the time to the first token; an exponential mean). Thread-safe."""
+    at their first token, the prefill speed measured from answers (tokens computed, not
+    cached, over the time to the first token; an exponential mean) and the batch each
+    request decodes in: the mean of vLLM's running requests at each ``/metrics`` reading
+    while it decoded (before any reading: the relay's own requests decoding when its first
+    token came, itself included). Thread-safe."""
 
     def __init__(self, prefill_tok_s: float = 500.0, alpha: float = 0.2) -> None:
         if not prefill_tok_s > 0 or not 0 < alpha <= 1:
             raise ValueError("need prefill_tok_s > 0 and 0 < alpha <= 1")
         self.prefill_tok_s, self.alpha = prefill_tok_s, alpha
         self.pending: dict[str, int] = {}
+        self.decoding: dict[str, list] = {}     # rid -> [Σ running read, readings, relay's own count]
         self._lock = threading.Lock()
 
     def started(self, rid: str, prompt_tokens: int) -> None:
@@ -86,18 +90,28 @@ class RelayBook:
     def first_token(self, rid: str) -> None:
         with self._lock:
             self.pending.pop(rid, None)
+            self.decoding[rid] = [0.0, 0, len(self.decoding) + 1]
 
-    def finished(self, rid: str, computed_tokens: int | None = None, ttft: float | None = None) -> None:
+    def finished(self, rid: str, computed_tokens: int | None = None, ttft: float | None = None) -> float:
         """``computed_tokens`` / ``ttft``: the prompt tokens vLLM computed and the seconds to the
-        first token (both known only for a whole answer; a speed from < 64 tokens is noise)."""
+        first token (both known only for a whole answer; a speed from < 64 tokens is noise).
+        Returns the batch the request decoded in (1 if it never decoded); a second call: 1."""
         with self._lock:
             self.pending.pop(rid, None)
+            d = self.decoding.pop(rid, None)
             if computed_tokens is not None and ttft and computed_tokens >= 64:
                 speed = computed_tokens / ttft
                 self.prefill_tok_s += self.alpha * (speed - self.prefill_tok_s)
+        if d is None:
+            return 1.0
+        return d[0] / d[1] if d[1] else float(d[2])
 
     def heartbeat(self, worker_id: str, m: VLLMMetrics) -> Heartbeat:
+        """The heartbeat of reading ``m`` (also a batch reading for the requests decoding)."""
         with self._lock:
             queued = sum(self.pending.values())
+            for d in self.decoding.values():
+                d[0] += max(1, m.running)
+                d[1] += 1
         return Heartbeat(worker_id=worker_id, queued_prefill_tokens=queued, running=m.running + m.waiting,
                          kv_usage=m.kv_usage, prefill_tok_s=max(1e-3, self.prefill_tok_s))

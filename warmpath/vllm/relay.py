@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from warmpath.models.generation import GenerationDefaults
@@ -70,20 +71,27 @@ def upstream_error(status: int, content: bytes) -> APIError:
 
 @dataclass
 class Answer:
-    """One request's answer as it streams in from vLLM, rendered in warmpath's shapes."""
+    """One request's answer as it streams in from vLLM, rendered in warmpath's shapes, and
+    its timings (``timing``: what the router's cost model learns from): the first token's
+    seconds from the start, the last one's from the first, the batch it decoded in (set by
+    the caller from vLLM's ``/metrics``, ``load.RelayBook``). ``clock``: seconds (tests)."""
 
     kind: str                      # "chat" | "text"
     model: str
     prompt_tokens: int
-    start: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float] = time.monotonic
+    start: float | None = None
     rid: str = ""
     texts: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict | None = None
     ttft: float | None = None
+    last_s: float | None = None    # the last token's time, seconds after the start
+    batch: float | None = None     # sequences decoding beside it (itself included), mean
 
     def __post_init__(self) -> None:
         self.rid = self.rid or f"{'chatcmpl' if self.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        self.start = self.clock() if self.start is None else self.start
 
     def chunk(self, text: str | None, reason: str | None, first: bool = False) -> dict:
         """A streamed chunk (``first``: the chat role chunk)."""
@@ -104,8 +112,9 @@ class Answer:
             return out
         for c in data.get("choices") or []:
             text, reason = c.get("text") or "", c.get("finish_reason")
-            if self.ttft is None and (text or reason):
-                self.ttft = time.monotonic() - self.start
+            if text or reason:
+                self.last_s = self.clock() - self.start
+                self.ttft = self.last_s if self.ttft is None else self.ttft
             if text:
                 self.texts.append(text)
                 out.append(self.chunk(text, None))
@@ -122,8 +131,27 @@ class Answer:
                 "prompt_tokens_details": {"cached_tokens": cached},
                 "warmpath": {"worker": {"loaded_tokens": {"L1": cached}, "recomputed_tokens": prompt - cached}}}
 
+    def timing(self) -> dict | None:
+        """``usage["warmpath"]["timing"]`` (:class:`~warmpath.protocol.internal.AnswerTiming`'s
+        fields) once vLLM's usage and the first token came; ``None`` before. The first token's
+        time includes vLLM's queue (``queue_s`` is not known per request: 0)."""
+        if self.usage is None or self.ttft is None:
+            return None
+        done = self.usage["completion_tokens"]
+        cached = self.usage["prompt_tokens_details"]["cached_tokens"]
+        return {"computed_tokens": self.usage["prompt_tokens"] - cached, "cached_tokens": cached,
+                "prefill_s": round(self.ttft, 6), "queue_s": 0.0,
+                "decode_s": round(max(0.0, (self.last_s or self.ttft) - self.ttft), 6) if done > 1 else 0.0,
+                "decode_steps": max(0, done - 1), "batch": round(max(1.0, self.batch or 1.0), 4)}
+
+    def final_usage(self) -> dict:
+        """The usage the client gets: vLLM's, with the timings when known."""
+        u = self.usage or self._usage({})
+        tm = self.timing()
+        return u if tm is None else {**u, "warmpath": {**u["warmpath"], "timing": tm}}
+
     def usage_chunk(self) -> dict:
-        return {**self.chunk(None, None), "choices": [], "usage": self.usage or self._usage({})}
+        return {**self.chunk(None, None), "choices": [], "usage": self.final_usage()}
 
     def whole(self) -> dict:
         """The non-streamed answer."""
@@ -136,4 +164,4 @@ class Answer:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": int(time.time()), "model": self.model,
-                "choices": [choice], "usage": self.usage or self._usage({})}
+                "choices": [choice], "usage": self.final_usage()}

@@ -1,0 +1,94 @@
+"""One router over two engines' KV namespaces, with real processes: the router, a warmpath
+replica (w1, its own events) and a worker registered in vLLM's namespace (v0: 32-token blocks,
+its index fed by the real vLLM event relay from hand-made batches in vLLM 0.32's wire shape;
+its answers computed by a second real warmpath server standing in for the vLLM server, which
+tests/vllm/ runs for real). Each request goes to the worker holding most of its prompt in that
+worker's own namespace; P/D roles are refused to a second namespace."""
+
+import dataclasses
+import time
+
+import httpx
+import msgpack
+import zmq
+
+from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, serve_process
+from tests.router.test_router_http import wait_for
+
+M = "SmolLM2-135M-Instruct"
+
+
+def vllm_batch(seq: int, tokens: list[int]) -> list[bytes]:
+    """vLLM's PUB frames: topic, sequence number, a KVEventBatch of one BlockStored (opaque hashes)."""
+    hashes = [bytes([i + 1]) * 32 for i in range(len(tokens) // 32)]
+    ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None, "token_ids": tokens,
+          "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None}
+    return [b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [ev], 0], use_bin_type=True)]
+
+
+def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
+    from warmpath.vllm.event_relay import EventRelay
+    from warmpath.vllm.model_dir import vllm_model_dir
+    from warmpath.vllm.worker import namespace
+
+    rport = free_port()
+    router_url = f"http://127.0.0.1:{rport}"
+    ns_v = namespace(M, vllm_model_dir("smollm2"), "auto", 32)
+    relay = EventRelay(ns_v, "v0", token=CLUSTER_TOKEN).start()
+    pub = zmq.Context.instance().socket(zmq.PUB)
+    pub.connect(relay.vllm_endpoint)                          # as vLLM's PUB does
+    try:
+        with serve_process(command="router", port=rport) as router, \
+                serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3",
+                              command="worker") as w1, \
+                serve_process("--no-l3") as stand_in:
+            def cluster():
+                return {w["worker_id"]: w for w in httpx.get(router + "/v1/cluster", timeout=5).json()["workers"]}
+
+            wait_for(lambda: "w1" in cluster())
+            reg = {"worker_id": "v0", "role": "replica", "url": stand_in, "namespace": dataclasses.asdict(ns_v),
+                   "events_endpoint": relay.pub.endpoint, "replay_endpoint": relay.pub.replay_endpoint,
+                   "kv_bytes_per_token": 23040, "max_num_seqs": 8}
+            r = httpx.post(router + "/internal/register", json=reg, headers=AUTH, timeout=5)
+            assert r.status_code == 200, r.text
+            assert cluster()["v0"]["kv_namespace"] == {"revision": ns_v.revision, "dtype": "vllm-auto", "block_size": 32}
+            assert cluster()["w1"]["kv_namespace"]["block_size"] == 16
+            # vLLM stored prompt A's 10 blocks of 32: v0 holds A in its namespace, w1 nothing
+            a = smollm.tokenizer.encode("A vLLM worker holds this context. " * 60)[:320]
+            seq = 0
+            time.sleep(0.5)                                   # the PUB's connection is up
+            while cluster()["v0"]["indexed_blocks"] < 10:
+                pub.send_multipart(vllm_batch(seq, a))
+                seq += 1
+                time.sleep(0.5)
+                assert seq < 20, "the relay's re-keyed events never reached the router's index"
+            body = {"model": M, "prompt": a + [5, 6, 7], "max_tokens": 2, "temperature": 0}
+            r = httpx.post(router + "/v1/completions", json=body, timeout=120)
+            assert r.status_code == 200 and r.headers["x-warmpath-worker"] == "v0"
+            assert float(r.headers["x-warmpath-predicted-ttft-s"]) > 0
+            # prompt B computed on w1 (its own events, warmpath's namespace): B's next turn goes to w1
+            b = smollm.tokenizer.encode("A warmpath replica holds this other context. " * 60)[:320]
+            assert httpx.post(w1 + "/v1/completions", json={**body, "prompt": b}, headers=AUTH, timeout=120).status_code == 200
+            wait_for(lambda: cluster()["w1"]["indexed_blocks"] >= 19)
+            r = httpx.post(router + "/v1/completions", json={**body, "prompt": b + [9]}, timeout=120)
+            assert r.headers["x-warmpath-worker"] == "w1"
+            assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 304
+            # v0 restarted (another pid): the router replaces it and keeps its namespace
+            assert httpx.post(router + "/internal/register", json={**reg, "pid": 4242}, headers=AUTH,
+                              timeout=5).status_code == 200
+            assert cluster()["v0"]["kv_namespace"]["block_size"] == 32
+            # P/D roles stay in one namespace; another model is refused outright
+            p0 = {**reg, "worker_id": "p0", "role": "prefill", "url": f"http://127.0.0.1:{free_port()}",
+                  "namespace": dataclasses.asdict(ns_v), "events_endpoint": None, "replay_endpoint": None}
+            ok = httpx.post(router + "/internal/register", json=p0, headers=AUTH, timeout=5)
+            assert ok.status_code == 200                     # the first P/D worker (w1 is a replica): allowed
+            d0 = {**p0, "worker_id": "d0", "role": "decode",
+                  "namespace": {**dataclasses.asdict(ns_v), "revision": "another-engine", "block_size": 16}}
+            bad = httpx.post(router + "/internal/register", json=d0, headers=AUTH, timeout=5)
+            assert bad.status_code == 400 and "handoff never crosses namespaces" in bad.json()["error"]["message"]
+            other = {**p0, "worker_id": "x", "role": "replica", "namespace": {**dataclasses.asdict(ns_v), "model_id": "Other"}}
+            bad = httpx.post(router + "/internal/register", json=other, headers=AUTH, timeout=5)
+            assert bad.status_code == 400 and "different model" in bad.json()["error"]["message"]
+    finally:
+        pub.close(0)
+        relay.close()
