@@ -78,6 +78,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="which work a step takes first (--policy: its former name)")
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument("--attention", default="paged", choices=("paged", "gather"), help="gather: copy KV per layer")
+    g.add_argument("--compile", default="off", choices=("off", "on"), help="on: compile the decode step at start")
     t = p.add_argument_group("KV tiers")
     t.add_argument("--l2-gib", type=_gib, default="auto",
                    help="host-DRAM KV pool (0 = off; auto: as many blocks as L1)")
@@ -149,6 +151,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
         block_size=a.block_size,
         kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
+        attention=a.attention, compile=a.compile,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))
