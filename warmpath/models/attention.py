@@ -86,12 +86,7 @@ class AttentionMetadata:
             meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx, [
                 paged_views.block_runs(t, c, block_size) for t, c in zip(decode_tables, decode_ctx)])
         elif decode_tables:
-            width = max(len(t) for t in decode_tables)
-            tables = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables],
-                                  dtype=torch.long, device=device)
-            ctx = torch.tensor(decode_ctx, dtype=torch.long, device=device)
-            pos = torch.arange(width * block_size, device=device)
-            mask = (pos[None, :] < ctx[:, None])[:, None, None, :]
+            tables, mask = paged_views.padded_tables(decode_tables, decode_ctx, block_size, device)
             meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx,
                                       block_tables=tables, mask=mask)
         start = len(decode_tables)
@@ -136,12 +131,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out
     if meta.decode is not None:
         dec = meta.decode
-        kk = _gather(k_cache, dec.block_tables).transpose(1, 2)  # [n, KVH, L, D]
-        vv = _gather(v_cache, dec.block_tables).transpose(1, 2)
-        qq = q[:dec.n].unsqueeze(2)                              # [n, H, 1, D]
-        o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=dec.mask, scale=scale,
-                                           enable_gqa=True)
-        out[:dec.n] = o.squeeze(2)
+        out[:dec.n] = paged_views.gather_decode(q[:dec.n], k_cache, v_cache, dec.block_tables,
+                                                dec.mask, scale)
     for sp in meta.prefills:
         qq = q[sp.start:sp.start + sp.q_len].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
         if sp.mask is None:
@@ -163,7 +154,8 @@ def _attend_paged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
                   out: torch.Tensor) -> None:
     if meta.decode is not None:
         dec = meta.decode
-        paged_views.decode_inplace(q[:dec.n], k_cache, v_cache, dec.tables, dec.runs, scale, out)
+        paged_views.decode_inplace(q[:dec.n], k_cache, v_cache, dec.tables, dec.ctx, dec.runs,
+                                   scale, out)
     for sp in meta.prefills:
         sl = slice(sp.start, sp.start + sp.q_len)
         if sp.ctx_len == sp.q_len:   # nothing cached before the chunk: plain causal attention

@@ -112,7 +112,8 @@ class CompiledDecode:
         dec, m = meta.decode, self.model
         n, bb = dec.n, bucket(dec.n)
         w = max(len(t) for t in dec.tables)
-        if self.cuda:
+        if self.cuda:       # a new step: the graphs' previous outputs are dead
+            torch.compiler.cudagraph_mark_step_begin()
             w = 1 << (w - 1).bit_length()
         tables = torch.tensor([t + [0] * (w - len(t)) for t in dec.tables] + [[0] * w] * (bb - n),
                               dtype=torch.long, device=self.device)

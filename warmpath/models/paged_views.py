@@ -9,14 +9,15 @@ exactly (split-K with a log-sum-exp merge)::
 
 Queries are grouped by KV head (``[1, KVH, G·q, D]``, G = H / KVH) so GQA reads each K/V
 row once and never repeats it. A table cut into more than ``MAX_RUNS`` runs is gathered
-(one copy of that sequence alone): past that, one small attention call per run costs
-more than the copy (measured on the 2-core CPU: ~50 µs a call vs ~0.2 ms to gather a
-256-token sequence).
+(copied): past that, one small attention call per run costs more than the copy (measured
+on the 2-core CPU: ~50 µs a call vs ~0.2 ms to gather a 256-token sequence); such decodes
+are gathered together into one padded batch (``gather_decode``, the former path).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 MAX_RUNS = 4
 
@@ -94,15 +95,43 @@ def attend_context(qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return merge([attend_lse(qg, _run_kv(k_cache, r), _run_kv(v_cache, r), scale) for r in runs])
 
 
+def padded_tables(tables: list[list[int]], ctx: list[int], block_size: int, device: torch.device
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block tables padded with block 0 [n, W] and the key mask [n, 1, 1, W * bs] of ``ctx``."""
+    width = max(len(t) for t in tables)
+    tab = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long, device=device)
+    pos = torch.arange(width * block_size, device=device)
+    c = torch.tensor(ctx, dtype=torch.long, device=device)
+    return tab, (pos[None, :] < c[:, None])[:, None, None, :]
+
+
+def gather_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  tables: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """The copying path: each sequence's blocks gathered into a padded batch. q [n, H, D] → [n, H, D]."""
+    kk = k_cache[tables].flatten(1, 2).transpose(1, 2)      # [n, KVH, W*bs, D]
+    vv = v_cache[tables].flatten(1, 2).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv, attn_mask=mask, scale=scale,
+                                       enable_gqa=True)
+    return o.squeeze(2)
+
+
 def decode_inplace(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   tables: list[list[int]], runs: list[list[Run]], scale: float,
+                   tables: list[list[int]], ctx: list[int], runs: list[list[Run]], scale: float,
                    out: torch.Tensor) -> None:
-    """One query token per sequence: q [n, H, D] → ``out[:n]`` [n, H, D], sequence by sequence."""
+    """One query token per sequence: q [n, H, D] → ``out[:n]`` [n, H, D], sequence by sequence
+    (sequences whose tables have more than ``MAX_RUNS`` runs: gathered, as one batch)."""
     kvh, d = k_cache.shape[2], k_cache.shape[3]
     g = q.shape[1] // kvh
+    frag = [i for i in range(len(tables)) if len(runs[i]) > MAX_RUNS]
     for i in range(len(tables)):
-        o, _ = attend_context(q[i].view(1, kvh, g, d), k_cache, v_cache, tables[i], runs[i], scale)
-        out[i] = o.reshape(q.shape[1], d)
+        if len(runs[i]) <= MAX_RUNS:
+            o, _ = attend_context(q[i].view(1, kvh, g, d), k_cache, v_cache, tables[i], runs[i], scale)
+            out[i] = o.reshape(q.shape[1], d)
+    if frag:
+        tab, mask = padded_tables([tables[i] for i in frag], [ctx[i] for i in frag],
+                                  k_cache.shape[1], q.device)
+        rows = torch.tensor(frag, device=q.device)
+        out[rows] = gather_decode(q[rows], k_cache, v_cache, tab, mask, scale)
 
 
 def prefill_inplace(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
