@@ -65,7 +65,7 @@ def test_serve_passes_its_generation_override_to_the_workers(monkeypatch):
 
 
 def test_serve_passes_attention_and_compile_to_the_workers(monkeypatch):
-    import warmpath.cli as cli
+    from warmpath import cli
     from warmpath.launch.launcher import worker_argv
 
     got = []
