@@ -77,9 +77,14 @@ def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor,
 
 
 def _run_kv(cache: torch.Tensor, run: Run) -> torch.Tensor:
-    """A run of the cache [NB, bs, KVH, D] as a view [1, KVH, tokens, D]."""
-    a, b, used = run
-    return cache[a:b].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0)
+    """A run of the cache [NB, bs, KVH, D] as a view [1, KVH, tokens, D] (one ``as_strided``
+    on a contiguous cache: each view op costs a dispatch, and decode makes two per sequence)."""
+    a, _, used = run
+    if not cache.is_contiguous():
+        return cache[a:].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0)
+    kvh, d = cache.shape[2], cache.shape[3]
+    return cache.as_strided((1, kvh, used, d), (0, d, kvh * d, 1),
+                            cache.storage_offset() + a * cache.stride(0))
 
 
 def attend_context(qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -120,13 +125,16 @@ def decode_inplace(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
                    out: torch.Tensor) -> None:
     """One query token per sequence: q [n, H, D] → ``out[:n]`` [n, H, D], sequence by sequence
     (sequences whose tables have more than ``MAX_RUNS`` runs: gathered, as one batch)."""
-    kvh, d = k_cache.shape[2], k_cache.shape[3]
-    g = q.shape[1] // kvh
-    frag = [i for i in range(len(tables)) if len(runs[i]) > MAX_RUNS]
-    for i in range(len(tables)):
-        if len(runs[i]) <= MAX_RUNS:
-            o, _ = attend_context(q[i].view(1, kvh, g, d), k_cache, v_cache, tables[i], runs[i], scale)
-            out[i] = o.reshape(q.shape[1], d)
+    n, h, d = q.shape
+    kvh = k_cache.shape[2]
+    qg = q.view(n, 1, kvh, h // kvh, d)
+    frag = [i for i in range(n) if len(runs[i]) > MAX_RUNS]
+    inplace = [i for i in range(n) if len(runs[i]) <= MAX_RUNS]
+    outs = [attend_context(qg[i], k_cache, v_cache, tables[i], runs[i], scale)[0] for i in inplace]
+    if len(inplace) == n:
+        out[:n] = torch.cat(outs).view(n, h, d)
+    elif inplace:
+        out[torch.tensor(inplace, device=q.device)] = torch.cat(outs).view(len(inplace), h, d)
     if frag:
         tab, mask = padded_tables([tables[i] for i in frag], [ctx[i] for i in frag],
                                   k_cache.shape[1], q.device)
