@@ -29,6 +29,8 @@ from warmpath.engine.sequence import SamplingParams
 from warmpath.models.loader import load_model
 
 GROUPS = [  # (group, substrings of operator names), first match wins
+    # --compile on: inductor's graphs (norms, RoPE, attention, residuals fused; not split further)
+    ("compiled graphs", ("compiledfxgraph", "torch-compiled region", "dynamo")),
     ("linear", ("linear", "addmm", "aten::mm", "matmul", "aten::bmm")),
     ("attention", ("scaled_dot_product", "_flash_attention", "softmax")),
     ("kv scatter/gather", ("index_copy", "index", "gather", "flatten", "copy_")),
