@@ -64,7 +64,6 @@ class AttentionMetadata:
     decode: DecodeBatch | None = None
     prefills: list[PrefillSpan] = field(default_factory=list)
     impl: str = "paged"
-    block_size: int = 16
 
     @classmethod
     def build(cls, block_size: int, decode_tables: list[list[int]], decode_ctx: list[int],
@@ -80,8 +79,7 @@ class AttentionMetadata:
         """
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
-        meta = cls(torch.tensor(slot_mapping, dtype=torch.long, device=device),
-                   impl=impl, block_size=block_size)
+        meta = cls(torch.tensor(slot_mapping, dtype=torch.long, device=device), impl=impl)
         if decode_tables and impl == "paged":
             meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx, [
                 paged_views.block_runs(t, c, block_size) for t, c in zip(decode_tables, decode_ctx)])
