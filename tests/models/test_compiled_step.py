@@ -44,6 +44,23 @@ def test_indexed_attention_equals_gather_on_a_shuffled_ragged_cache():
     assert torch.equal(got[3].view(kvh, h // kvh, d)[0, 2], v[3, 0])
 
 
+def test_fp16_linears_of_two_layers_share_one_graph():
+    """The compiled step relies on it: the packed fp16 weights are graph inputs, not constants."""
+    from torch._dynamo.testing import CompileCounter
+
+    from warmpath.models.quant import Fp16Linear
+
+    torch._dynamo.reset()
+    a = Fp16Linear(torch.tensor([[0.5, -1.25, 2.0], [0.0, 0.75, -0.125]]), None)
+    b = Fp16Linear(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 4.0]]), None)
+    cnt = CompileCounter()
+    f = torch.compile(lambda m, t: m(t) * 2, backend=cnt)
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    # a: 0.5 - 2.5 + 6 = 4 -> 8; 1.5 - 0.375 = 1.125 -> 2.25.  b: 1 -> 2; 12 -> 24
+    assert f(a, x).tolist() == [[8.0, 2.25]] and f(b, x).tolist() == [[2.0, 24.0]]
+    assert cnt.frame_count == 1
+
+
 def test_cache_dir_defaults_under_home_and_follows_the_override(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("WARMPATH_INDUCTOR_CACHE_DIR", raising=False)

@@ -6,7 +6,7 @@ import torch
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
 from warmpath.engine.sequence import SamplingParams
 from warmpath.models.loader import load_model
-from warmpath.models.quant import Fp16Linear, Int8Linear, fp16_linear, resolve_mode
+from warmpath.models.quant import Fp16Linear, Int8Linear, resolve_mode
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,",
            "The three laws of thermodynamics are", "import numpy as np\n",
@@ -30,16 +30,6 @@ def test_fp16_linear_is_exact_for_fp16_representable_weights():
     # row 0: 0.5 - 2.5 + 6 + 1 = 5; 0 + 1.5 - 0.375 - 2 = -0.875
     # row 1: -2 + 0 + 16 + 1 = 15; 0 + 0 - 1 - 2 = -3
     assert Fp16Linear(w, b)(x).tolist() == [[5.0, -0.875], [15.0, -3.0]]
-
-
-def test_fp16_linear_custom_op_computes_the_same_and_compiles_without_a_graph_break():
-    w = torch.tensor([[0.5, -1.25, 2.0], [0.0, 0.75, -0.125]])
-    x = torch.tensor([[1.0, 2.0, 3.0], [-4.0, 0.0, 8.0]])
-    lin = Fp16Linear(w, torch.tensor([1.0, -2.0]))
-    lin.traceable()
-    assert fp16_linear(x, lin._slot, 2).tolist() == [[5.0, -0.875], [15.0, -3.0]]
-    explained = torch._dynamo.explain(lambda t: lin(t) * 2)(x)
-    assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
 def test_int8_linear_smooths_an_outlier_channel():

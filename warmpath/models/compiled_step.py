@@ -4,8 +4,8 @@ Used for steps made only of decodes (steps with a prefill chunk run eager). Per 
 compiled functions run: ``_pre`` (RMSNorm, fused QKV projection, RoPE) and ``_post``
 (attention over the paged cache, output projection, residuals, RMSNorm, MLP); between
 them the step's K/V rows are written into the cache eagerly. The same two graphs serve
-all layers (parameters are graph inputs; fp16 linears go through a custom op,
-``quant.Fp16Linear.traceable``, so that they break no graph).
+all layers (parameters, and the fp16 linears' packed weights, are graph inputs: one
+graph, no recompilation per layer — checked with dynamo's compile counter).
 
 Batches are padded to buckets (``BUCKETS``: 2, 4, 8, …; 2 and not 1 so that a sequence
 alone and in a batch run the same kernels, keeping answers batch-invariant); on CPU the
@@ -31,7 +31,6 @@ import torch
 
 from warmpath.models.attention import AttentionMetadata
 from warmpath.models.llama import LlamaForCausalLM, RotaryEmbedding
-from warmpath.models.quant import Fp16Linear
 
 COMPILE_MODES = ("off", "on")
 BUCKETS = (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -97,9 +96,6 @@ class CompiledDecode:
     def __init__(self, model: LlamaForCausalLM, device: torch.device) -> None:
         self.model, self.device = model, device
         self.cuda = device.type == "cuda"
-        for mod in model.modules():
-            if isinstance(mod, Fp16Linear):
-                mod.traceable()
         self.cache_dir = cache_dir()
         opts = {"mode": "reduce-overhead", "dynamic": False} if self.cuda else {}
         self.pre = torch.compile(_pre, **opts)

@@ -106,36 +106,8 @@ class Fp16Linear(nn.Module):
         b = None if bias is None else bias.detach().float().contiguous()
         self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), b)
 
-        self.out_features = weight.shape[0]
-        self.register_buffer("_slot", None, persistent=False)   # set by ``traceable``
-
-    def traceable(self) -> None:
-        """Let ``torch.compile`` trace this layer without a graph break: the packed weight
-        (a TorchScript object dynamo cannot take) is called through the custom op
-        ``warmpath::fp16_linear`` by its number in ``_PACKED``, a tensor, so that every layer
-        shares one graph. The packed weight then lives as long as the process."""
-        if self._slot is None:
-            _PACKED.append(self._packed)
-            self._slot = torch.tensor(len(_PACKED) - 1)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._slot is not None and torch.compiler.is_compiling():
-            return fp16_linear(x, self._slot, self.out_features)
         return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
-
-
-_PACKED: list = []   # packed fp16 weights made traceable (``Fp16Linear.traceable``)
-
-
-@torch.library.custom_op("warmpath::fp16_linear", mutates_args=())
-def fp16_linear(x: torch.Tensor, slot: torch.Tensor, out_features: int) -> torch.Tensor:
-    """``linear_dynamic_fp16`` with the packed weight number ``slot`` of ``_PACKED``."""
-    return torch.ops.quantized.linear_dynamic_fp16(x, _PACKED[int(slot)])
-
-
-@fp16_linear.register_fake
-def _(x: torch.Tensor, slot: torch.Tensor, out_features: int) -> torch.Tensor:
-    return x.new_empty(*x.shape[:-1], out_features)
 
 
 @torch.inference_mode()
