@@ -67,8 +67,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
                         "faster, but answers differ and depend on batch mates)")
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--kv-cache-gib", type=_gib, default="auto",
-                   help="L1 KV pool size (auto: one context window of the model)")
+    g.add_argument("--kv-cache-gib", type=_gib, default="auto", help="L1 KV pool (auto: one context window)")
     g.add_argument("--max-num-seqs", type=int, default=64)
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
