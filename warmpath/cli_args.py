@@ -67,8 +67,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
                         "faster, but answers differ and depend on batch mates)")
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--kv-cache-gib", type=_gib, default="auto",
-                   help="L1 KV pool size (auto: one context window of the model)")
+    g.add_argument("--kv-cache-gib", type=_gib, default="auto", help="L1 KV pool (auto: one context window)")
     g.add_argument("--max-num-seqs", type=int, default=64)
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
@@ -78,6 +77,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="which work a step takes first (--policy: its former name)")
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument("--attention", default="paged", choices=("paged", "gather"), help="gather: copy KV per layer")
+    g.add_argument("--compile", default="off", choices=("off", "on"), help="on: compile the decode step at start")
     t = p.add_argument_group("KV tiers")
     t.add_argument("--l2-gib", type=_gib, default="auto",
                    help="host-DRAM KV pool (0 = off; auto: as many blocks as L1)")
@@ -164,6 +165,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
         block_size=a.block_size,
         kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
+        attention=a.attention, compile=a.compile,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))

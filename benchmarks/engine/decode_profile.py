@@ -7,6 +7,9 @@ the engine's bookkeeping and operator dispatch. Compared with the memory-bandwid
 of the weight bytes, it says whether decode is bound by bandwidth or by overhead.
 
     .venv/bin/python -m benchmarks.engine.decode_profile --modes none,fp16w,int8
+
+``--attention gather`` runs the former attention (copies each sequence's blocks every layer),
+``--compile on`` the compiled decode step (its start-up compile time is reported).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from warmpath.engine.sequence import SamplingParams
 from warmpath.models.loader import load_model
 
 GROUPS = [  # (group, substrings of operator names), first match wins
+    # --compile on: inductor's graphs (norms, RoPE, attention, residuals fused; not split further)
+    ("compiled graphs", ("compiledfxgraph", "torch-compiled region", "dynamo")),
     ("linear", ("linear", "addmm", "aten::mm", "matmul", "aten::bmm")),
     ("attention", ("scaled_dot_product", "_flash_attention", "softmax")),
     ("kv scatter/gather", ("index_copy", "index", "gather", "flatten", "copy_")),
@@ -43,13 +48,17 @@ def group_of(name: str) -> str:
     return "elementwise, norms, views"
 
 
-def profile_mode(mode: str, steps: int, context: int, batch: int = 1) -> dict:
+def profile_mode(mode: str, steps: int, context: int, batch: int = 1, attention: str = "paged",
+                 compile: str = "off") -> dict:
     """Mean step wall and self CPU time per group over ``steps`` decode steps of ``batch``."""
     lm = load_model("smollm2", quantization=mode)
+    t0 = time.perf_counter()
     eng = LLMEngine(EngineConfig(num_blocks=batch * ((context + 2 * steps + 16) // 16 + 2),
                                  scheduler=SchedulerConfig(max_num_seqs=batch,
-                                                           max_num_batched_tokens=batch * context)),
+                                                           max_num_batched_tokens=batch * context),
+                                 attention=attention, compile=compile),
                     loaded=lm)
+    start_s = time.perf_counter() - t0
     for b in range(batch):
         prompt = [100 + b] + [(i * 31 + b) % 40000 + 50 for i in range(context - 1)]
         eng.add_request(prompt, SamplingParams(max_tokens=2 * steps + 16, temperature=0, ignore_eos=True))
@@ -68,7 +77,9 @@ def profile_mode(mode: str, steps: int, context: int, batch: int = 1) -> dict:
     for ev in prof.key_averages():
         by[group_of(ev.key)] += ev.self_cpu_time_total / 1e6 / steps
     ops = sum(by.values())
-    return {"step_ms": round(plain * 1e3, 2), "profiled_step_ms": round(profiled * 1e3, 2),
+    return {"attention": attention, "compile": compile, "engine_start_s": round(start_s, 2),
+            "compile_s": round(eng.runner.compile_seconds, 2), "step_ms": round(plain * 1e3, 2),
+            "profiled_step_ms": round(profiled * 1e3, 2),
             "ops_ms": {g: round(v * 1e3, 2) for g, v in sorted(by.items(), key=lambda kv: -kv[1])},
             "ops_total_ms": round(ops * 1e3, 2),
             "outside_ops_ms": round((profiled - ops) * 1e3, 2)}
@@ -81,12 +92,16 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--attention", default="paged", choices=("paged", "gather"))
+    ap.add_argument("--compile", default="off", choices=("off", "on"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode_profile.json"))
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    res = {m: profile_mode(m, a.steps, a.context, a.batch) for m in a.modes.split(",")}
+    res = {m: profile_mode(m, a.steps, a.context, a.batch, a.attention, a.compile)
+           for m in a.modes.split(",")}
     for m, r in res.items():
-        print(f"{m:>6}: step {r['step_ms']} ms (profiled {r['profiled_step_ms']}), operators "
+        print(f"{m:>6} ({a.attention}, compile {a.compile}, start-up compile {r['compile_s']} s): "
+              f"step {r['step_ms']} ms (profiled {r['profiled_step_ms']}), operators "
               f"{r['ops_total_ms']} ms {r['ops_ms']}, outside operators {r['outside_ops_ms']} ms")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"settings": vars(a) | {"out": str(a.out)}, "modes": res}, indent=1))

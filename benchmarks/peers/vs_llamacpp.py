@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -80,7 +81,7 @@ def start(name: str, a: argparse.Namespace, log: Path) -> tuple[subprocess.Popen
     base = f"http://127.0.0.1:{port}"
     if name == "warmpath":
         cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--port", str(port),
-               "--threads", str(a.threads)]
+               "--threads", str(a.threads), *shlex.split(a.warmpath_args)]
     else:
         cmd = llama_server_cmd(a, port)
     env = dict(os.environ)
@@ -173,6 +174,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--slo", default="ttft_p90=2.0,tpot=0.2")
     ap.add_argument("--timeout", type=float, default=30.0, help="a workload request failing")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmpath-args", default="", help="more flags for warmpath serve, e.g. '--compile on'")
     ap.add_argument("--omp-wait-policy", choices=("passive", "active", "default"), default="passive",
                     help="OMP_WAIT_POLICY for both servers (both use OpenMP threads): passive = no spinning "
                          "at barriers, which a shared machine punishes (default: %(default)s)")

@@ -133,3 +133,8 @@ def test_busy_seconds_count_only_steps_with_work(smollm, prompts, tmp_path):
     assert [s["items"] for s in steps[:2]] == [[[16, 0]], [[16, 16]]]
     assert steps[-1]["items"] == [[1, n + GREEDY.max_tokens - 2]]
     assert all(s["t0"] <= s["t1"] and 0 < s["exec_s"] <= s["t1"] - s["t0"] for s in steps)
+
+
+def test_former_gather_attention_answers_as_the_paged_default(smollm, prompts, reference):
+    eng = LLMEngine(EngineConfig(num_blocks=512, attention="gather"), loaded=smollm)
+    assert eng.generate(prompts, GREEDY) == reference

@@ -62,3 +62,16 @@ def test_serve_passes_its_generation_override_to_the_workers(monkeypatch):
     assert argv[argv.index("--override-generation-config") + 1] == '{"min_p": 0.05}'
     assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
     assert "--override-generation-config" not in worker_argv(got[1])
+
+
+def test_serve_passes_attention_and_compile_to_the_workers(monkeypatch):
+    from warmpath import cli
+    from warmpath.launch.launcher import worker_argv
+
+    got = []
+    monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)
+    assert cli.main(["serve", "--topology", "cpd-1d", "--compile", "on", "--attention", "gather"]) == 0
+    assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
+    on, default = worker_argv(got[0]), worker_argv(got[1])
+    assert on[on.index("--compile") + 1] == "on" and on[on.index("--attention") + 1] == "gather"
+    assert default[default.index("--compile") + 1] == "off" and default[default.index("--attention") + 1] == "paged"

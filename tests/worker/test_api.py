@@ -198,6 +198,7 @@ def test_metrics_exposed(server, client):
         assert name in text
     assert metric(server, "warmpath_time_to_first_token_seconds_count") >= 1
     assert metric(server, "warmpath_engine_busy_seconds_total") > 0
+    assert metric(server, "warmpath_engine_compile_seconds") == 0     # eager: --compile off
 
 
 def test_internal_prefill_then_generate_continues_after_the_handed_off_token(server, client):

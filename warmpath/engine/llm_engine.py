@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -48,6 +48,8 @@ class EngineConfig:
     tiers: TierConfig | None = None      # L2/L3 and KV events; None = L1 only
     worker_id: str = "worker"
     step_trace: str | None = None        # append one JSON line per step with work to this file
+    attention: str = "paged"             # paged | gather (engine/model_runner.py)
+    compile: str = "off"                 # off | on: the compiled decode step (models/compiled_step.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -87,12 +89,12 @@ class LLMEngine:
         nblocks = config.num_blocks or l1_blocks(
             config.kv_cache_gib, mcfg.kv_bytes_per_token(kv_itemsize) * config.block_size,
             self.max_model_len, config.block_size, config.scheduler.max_num_seqs)
-        self.runner = ModelRunner(self.loaded, nblocks, config.block_size)
+        self.runner = ModelRunner(self.loaded, nblocks, config.block_size, config.attention,
+                                  config.compile, config.scheduler.max_num_seqs)
         self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
         self.block_manager = BlockManager(self.pool, config.block_size)
         sched_cfg = config.scheduler
         if sched_cfg.max_model_len != self.max_model_len:
-            from dataclasses import replace
             sched_cfg = replace(sched_cfg, max_model_len=self.max_model_len)
         self.tiers = TieredKV(config.tiers, self.runner.kv_caches, self.pool, config.block_size,
                               config.worker_id) if config.tiers else None

@@ -9,7 +9,7 @@ import torch
 from warmpath.engine.sampler import Sampler
 from warmpath.engine.scheduler import ScheduledSeq, SchedulerOutput
 from warmpath.kv.host_pool import lazy_zeros
-from warmpath.models.attention import AttentionMetadata
+from warmpath.models.attention import ATTENTION_IMPLS, AttentionMetadata
 from warmpath.models.loader import LoadedModel
 
 
@@ -28,9 +28,15 @@ class ModelRunner:
     """Owns the model and the L1 KV tensors of one worker.
 
     KV layout: ``[layers, 2 (k|v), num_blocks, block_size, kv_heads, head_dim]``.
+    ``attention``: ``paged`` (K/V read in place) or ``gather`` (the former copy, for
+    debugging); ``compile`` ``on``: decode-only steps run the compiled step
+    (``models/compiled_step.py``), compiled here for batches up to ``max_batch``.
     """
 
-    def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int) -> None:
+    def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int,
+                 attention: str = "paged", compile: str = "off", max_batch: int = 64) -> None:
+        if attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.model = loaded.model
         self.cfg = loaded.config
         p = next(self.model.parameters())
@@ -42,6 +48,19 @@ class ModelRunner:
             (self.cfg.num_layers, 2, num_blocks, block_size, self.cfg.num_kv_heads, self.cfg.head_dim),
             self.dtype, self.device)
         self.sampler = Sampler(self.device)
+        self.attention = attention
+        self.compiled = None
+        if compile == "on":
+            from warmpath.models.compiled_step import CompiledDecode
+            self.compiled = CompiledDecode(self.model, self.device)
+            self.compiled.warmup(self.kv_caches, block_size, max_batch)
+        elif compile != "off":
+            raise ValueError(f"compile must be 'on' or 'off', got {compile!r}")
+
+    @property
+    def compile_seconds(self) -> float:
+        """Wall time the compiled step's warm-up took at start (0 when not compiled)."""
+        return self.compiled.compile_seconds if self.compiled else 0.0
 
     def _slots(self, s: ScheduledSeq) -> list[int]:
         bs, table = self.block_size, s.seq.block_ids
@@ -70,10 +89,10 @@ class ModelRunner:
         meta = AttentionMetadata.build(
             bs, [table(s) for s in decodes], [s.seq.num_computed_tokens + 1 for s in decodes],
             [(s.num_tokens, s.seq.num_computed_tokens + s.num_tokens, table(s)) for s in prefills],
-            slots, self.device)
-        hidden = self.model(torch.tensor(ids, dtype=torch.long, device=self.device),
-                            torch.tensor(pos, dtype=torch.long, device=self.device),
-                            self.kv_caches, meta)
+            slots, self.device, impl=self.attention)
+        step = self.compiled.forward if self.compiled and not prefills else self.model
+        hidden = step(torch.tensor(ids, dtype=torch.long, device=self.device),
+                      torch.tensor(pos, dtype=torch.long, device=self.device), self.kv_caches, meta)
         rows, sample_seqs, offset = [], [], 0
         for s in ordered:
             offset += s.num_tokens

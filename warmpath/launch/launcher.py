@@ -274,7 +274,7 @@ def start_from_args(a) -> Cluster:
 def worker_argv(a) -> list[str]:
     """The engine flags of ``a`` as ``warmpath worker`` arguments (for the launcher)."""
     argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--quantization", a.quantization,
-            "--block-size", str(a.block_size),
+            "--block-size", str(a.block_size), "--attention", a.attention, "--compile", a.compile,
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--schedule-order", a.schedule_order,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--kv-load-mode", a.kv_load_mode,

@@ -1,8 +1,14 @@
 """Attention over a paged KV cache.
 
 One step's tokens are laid out flat: ``[decode tokens | prefill chunk 1 | prefill chunk 2 ...]``.
-Decodes (one query token each) are attended as one padded batch; each prefill
-chunk is attended on its own (it may continue a cached or chunked prefix).
+Each prefill chunk is attended on its own (it may continue a cached or chunked prefix).
+
+Two implementations (``AttentionMetadata.impl``):
+
+* ``paged`` (default): K/V blocks are read where they lie, as views of runs of consecutive
+  blocks merged by log-sum-exp (``paged_views.py``); decodes sequence by sequence.
+* ``gather``: the former path, kept for debugging: every layer copies each sequence's
+  blocks into a padded tensor (``cache[table]``) and decodes attend as one padded batch.
 
 KV cache of one layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``.
 A token's *slot* is ``block_id * block_size + offset``.
@@ -14,6 +20,11 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from warmpath.models import paged_views
+from warmpath.models.paged_views import Run
+
+ATTENTION_IMPLS = ("paged", "gather")
 
 
 @dataclass
@@ -27,8 +38,10 @@ class PrefillSpan:
     start: int
     q_len: int
     ctx_len: int
-    block_table: torch.Tensor
-    mask: torch.Tensor | None = None  # [q_len, ctx_len] bool, None when ctx_len == q_len
+    block_table: torch.Tensor | None  # ``gather`` only
+    mask: torch.Tensor | None = None  # [q_len, ctx_len] bool, None when ctx_len == q_len (gather)
+    table: list[int] = field(default_factory=list)
+    prefix_runs: list[Run] = field(default_factory=list)   # the cached prefix (paged)
 
 
 @dataclass
@@ -36,8 +49,11 @@ class DecodeBatch:
     """Decode tokens ``[0, n)`` of the step."""
 
     n: int
-    block_tables: torch.Tensor  # [n, max_blocks] long, padded with 0
-    mask: torch.Tensor          # [n, 1, 1, max_blocks*block_size] bool
+    tables: list[list[int]]
+    ctx: list[int]              # tokens attended per sequence (this step's included)
+    runs: list[list[Run]] = field(default_factory=list)   # paged
+    block_tables: torch.Tensor | None = None  # gather: [n, max_blocks] long, padded with 0
+    mask: torch.Tensor | None = None          # gather: [n, 1, 1, max_blocks*block_size] bool
 
 
 @dataclass
@@ -47,29 +63,37 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] long
     decode: DecodeBatch | None = None
     prefills: list[PrefillSpan] = field(default_factory=list)
+    impl: str = "paged"
 
     @classmethod
     def build(cls, block_size: int, decode_tables: list[list[int]], decode_ctx: list[int],
               prefill: list[tuple[int, int, list[int]]], slot_mapping: list[int],
-              device: torch.device) -> "AttentionMetadata":
+              device: torch.device, impl: str = "paged") -> AttentionMetadata:
         """Make tensors from plain lists.
 
         Args:
             decode_tables / decode_ctx: block table and context length per decode.
             prefill: ``(q_len, ctx_len, block_table)`` per prefill chunk, in step order.
             slot_mapping: slot of every token of the step.
+            impl: ``paged`` or ``gather`` (see the module docstring).
         """
-        meta = cls(torch.tensor(slot_mapping, dtype=torch.long, device=device))
-        if decode_tables:
-            width = max(len(t) for t in decode_tables)
-            tables = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables],
-                                  dtype=torch.long, device=device)
-            ctx = torch.tensor(decode_ctx, dtype=torch.long, device=device)
-            pos = torch.arange(width * block_size, device=device)
-            mask = (pos[None, :] < ctx[:, None])[:, None, None, :]
-            meta.decode = DecodeBatch(len(decode_tables), tables, mask)
+        if impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+        meta = cls(torch.tensor(slot_mapping, dtype=torch.long, device=device), impl=impl)
+        if decode_tables and impl == "paged":
+            meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx, [
+                paged_views.block_runs(t, c, block_size) for t, c in zip(decode_tables, decode_ctx)])
+        elif decode_tables:
+            tables, mask = paged_views.padded_tables(decode_tables, decode_ctx, block_size, device)
+            meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx,
+                                      block_tables=tables, mask=mask)
         start = len(decode_tables)
         for q_len, ctx_len, table in prefill:
+            if impl == "paged":
+                meta.prefills.append(PrefillSpan(start, q_len, ctx_len, None, None, table,
+                                                 paged_views.block_runs(table, ctx_len - q_len, block_size)))
+                start += q_len
+                continue
             mask = None
             if ctx_len != q_len:
                 qpos = torch.arange(ctx_len - q_len, ctx_len, device=device)
@@ -100,14 +124,13 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
+    if meta.impl == "paged":
+        _attend_paged(q, k, v, k_cache, v_cache, meta, scale, out)
+        return out
     if meta.decode is not None:
         dec = meta.decode
-        kk = _gather(k_cache, dec.block_tables).transpose(1, 2)  # [n, KVH, L, D]
-        vv = _gather(v_cache, dec.block_tables).transpose(1, 2)
-        qq = q[:dec.n].unsqueeze(2)                              # [n, H, 1, D]
-        o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=dec.mask, scale=scale,
-                                           enable_gqa=True)
-        out[:dec.n] = o.squeeze(2)
+        out[:dec.n] = paged_views.gather_decode(q[:dec.n], k_cache, v_cache, dec.block_tables,
+                                                dec.mask, scale)
     for sp in meta.prefills:
         qq = q[sp.start:sp.start + sp.q_len].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
         if sp.mask is None:
@@ -122,3 +145,22 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                                enable_gqa=True)
         out[sp.start:sp.start + sp.q_len] = o[0].transpose(0, 1)
     return out
+
+
+def _attend_paged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                  out: torch.Tensor) -> None:
+    if meta.decode is not None:
+        dec = meta.decode
+        paged_views.decode_inplace(q[:dec.n], k_cache, v_cache, dec.tables, dec.ctx, dec.runs,
+                                   scale, out)
+    for sp in meta.prefills:
+        sl = slice(sp.start, sp.start + sp.q_len)
+        if sp.ctx_len == sp.q_len:   # nothing cached before the chunk: plain causal attention
+            o = F.scaled_dot_product_attention(
+                q[sl].transpose(0, 1).unsqueeze(0), k[sl].transpose(0, 1).unsqueeze(0),
+                v[sl].transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale, enable_gqa=True)
+            out[sl] = o[0].transpose(0, 1)
+        else:
+            out[sl] = paged_views.prefill_inplace(q[sl], k[sl], v[sl], k_cache, v_cache, sp.table,
+                                                  sp.prefix_runs, scale)

@@ -46,6 +46,10 @@ class TierCollector(Collector):
         busy = CounterMetricFamily("warmpath_engine_busy_seconds", "Wall time in engine steps with work "
                                    "(KV loads and write-through puts included)", labels=["model"])
         busy.add_metric([m], e.busy_seconds)
+        comp = GaugeMetricFamily("warmpath_engine_compile_seconds", "Wall time the compiled decode "
+                                 "step took to compile (or load from cache) at start; 0 when eager",
+                                 labels=["model"])
+        comp.add_metric([m], e.runner.compile_seconds)
         cap = GaugeMetricFamily("warmpath_kv_tier_capacity_bytes", "Bytes of KV each tier of this worker "
                                 "holds when full", labels=["model", "tier"])
         cap.add_metric([m, "L1"], e.runner.kv_caches.numel() * e.runner.kv_caches.element_size())
@@ -83,4 +87,4 @@ class TierCollector(Collector):
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
         yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy,
-                    cap, blocks)
+                    comp, cap, blocks)
