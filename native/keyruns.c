@@ -6,9 +6,8 @@
  *   run(hashes, start=0)          first i >= start with hashes[i] not in the set
  *   closed_run(hashes)            the leading run by binary search (a prefix-closed set only)
  *   certify(held, hashes, start)  held.run(hashes, start), those keys added to this set
- *   discard(key), discard_all(keys), absorb(keys)
- *                                 remove one key, or a batch's; add the 16-byte keys of a batch,
- *                                 skip others
+ *   discard(key), discard_all(keys)  remove one key, or a batch's
+ *   (absorb(keys), which skips what is not a key, is keyset.c's, beside update)
  *
  * ``hashes``: a tuple or list; an item that is not 16-byte bytes is in no set (a run ends). */
 #define PY_SSIZE_T_CLEAN
@@ -137,25 +136,6 @@ done:
     PyMem_Free(hs);
     Py_DECREF(seq);
     return end < 0 || PyErr_Occurred() ? NULL : PyLong_FromSsize_t(end);
-}
-
-PyObject *warmpath_keyset_absorb(KeySet *s, PyObject *keys) {
-    PyObject *seq = PySequence_Fast(keys, "KeySet.absorb() takes an iterable of keys");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    if (warmpath_keyset_reserve(s, n) < 0)
-        goto fail;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (PyBytes_Check(items[i]) && PyBytes_GET_SIZE(items[i]) == 16
-                && warmpath_keyset_add(s, (const unsigned char *)PyBytes_AS_STRING(items[i])) < 0)
-            goto fail;
-    Py_DECREF(seq);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(seq);
-    return NULL;
 }
 
 /* Linear probing without tombstones: after emptying slot i, each key further along the probe

@@ -137,8 +137,10 @@ static PyObject *keyset_add(KeySet *s, PyObject *k) {
     Py_RETURN_NONE;
 }
 
-static PyObject *keyset_update(KeySet *s, PyObject *iterable) {
-    PyObject *seq = PySequence_Fast(iterable, "KeySet.update() takes an iterable of keys");
+/* Add a sequence's keys with at most one rehash; skip_other: pass over anything that is not a
+ * 16-byte key (absorb) instead of raising (update). */
+static PyObject *add_all(KeySet *s, PyObject *iterable, int skip_other) {
+    PyObject *seq = PySequence_Fast(iterable, "KeySet.update() / absorb() take an iterable of keys");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -146,7 +148,10 @@ static PyObject *keyset_update(KeySet *s, PyObject *iterable) {
     if (warmpath_keyset_reserve(s, n) < 0)   /* at most one rehash for the whole batch */
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *key = key_bytes(items[i]);
+        PyObject *k = items[i];
+        if (skip_other && !(PyBytes_Check(k) && PyBytes_GET_SIZE(k) == 16))
+            continue;
+        const unsigned char *key = key_bytes(k);
         if (key == NULL || warmpath_keyset_add(s, key) < 0)
             goto fail;
     }
@@ -156,6 +161,10 @@ fail:
     Py_DECREF(seq);
     return NULL;
 }
+
+static PyObject *keyset_update(KeySet *s, PyObject *keys) { return add_all(s, keys, 0); }
+
+static PyObject *keyset_absorb(KeySet *s, PyObject *keys) { return add_all(s, keys, 1); }
 
 static PyObject *keyset_clear(KeySet *s, PyObject *unused) {
     KeySet old = *s;
@@ -196,7 +205,7 @@ static PyMethodDef keyset_methods[] = {
     {"clear", (PyCFunction)keyset_clear, METH_NOARGS, "clear(): drop every key"},
     {"discard", (PyCFunction)warmpath_keyset_discard, METH_O, "discard(key): remove it if present (anything else: no-op)"},
     {"discard_all", (PyCFunction)warmpath_keyset_discard_all, METH_O, "discard_all(keys): discard each of an iterable"},
-    {"absorb", (PyCFunction)warmpath_keyset_absorb, METH_O,
+    {"absorb", (PyCFunction)keyset_absorb, METH_O,
      "absorb(keys): add the 16-byte bytes of a sequence, skip anything else (a key no block chain has)"},
     {"run", (PyCFunction)warmpath_keyset_run, METH_VARARGS,
      "run(hashes, start=0) -> the first index >= start whose key is not in the set (len(hashes) if none)"},

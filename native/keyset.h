@@ -24,7 +24,6 @@ int warmpath_keyset_reserve(KeySet *s, Py_ssize_t more);                       /
 
 PyObject *warmpath_keyset_discard(KeySet *s, PyObject *k);
 PyObject *warmpath_keyset_discard_all(KeySet *s, PyObject *keys);
-PyObject *warmpath_keyset_absorb(KeySet *s, PyObject *keys);
 PyObject *warmpath_keyset_run(KeySet *s, PyObject *args);
 PyObject *warmpath_keyset_closed_run(KeySet *s, PyObject *hashes);
 PyObject *warmpath_keyset_certify(KeySet *s, PyObject *args);

@@ -175,15 +175,6 @@ def _prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-# subcommands whose modules a worker, router or serve start need not import (~1 s on 2 cores)
-_MORE_COMMANDS = {
-    "store": ("warmpath.launch.store", {}), "manifests": ("warmpath.launch.manifests_cli", {}),
-    "deploy": ("warmpath.deploy.cli", {}), "calibrate": ("warmpath.calibrate.cli", {}),
-    "bench": ("warmpath.bench.cli", {"fn": lambda a: _bench(a)}), "sim": ("warmpath.sim.cli", {}),
-    "repro": ("warmpath.sim.repro", {}), "map": ("warmpath.sim.map_cli", {}), "plan": ("warmpath.plan.cli", {}),
-}
-
-
 _CORE_COMMANDS = ("serve", "worker", "router", "prepare")
 
 
@@ -271,6 +262,15 @@ def _bench(a: argparse.Namespace) -> int:
 
         return bench_main(a, bench_sweep)
     return bench_main(a)
+
+
+# subcommands whose modules a worker, router or serve start need not import (~1 s on 2 cores)
+_MORE_COMMANDS = {
+    "store": ("warmpath.launch.store", {}), "manifests": ("warmpath.launch.manifests_cli", {}),
+    "deploy": ("warmpath.deploy.cli", {}), "calibrate": ("warmpath.calibrate.cli", {}),
+    "bench": ("warmpath.bench.cli", {"fn": _bench}), "sim": ("warmpath.sim.cli", {}),
+    "repro": ("warmpath.sim.repro", {}), "map": ("warmpath.sim.map_cli", {}), "plan": ("warmpath.plan.cli", {}),
+}
 
 
 if __name__ == "__main__":
