@@ -312,6 +312,6 @@ def _vllm_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vllm-args", default=None, metavar="ARGS", help="more vLLM flags, as one shell-quoted string")
     g.add_argument("--vllm-port", type=int, default=0, help="vLLM's own HTTP port on 127.0.0.1 (0 = a free one)")
     g.add_argument("--vllm-cpus", default=None, metavar="LIST",
-                   help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0-1 (default: every CPU)")
+                   help="VLLM_CPU_OMP_THREADS_BIND, e.g. 0-1 (default: the CPUs this worker may use, e.g. its pin)")
     g.add_argument("--vllm-startup-s", type=_positive, default=900.0, help="how long vLLM may take to answer")
     g.add_argument("--vllm-log", default=None, metavar="FILE", help="vLLM's output (default: this worker's)")

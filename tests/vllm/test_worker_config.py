@@ -50,3 +50,24 @@ def test_namespace_and_server_flags(tmp_path):
     a.role, a.kv_cache_gib = "replica", 0.5
     with pytest.raises(ValueError, match="whole number"):
         server_config(a, tmp_path, "M", "tcp://127.0.0.1:1", None)
+
+
+def test_cpu_string_writes_runs_as_vllm_reads_them():
+    from warmpath.vllm.worker import cpu_string
+
+    assert cpu_string({0, 1, 2, 5}) == "0-2,5"
+    assert cpu_string([3]) == "3"
+    assert cpu_string({7, 1, 0, 8, 4}) == "0-1,4,7-8"
+
+
+def test_threads_bind_defaults_to_this_process_affinity(tmp_path):
+    import os
+
+    a = build_parser().parse_args(["worker", "--engine", "vllm", "--router", "http://r:1"])
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        cfg = server_config(a, tmp_path, "m", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+        assert cfg.threads_bind == str(min(before))
+    finally:
+        os.sched_setaffinity(0, before)

@@ -39,6 +39,17 @@ log = logging.getLogger(__name__)
 KV_ITEMSIZE = {"float32": 4, "auto": 2, "bfloat16": 2, "float16": 2, "half": 2}
 
 
+def cpu_string(cpus) -> str:
+    """CPU ids as VLLM_CPU_OMP_THREADS_BIND writes them: ``{0, 1, 2, 5}`` → ``"0-2,5"``."""
+    ids, runs = sorted(cpus), []
+    for c in ids:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def server_config(a: argparse.Namespace, model_dir: Path, model_id: str, events: str, replay: str) -> VLLMServerConfig:
     """The vLLM server's settings from ``warmpath worker`` flags."""
     if a.role != "replica":
@@ -47,14 +58,13 @@ def server_config(a: argparse.Namespace, model_dir: Path, model_id: str, events:
     kv = 1 if a.kv_cache_gib == "auto" else a.kv_cache_gib
     if kv != int(kv):
         raise ValueError(f"--kv-cache-gib for vLLM is a whole number of GiB (VLLM_CPU_KVCACHE_SPACE), got {kv}")
-    cpus = os.cpu_count() or 1
     env = {"VLLM_LOGGING_LEVEL": "INFO" if a.log_level.upper() in ("DEBUG", "INFO") else "WARNING"}
     return VLLMServerConfig(
         model_dir=str(model_dir), served_model_name=model_id, port=a.vllm_port or free_port(),
         events_endpoint=events, replay_endpoint=replay, python=a.vllm_python,
         command=tuple(shlex.split(a.vllm_command)) if a.vllm_command else (), block_size=a.block_size,
         max_num_seqs=a.max_num_seqs, max_model_len=a.max_model_len, dtype=a.dtype, kv_cache_gib=int(kv),
-        threads_bind=a.vllm_cpus or f"0-{cpus - 1}", extra_args=tuple(shlex.split(a.vllm_args or "")), env=env,
+        threads_bind=a.vllm_cpus or cpu_string(os.sched_getaffinity(0)), extra_args=tuple(shlex.split(a.vllm_args or "")), env=env,
         startup_timeout_s=a.vllm_startup_s)
 
 
