@@ -28,8 +28,8 @@ import os
 import secrets
 import shlex
 import subprocess
+import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -60,8 +60,13 @@ def hit_rate(before: dict, after: dict) -> dict:
 
 def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, str, list[str], list[str]]:
     """``warmpath serve`` with N vLLM replicas; returns (process, router URL, vLLM URLs, command)."""
-    topo = Path(tempfile.mkdtemp()) / f"vllm-replica-{a.workers}.json"
-    topo.write_text(json.dumps({"policy": "replica", "workers": {"replica": a.workers}, "engine": "vllm"}))
+    logs.mkdir(parents=True, exist_ok=True)
+    topo = logs / f"vllm-replica-{a.workers}.json"     # kept beside the results
+    spec = {"policy": "replica", "workers": {"replica": a.workers}, "engine": "vllm"}
+    if a.pin:   # each vLLM on its own CPU (round robin over this process's CPUs)
+        cpus = sorted(os.sched_getaffinity(0))
+        spec["cpus"] = {f"replica-{i}": str(cpus[i % len(cpus)]) for i in range(a.workers)}
+    topo.write_text(json.dumps(spec))
     port = free_port()
     cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", str(topo),
            "--host", "127.0.0.1", "--port", str(port), "--no-l3", "--kv-cache-gib", str(a.kv_cache_gib),
@@ -112,6 +117,23 @@ def bench_cmd(a: argparse.Namespace, url: str, out: Path, seed: int) -> list[str
             "--out", str(out), "--text-prompts", "--quiet", "--slo", a.slo]
 
 
+def unloaded_tpot(a: argparse.Namespace, url: str, out: Path) -> float:
+    """Median per-request TPOT with one request in flight at a time (``bench --concurrency 1``
+    through warmpath's router for ``--unloaded-s``), the base of the joint target's TPOT bound."""
+    cmd = [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", a.workload,
+           "--concurrency", "1", "--duration", str(a.unloaded_s), "--scale", str(a.scale), "--seed", "900",
+           "--out", str(out), "--text-prompts", "--quiet"]
+    subprocess.run(cmd, check=True)
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    tpots = sorted(r["tpot_s"] for r in rows if r["ok"] and r["tpot_s"])
+    if not tpots:
+        raise RuntimeError(f"no request with a TPOT in {out / 'requests.jsonl'}")
+    med = statistics.median(tpots)
+    (out / "unloaded.json").write_text(json.dumps({"command": shlex.join(cmd), "tpots": tpots, "median": med},
+                                                  indent=1) + "\n")
+    return med
+
+
 def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, peers_root: Path) -> dict:
     """Reset the prefix caches, run the bench through ``name`` and read the hit rate."""
     for u in vllm:
@@ -142,10 +164,16 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=300)
     ap.add_argument("--scale", type=float, default=0.25)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--slo", default="ttft_p90=2.0,tpot=0.2")
+    ap.add_argument("--slo", default=None,
+                    help="the target (bench --slo syntax); default the joint target of issue 28: "
+                         "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=<--tpot-x> x the unloaded TPOT, measured first")
+    ap.add_argument("--tpot-x", type=float, default=1.5, help="TPOT p90 bound in units of the unloaded TPOT")
+    ap.add_argument("--unloaded-s", type=float, default=60, help="seconds of one-at-a-time requests for the unloaded TPOT")
     ap.add_argument("--kv-cache-gib", type=int, default=1)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--worker-args", default="", help="more `warmpath serve` flags for the vLLM workers")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="let every vLLM use every CPU (default: each pinned to its own CPU, round robin)")
     ap.add_argument("--startup-s", type=float, default=1200)
     ap.add_argument("--smoke", action="store_true", help="one seed, a few requests per router (checks the wiring)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peers/vllm_routers"))
@@ -160,10 +188,14 @@ def main() -> int:
         if r != "warmpath":
             install_peer(PEERS[r], peers_root)
     proc, base, vllm, fleet_cmd = start_fleet(a, a.out / "logs")
-    records = []
+    records, unloaded = [], None
     try:
-        for seed in seeds:
-            for r in routers:
+        if a.slo is None and not a.smoke:
+            unloaded = unloaded_tpot(a, base, a.out / "unloaded")
+            a.slo = f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={a.tpot_x * unloaded:.4f}"
+            print(json.dumps({"unloaded_tpot_s": unloaded, "slo": a.slo}), flush=True)
+        for i, seed in enumerate(seeds):
+            for r in routers[i % len(routers):] + routers[:i % len(routers)]:   # order rotated per seed
                 rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root)
                 records.append(rec)
                 print(json.dumps({k: rec[k] for k in ("router", "seed", "exit", "seconds")} |
@@ -171,7 +203,8 @@ def main() -> int:
     finally:
         stop_fleet(proc)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet_cmd), "vllm": vllm,
+    (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet_cmd), "argv": sys.argv, "vllm": vllm,
+                                                    "unloaded_tpot_s": unloaded, "slo": a.slo,
                                                     "runs": records}, indent=1) + "\n")
     return 0 if all(r["exit"] == 0 for r in records) else 1
 

@@ -1,0 +1,92 @@
+"""The routers comparison's verdicts (``benchmarks/peers/vllm_routers.py``'s output), judged again
+from each run's ``requests.jsonl`` under several targets at once.
+
+Targets (``bench/targets.py``; >= 90% of the requests of every class attaining, >= 99% succeeding):
+
+* ``joint``: issue 28's joint target, the one stated before measuring — warm TTFT p90 <= 2 s,
+  cold TTFT p90 <= 20 s, per-request TPOT p90 <= 1.5x the unloaded TPOT (``routers.json``);
+* ``joint-3x``: the same with 3x the unloaded TPOT (reported beside it, not a goal);
+* ``ttft``: the TTFT bounds alone (``CLUSTER_TARGET``).
+
+Goodput per router and seed: the highest offered rate met with every lower rate met
+(``ranking.goodputs``); per router the median over seeds; beside it the prefix-cache hit rate
+on the vLLM servers (their own counters, the run's deltas). Usage::
+
+    python -m benchmarks.peers.routers_report benchmarks/results/peers/vllm_routers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from benchmarks.policies.ranking import goodputs, records, verdicts
+from warmpath.bench.targets import CLUSTER_TARGET, Target
+
+
+def targets(unloaded_tpot_s: float) -> dict[str, Target]:
+    """The three targets of this report, from the measured unloaded TPOT."""
+    def joint(x: float) -> Target:
+        return Target.parse(f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={x * unloaded_tpot_s:.4f}")
+    return {"joint": joint(1.5), "joint-3x": joint(3.0), "ttft": CLUSTER_TARGET}
+
+
+def judge_run(run_dir: Path, tgs: dict[str, Target]) -> dict[float, dict]:
+    """Per offered rate of one router/seed: each target's verdict on its requests."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines() if x.strip()]
+    out = {}
+    for key, run in summary["runs"].items():
+        rate = float(key)
+        recs = records([r for r in rows if r["rate"] == rate])
+        out[rate] = verdicts(recs, run["duration_s"], rate, tgs)
+    return out
+
+
+def median_or_none(xs: list) -> float | None:
+    """Median over seeds, a seed with no rate met counting as 0."""
+    return statistics.median([x or 0.0 for x in xs]) if xs else None
+
+
+def report(out: Path) -> dict:
+    """Goodput per router, seed and target, the medians, the hit rates and warmpath's ratio to
+    the better peer under each target."""
+    meta = json.loads((out / "routers.json").read_text())
+    tgs = targets(meta["unloaded_tpot_s"])
+    per: dict[str, dict] = {}
+    for run in meta["runs"]:
+        points = judge_run(out / run["router"] / f"seed{run['seed']}", tgs)
+        r = per.setdefault(run["router"], {"seeds": {}, "hit_rate": []})
+        r["seeds"][run["seed"]] = {"goodput": goodputs(points), "points": points}
+        r["hit_rate"].append(run["prefix_cache"]["hit_rate"])
+    for r in per.values():
+        r["median_goodput"] = {t: median_or_none([s["goodput"][t] for s in r["seeds"].values()]) for t in tgs}
+        r["median_hit_rate"] = median_or_none(r["hit_rate"])
+    ratio = {}
+    for t in tgs:
+        peers = [v["median_goodput"][t] for k, v in per.items() if k != "warmpath"]
+        best = max(peers, default=None)
+        mine = per.get("warmpath", {}).get("median_goodput", {}).get(t)
+        ratio[t] = mine / best if mine is not None and best else None
+    return {"targets": {k: v.spec() for k, v in tgs.items()}, "unloaded_tpot_s": meta["unloaded_tpot_s"],
+            "routers": per, "warmpath_vs_best_peer": ratio}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, help="the folder vllm_routers wrote (routers.json)")
+    a = ap.parse_args()
+    rep = report(a.out)
+    (a.out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    print(f"targets: {rep['targets']}")
+    for name, r in rep["routers"].items():
+        per_seed = {s: v["goodput"] for s, v in r["seeds"].items()}
+        print(f"{name:12s} median goodput {r['median_goodput']}  hit rate median {r['median_hit_rate']:.3f}  "
+              f"per seed {per_seed}")
+    print(f"warmpath / best peer: {rep['warmpath_vs_best_peer']}")
+
+
+if __name__ == "__main__":
+    main()
