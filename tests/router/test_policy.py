@@ -127,3 +127,18 @@ def test_policies_import_no_torch():
             " warmpath.router.admission, warmpath.router.sessions; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_replica_near_ties_go_where_fewer_run():
+    # r1 learnt 5% faster but decodes 2 sequences; r2 idle: within 10% → a tie → r2 (fewer running)
+    rs = [WorkerView("r1", "replica", running=2, prefill_tok_s=525.0), WorkerView("r2", "replica", prefill_tok_s=500.0)]
+    assert ReplicaPolicy().route(REQ, snap(rs)).prefill == "r2"
+    assert ReplicaPolicy(near=0.0).route(REQ, snap(rs)).prefill == "r1"      # exact ties only: the faster
+    # 20% faster is beyond the tolerance: r1 despite its decodes
+    rs[0] = WorkerView("r1", "replica", running=2, prefill_tok_s=600.0)
+    assert ReplicaPolicy().route(REQ, snap(rs)).prefill == "r1"
+    # a held prefix is never a near tie: r1 holds 99 of 100 blocks
+    rs[0] = WorkerView("r1", "replica", running=2, prefill_tok_s=500.0)
+    assert ReplicaPolicy().route(REQ, snap(rs, {"r1": PrefixHit(99, 0)})).prefill == "r1"
+    with pytest.raises(ValueError, match="near"):
+        ReplicaPolicy(near=-1)

@@ -51,16 +51,19 @@ def estimate(w: WorkerView, req: RequestView, snap: Snapshot, handoff: bool = Tr
 
 
 def best(workers: list[WorkerView], req: RequestView, snap: Snapshot, handoff: bool = True,
-         last_routed: dict[str, int] | None = None) -> tuple[WorkerView, Estimate] | None:
-    """Lowest estimated TTFT (exact ties: fewest queued tokens, then fewest running, then the
-    least recently routed per ``last_routed`` (worker -> a rising count; never routed first),
-    then id)."""
+         last_routed: dict[str, int] | None = None, near: float = 0.0) -> tuple[WorkerView, Estimate] | None:
+    """Lowest estimated TTFT. Ties — exact, or within ``near`` (a share) of the lowest, where
+    the difference is smaller than the learnt lines' own error — go to the fewest queued
+    tokens, then the fewest running, then the least recently routed per ``last_routed``
+    (worker -> a rising count; never routed first), then the lowest TTFT, then id."""
     scored = [(estimate(w, req, snap, handoff), w) for w in workers]
     if not scored:
         return None
     last = last_routed or {}
-    e, w = min(scored, key=lambda p: (p[0].ttft_s, p[1].queued_prefill_tokens, p[1].running,
-                                      last.get(p[1].worker_id, -1), p[1].worker_id))
+    low = min(e.ttft_s for e, _ in scored)
+    tied = [p for p in scored if p[0].ttft_s <= low * (1.0 + near)]
+    e, w = min(tied, key=lambda p: (p[0].ttft_s if near == 0.0 else 0.0, p[1].queued_prefill_tokens,
+                                    p[1].running, last.get(p[1].worker_id, -1), p[0].ttft_s, p[1].worker_id))
     return w, e
 
 

@@ -112,19 +112,24 @@ class PDPolicy(RoutingPolicy):
 
 
 class ReplicaPolicy(RoutingPolicy):
-    """Aggregated workers with prefix-aware load balancing (lowest estimated TTFT). Exact
-    ties (idle replicas holding nothing of the prompt, with the same speeds) go to the one
-    with the fewest running, then the least recently chosen: round-robin, not replica-0."""
+    """Aggregated workers with prefix-aware load balancing (lowest estimated TTFT). Ties —
+    estimates within ``near`` (default 10%) of the lowest: replicas holding nothing of the
+    prompt whose learnt speeds differ by less than the lines' own error — go to the one with
+    the fewest queued tokens, then the fewest running (the decodes a prefill would slow),
+    then the least recently chosen: spread, not replica-0 for every cold prompt."""
 
     name = "replica"
     roles = ("replica",)
 
-    def __init__(self) -> None:
+    def __init__(self, near: float = 0.1) -> None:
+        if near < 0:
+            raise ValueError(f"near must be >= 0, got {near}")
+        self.near = near
         self.last_routed: dict[str, int] = {}
         self._n = 0
 
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
-        got = best(snap.by_role("replica"), req, snap, handoff=False, last_routed=self.last_routed)
+        got = best(snap.by_role("replica"), req, snap, handoff=False, last_routed=self.last_routed, near=self.near)
         if got is None:
             raise LookupError("no healthy replica worker")
         w, e = got
