@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
@@ -103,7 +104,8 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             return
         u = ans.usage or {}
         computed = u.get("prompt_tokens", 0) - (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        ans.batch = book.finished(ans.rid, computed if u else None, ans.ttft)
+        # a hand-off's first token came after a KV pull, not a prefill: no prefill speed from it
+        ans.batch = book.finished(ans.rid, computed if u and not ans.handed_off else None, ans.ttft)
 
     @app.post("/internal/generate", dependencies=internal,
               responses=generation(ChatCompletion | TextCompletion, 429, 500, 503))
@@ -113,8 +115,8 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             if not cfg.kv_connector:
                 raise APIError(400, "kv_transfer_params: this vLLM worker runs no KV connector", param="kv_transfer_params")
             req = decode_body(req, body.kv_transfer_params)
-        ans = Answer(body.kind, cfg.model, len(body.prompt_token_ids))
-        book.started(ans.rid, ans.prompt_tokens)
+        ans = Answer(body.kind, cfg.model, len(body.prompt_token_ids), handed_off=body.kv_transfer_params is not None)
+        book.started(ans.rid, 0 if ans.handed_off else ans.prompt_tokens)
         try:
             up = await open_stream(req)
         except BaseException:
@@ -138,14 +140,18 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             raise APIError(400, "this vLLM worker runs no KV connector (--vllm-kv-connector): it takes no prefill")
         msg = GenerateRequest(kind="text", prompt_token_ids=body.prompt_token_ids, request=body.request)
         req = prefill_body(completion_body(msg, cfg.model, aliases, cfg.defaults, cfg.max_model_len))
-        sent = time.monotonic()
+        sent, rid, reply = time.monotonic(), f"prefill-{uuid.uuid4().hex}", None
+        book.started(rid, len(body.prompt_token_ids))
         try:
             r = await http.post("/v1/completions", json=req)
+            if r.status_code != 200:
+                raise upstream_error(r.status_code, r.content)
+            reply = prefill_reply(r.json(), len(body.prompt_token_ids), time.monotonic() - sent)
         except httpx.HTTPError as e:
             raise APIError(503, f"vLLM server not reachable: {type(e).__name__}", code="engine_failed") from e
-        if r.status_code != 200:
-            raise upstream_error(r.status_code, r.content)
-        return prefill_reply(r.json(), len(body.prompt_token_ids), time.monotonic() - sent)
+        finally:   # the prefill speed this worker reports is learnt from its own prefills
+            book.finished(rid, reply and reply.prompt_tokens - reply.cached_tokens, reply and reply.prefill_s)
+        return reply
 
     _status_routes(app, cfg, alive, relay_stats, public, http)
     return app

@@ -88,6 +88,7 @@ class Answer:
     ttft: float | None = None
     last_s: float | None = None    # the last token's time, seconds after the start
     batch: float | None = None     # sequences decoding beside it (itself included), mean
+    handed_off: bool = False       # its prompt's KV came through vLLM's KV connector (P/D decode)
 
     def __post_init__(self) -> None:
         self.rid = self.rid or f"{'chatcmpl' if self.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
