@@ -20,8 +20,15 @@ def _serve(a: argparse.Namespace) -> int:
     if a.engine == "vllm" and a.cmd == "serve" and a.topology == "single":
         raise ValueError("serve --engine vllm needs a --topology (e.g. replica): a vLLM worker serves "
                          "behind warmpath's router")
+    if a.engine == "vllm" and a.cmd == "worker":
+        from warmpath.vllm.connector import check_flags
+
+        check_flags(a.role, a.vllm_kv_connector)
     if a.cmd == "serve" and a.topology != "single":
         from warmpath.launch.launcher import serve_cluster
+        from warmpath.launch.topology import resolve
+
+        resolve(a.topology, a.ppd, a.route_policy).check_handoff(a.engine, a.vllm_kv_connector)
 
         return serve_cluster(size_cluster_store(a), _model_id(a.model))
     import uvicorn

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,27 +28,13 @@ import httpx
 
 from warmpath.models.files import load_tokenizer
 from warmpath.procs import free_port
+from warmpath.vllm.connector import WHEELS, install_wheels, kv_transfer_config
 from warmpath.vllm.model_dir import vllm_model_dir
 from warmpath.vllm.server import VLLMServer, VLLMServerConfig
 
-WHEELS = {"nixl": ("nixl==1.5.1", "nixl-cu12==1.5.1"), "mooncake": ("mooncake-transfer-engine-non-cuda==0.3.13.post1",)}
-
 
 def connector_config(name: str, role: str) -> dict:
-    if name == "nixl":
-        return {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
-    return {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
-            "kv_connector_extra_config": {"mooncake_protocol": "tcp"}}
-
-
-def unpack(name: str, root: Path) -> Path:
-    """The connector's wheels unpacked (no dependencies) into ``root/<name>`` once."""
-    target = root / name
-    if not (target / ".done").is_file():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                        *WHEELS[name]], check=True)
-        (target / ".done").touch()
-    return target
+    return kv_transfer_config(name, role, "cpu")
 
 
 def server(name: str, role: str, model: Path, site: Path, out: Path) -> VLLMServer:
@@ -72,7 +57,7 @@ def external_hits(url: str) -> float:
 def probe(name: str, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     rec: dict = {"connector": name, "ok": False}
-    site = unpack(name, Path.home() / ".cache" / "warmpath" / "peers" / "vllm-connectors")
+    site = install_wheels(name)
     model = vllm_model_dir()
     ids = load_tokenizer().encode("The history of the Roman Empire, told briefly: " * 20)[:400]
     body = {"model": "m", "prompt": ids, "max_tokens": 16, "temperature": 0.0}

@@ -38,6 +38,23 @@ def test_registration_rules():
     assert f.pd == {"v0": False, "v1": True} and "v1" not in f.others(VLLM) and f.others(OURS) == [VLLM]
 
 
+def test_the_pd_roles_are_held_by_one_engine():
+    f = FleetNamespaces()
+    f.admit("p0", "prefill", OURS, None)                    # warmpath's P/D: a vLLM decode worker is refused
+    with pytest.raises(ValueError, match=r"worker v1 \(vllm\): the P/D roles are held by warmpath workers; "
+                                         "a hand-off never crosses engines"):
+        f.admit("v1", "decode", VLLM, OURS, "vllm")
+    f.admit("v0", "replica", VLLM, OURS, "vllm")            # as a replica it serves
+    assert (f.engine_of("p0"), f.engine_of("v0"), f.engine_of("v1")) == ("warmpath", "vllm", "warmpath")
+    g = FleetNamespaces()                                   # vLLM's P/D: a warmpath prefill worker is refused
+    g.admit("vp", "prefill", VLLM, None, "vllm")
+    g.admit("vd", "decode", VLLM, VLLM, "vllm")
+    with pytest.raises(ValueError, match=r"worker p0 \(warmpath\): the P/D roles are held by vllm workers"):
+        g.admit("p0", "prefill", OURS, VLLM)
+    g.drop("vp")
+    assert g.engine == {"vd": "vllm"} and g.pd == {"vd": True}
+
+
 def test_one_index_holds_both_namespaces_keys_apart():
     tokens = list(range(1000, 1100))                        # 6 blocks of 16, 3 of 32
     ours, theirs = hash_prefix_blocks(OURS, tokens), hash_prefix_blocks(VLLM, tokens)

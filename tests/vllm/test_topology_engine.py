@@ -38,3 +38,48 @@ def test_serve_engine_vllm_needs_a_topology(capsys):
 
     assert cli.main(["serve", "--engine", "vllm"]) == 2
     assert "needs a --topology" in capsys.readouterr().err
+
+
+def test_pd_roles_hand_off_within_one_engine(tmp_path):
+    pd = {"prefill": 1, "decode": 1}
+    Topology("t", "pd", pd, engines={"prefill": "vllm", "decode": "vllm"}).check_handoff("warmpath", "nixl")
+    Topology("t", "pd", pd).check_handoff("vllm", "nixl")                  # serve --engine vllm: every role
+    Topology("t", "pd", pd).check_handoff("warmpath", None)
+    with pytest.raises(ValueError, match=r"different engines \({'prefill': 'warmpath', 'decode': 'vllm'}\); a hand-off "
+                                         "never crosses engines"):
+        Topology("t", "pd", pd, engines={"decode": "vllm"}).check_handoff("warmpath", "nixl")
+    with pytest.raises(ValueError, match="different engines"):
+        Topology("t", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 1},
+                 engines={"pre-prefill": "warmpath"}).check_handoff("vllm", "nixl")
+    with pytest.raises(ValueError, match="need --vllm-kv-connector"):
+        Topology("t", "pd", pd).check_handoff("vllm", None)
+    Topology("t", "replica", {"replica": 2}).check_handoff("vllm", None)   # replicas hand nothing off
+
+
+def test_cli_refuses_pd_without_a_connector_before_starting_anything(tmp_path, capsys):
+    import warmpath.cli as cli
+
+    f = tmp_path / "vllm-pd.json"
+    f.write_text(json.dumps({"policy": "pd", "workers": {"prefill": 1, "decode": 1}, "engine": "vllm"}))
+    assert cli.main(["serve", "--topology", str(f), "--engine", "vllm"]) == 2
+    assert "need --vllm-kv-connector" in capsys.readouterr().err
+    assert cli.main(["worker", "--engine", "vllm", "--router", "http://127.0.0.1:9", "--role", "prefill"]) == 2
+    assert "--role prefill needs a KV connector" in capsys.readouterr().err
+    assert cli.main(["worker", "--engine", "vllm", "--router", "http://127.0.0.1:9", "--role", "decode",
+                     "--vllm-kv-connector", "lmcache"]) == 2
+    assert "--vllm-kv-connector must be one of" in capsys.readouterr().err
+
+
+def test_serve_passes_the_connector_flags(monkeypatch, tmp_path):
+    import warmpath.cli as cli
+    from warmpath.launch.launcher import worker_argv
+
+    f = tmp_path / "vllm-pd.json"
+    f.write_text(json.dumps({"policy": "pd", "workers": {"prefill": 1, "decode": 1}, "engine": "vllm"}))
+    got = []
+    monkeypatch.setattr("warmpath.launch.launcher.serve_cluster", lambda a, model_id: got.append(a) or 0)
+    assert cli.main(["serve", "--topology", str(f), "--engine", "vllm", "--vllm-kv-connector", "nixl",
+                     "--vllm-kv-buffer-device", "cpu"]) == 0
+    argv = worker_argv(got[0])
+    assert argv[argv.index("--vllm-kv-connector") + 1] == "nixl"
+    assert argv[argv.index("--vllm-kv-buffer-device") + 1] == "cpu"

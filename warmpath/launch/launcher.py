@@ -249,6 +249,7 @@ def start_from_args(a) -> Cluster:
     from warmpath.launch.topology import resolve, with_pins
 
     topo = with_pins(resolve(a.topology, a.ppd, getattr(a, "route_policy", None)), getattr(a, "pin", None))
+    topo.check_handoff(a.engine, getattr(a, "vllm_kv_connector", None))
     router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
                    "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]
@@ -287,7 +288,8 @@ def worker_argv(a) -> list[str]:
     argv += ["--kv-write-mode", a.kv_write_mode] if a.kv_write_mode else []
     argv += ["--step-trace", a.step_trace] if getattr(a, "step_trace", None) else []
     argv += ["--engine", a.engine, "--vllm-startup-s", str(a.vllm_startup_s)]
-    argv += [f for k in ("vllm_python", "vllm_command", "vllm_args", "vllm_cpus") if getattr(a, k)
+    argv += [f for k in ("vllm_python", "vllm_command", "vllm_args", "vllm_cpus", "vllm_kv_connector",
+                         "vllm_kv_buffer_device") if getattr(a, k, None)
              for f in (f"--{k.replace('_', '-')}", getattr(a, k))]
     if a.override_generation_config:   # checked here already; the workers check it again
         argv += ["--override-generation-config", json.dumps(a.override_generation_config)]

@@ -58,6 +58,22 @@ class Topology:
                                  f"({', '.join(sorted(known))})")
             parse_cpus(spec, f"topology {self.name}: cpus of {key}")
 
+    def engine_of(self, role: str, default: str = "warmpath") -> str:
+        """The engine ``role``'s workers run (``default``: ``serve --engine``)."""
+        return self.engines.get(role, default)
+
+    def check_handoff(self, default: str = "warmpath", kv_connector: str | None = None) -> None:
+        """``ValueError`` when the P/D roles present cannot hand off: they run two engines
+        (warmpath's hand-off goes through its L3 store, vLLM's through vLLM's KV connector, and
+        neither reads the other's KV), or vLLM without ``--vllm-kv-connector``."""
+        pd = {r: self.engine_of(r, default) for r in ("pre-prefill", "prefill", "decode") if self.workers.get(r)}
+        if len(set(pd.values())) > 1:
+            raise ValueError(f"topology {self.name}: its P/D roles run different engines ({pd}); a hand-off "
+                             "never crosses engines: give prefill-type and decode workers the same engine")
+        if "vllm" in pd.values() and not kv_connector:
+            raise ValueError(f"topology {self.name}: vLLM prefill / decode workers need --vllm-kv-connector "
+                             "(nixl, mooncake or a JSON kv-transfer-config): vLLM hands off through it")
+
     def roles(self) -> list[tuple[str, str]]:
         """``(worker_id, role)`` for every worker, e.g. ``("prefill-0", "prefill")``."""
         return [(f"{r}-{i}", r) for r in ROLES for i in range(self.workers.get(r, 0))]

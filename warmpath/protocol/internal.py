@@ -10,7 +10,7 @@ Every field is typed and range-checked: a malformed message is a 400 and changes
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -23,6 +23,9 @@ WorkerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 HttpUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=512)]
 ZmqEndpoint = Annotated[str, StringConstraints(pattern=r"^(tcp|ipc|inproc)://\S+$", max_length=512)]
 Role = Literal["pre-prefill", "prefill", "decode", "replica"]
+Engine = Literal["warmpath", "vllm"]
+# vLLM's KV connector hand-off fields (``kv_transfer_params``), relayed opaquely by the router
+KVTransferParams = Annotated[dict[str, Any], Field(max_length=64)]
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 _STRICT = ConfigDict(strict=True, extra="forbid")
 
@@ -52,7 +55,11 @@ class PrefillReply(BaseModel):
     ``cached_tokens``: prompt tokens this worker did not compute (``cached_by_tier`` says
     from where). ``kv_bytes``: bytes this worker wrote to L3 for this request (blocks the
     store took now; 0 without write-through or L3). ``kv_blocks``: full prompt blocks this
-    worker knows are in L3 after it (written now or already there)."""
+    worker knows are in L3 after it (written now or already there).
+
+    ``kv_transfer_params``: set by a vLLM prefill worker (its KV connector's hand-off, from
+    vLLM's answer); the router passes them to the decode worker, which then computes the first
+    token itself from the pulled KV (``token`` is the prefill's own, not the request's)."""
 
     model_config = _STRICT
     token: TokenId
@@ -65,6 +72,7 @@ class PrefillReply(BaseModel):
     l3_get_s: float = Field(ge=0)
     l3_put_s: float = Field(ge=0)
     cached_by_tier: TierTokens = TierTokens()
+    kv_transfer_params: KVTransferParams | None = None
 
 
 class PrefillStage(BaseModel):
@@ -79,7 +87,9 @@ class PrefillStage(BaseModel):
 
 
 class GenerateRequest(BaseModel):
-    """Generate the answer; with ``first_token`` this is the decode side of a handoff.
+    """Generate the answer; with ``first_token`` this is the decode side of a handoff
+    through L3 (warmpath's engine), with ``kv_transfer_params`` the decode side of a handoff
+    through vLLM's KV connector (the prefill reply's, passed on as they came).
 
     ``prefill``: what the prefill stage measured (from its :class:`PrefillReply`)."""
 
@@ -89,6 +99,7 @@ class GenerateRequest(BaseModel):
     request: SamplingFields
     first_token: TokenId | None = None
     prefill: PrefillStage | None = None
+    kv_transfer_params: KVTransferParams | None = None
 
 
 class AnswerTiming(BaseModel):
@@ -145,6 +156,7 @@ class Registration(BaseModel):
     role: Role
     url: HttpUrl
     namespace: Namespace
+    engine: Engine = "warmpath"          # how its P/D hand-off travels (router/handoff.py)
     pid: int | None = Field(None, ge=0, le=2**31)
     kv_bytes_per_token: int = Field(46080, ge=1, le=1 << 30)
     max_model_len: int | None = Field(None, ge=1, le=1 << 24)

@@ -126,7 +126,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         except (ValueError, TypeError) as e:
             raise bad("namespace", f"namespace: {e}") from e
         try:
-            state.namespaces.check(b.worker_id, b.role, ns, state.namespace)
+            state.namespaces.check(b.worker_id, b.role, ns, state.namespace, b.engine)
         except ValueError as e:
             raise bad("namespace", str(e)) from e
         if state.namespace is None:
@@ -143,7 +143,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
                                     b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
-        state.namespaces.add(b.worker_id, b.role, ns)   # after a restart's removal above, which forgets it
+        state.namespaces.add(b.worker_id, b.role, ns, b.engine)   # after a restart's removal above, which forgets it
         state.fit_admission()
         if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
             state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
@@ -221,6 +221,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                    "router_queued_prefill_tokens": load.prefill_tokens, "router_running": load.running,
                    "indexed_blocks": len(state.index.local.get(w, {})),
                    "draining": w in state.draining, "in_flight": state.load.in_flight(w)}
+            out["engine"] = state.namespaces.engine_of(w)
             ns = state.namespaces.of.get(w)
             if ns is not None:   # a fleet of two engines: each worker's KV namespace (router/namespaces.py)
                 out["kv_namespace"] = {"revision": ns.revision, "dtype": ns.dtype, "block_size": ns.block_size}

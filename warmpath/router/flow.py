@@ -3,7 +3,8 @@ decode, retries, and every book kept on the way (timing, metrics, load, sessions
 
 * Disaggregated (``cpd``, ``pd``): the prefill worker runs the prompt to its first token and
   writes the prompt's blocks through to L3; the decode worker gets (prompt, first token),
-  reports the token at once, loads the blocks and generates the rest.
+  reports the token at once, loads the blocks and generates the rest. Between vLLM workers
+  the prompt's KV goes through vLLM's KV connector instead (``handoff.py``).
 * PPD local (turn 2+): the session's decode worker runs the append-prefill itself.
 * ``replica``: one worker does both.
 
@@ -20,9 +21,10 @@ from dataclasses import replace
 from fastapi.responses import Response
 
 from warmpath.protocol.errors import APIError
-from warmpath.protocol.internal import GenerateRequest, PrefillRequest, PrefillStage
+from warmpath.protocol.internal import GenerateRequest, PrefillRequest
 from warmpath.protocol.openai import SamplingFields
 from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
+from warmpath.router.handoff import handoff_for
 from warmpath.router.model import PrefillObservation
 from warmpath.router.relay import relay
 from warmpath.router.views import predicted_headers
@@ -125,7 +127,8 @@ class RequestFlow:
     def _reroute(self, t: Trip, sess: SessionState | None) -> Decision:
         """After a worker failed: decide again (no PPD-local: its decode worker may be the one
         that failed), or, once the first token exists (its KV is in L3), any decode worker."""
-        if t.first_token is None:
+        if t.first_token is None:   # a vLLM hand-off's KV may be gone with its decode worker: prefill again
+            t.prefill = t.handoff = None
             return self.decide_route(t.rv, sess, allow_local=False, arrival=False)
         try:
             return replace(t.decision, decode=self.s.decider.decode_for(self.s.snapshot(t.rv, None)))
@@ -133,12 +136,15 @@ class RequestFlow:
             raise APIError(503, str(e), err_type="server_error") from e
 
     async def _prefill(self, t: Trip, worker: str) -> None:
+        engines = self.s.namespaces.engine_of
+        handoff = handoff_for(engines(worker), engines(t.decision.decode))
         self.s.routed[worker] = self.s.routed.get(worker, 0) + 1
         sent = time.monotonic()
         with self.s.load.computing(worker, t.rv.num_tokens - t.decision.cached_tokens):
             reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
                                                                      request=t.body.forwarded()))
-        t.prefilled(self.s.metrics, reply, sent)
+        handoff.check(reply, worker)
+        t.prefilled(self.s.metrics, reply, sent, handoff)
         self.s.decider.observe_prefill(PrefillObservation(
             worker, reply.prompt_tokens, reply.cached_tokens, reply.cached_by_tier.L3, reply.queue_s, reply.prefill_s,
             reply.l3_get_s, reply.l3_put_s, reply.kv_bytes, t.timing["prefill"]),
@@ -148,18 +154,15 @@ class RequestFlow:
         req = t.body.forwarded()
         if t.body.stream:   # the usage chunk tells the router how many tokens went out
             req["stream_options"] = {"include_usage": True}
-        p = t.prefill
-        stage = None if p is None else PrefillStage(cached_tokens=p.cached_tokens, cached_by_tier=p.cached_by_tier,
-                                                     kv_bytes=p.kv_bytes, kv_blocks=p.kv_blocks)
-        return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req,
-                               first_token=p.token if p else None, prefill=stage)
+        fields = t.handoff.decode_fields(t.prefill) if t.prefill is not None and t.handoff else {}
+        return GenerateRequest(kind=t.kind, prompt_token_ids=t.ids, request=req, **fields)
 
     async def _decode(self, t: Trip, sess: SessionState | None) -> Response:
         s, d = self.s, t.decision
         s.routed[d.decode] = s.routed.get(d.decode, 0) + 1
         headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
                    "X-Warmpath-Worker": d.prefill or d.decode, **predicted_headers(d)}
-        computed = t.rv.num_tokens - d.cached_tokens if t.first_token is None else 0
+        computed = t.rv.num_tokens - d.cached_tokens if t.prefill is None else 0
         s.load.add(d.decode, running=1, context=_context(t))
         sent = time.monotonic()
         try:
@@ -191,7 +194,7 @@ class RequestFlow:
         refit its lines; its prefill line only when it computed the prompt (no handoff)."""
         w = self.s.registry.workers.get(t.decision.decode)
         self.s.decider.observe_answer(t.decision.decode, t.usage, w.view if w is not None else None,
-                                      computed_here=t.first_token is None)
+                                      computed_here=t.prefill is None)
 
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
         self.s.load.add(t.decision.decode, running=-1, context=-_context(t))

@@ -10,9 +10,10 @@ tokens. Rules on registration (:meth:`FleetNamespaces.admit`):
 
 * every namespace serves the same model and token ids (model id, tokenizer, adapter) as the
   fleet's first one (its KV may differ: engine, dtype, block size);
-* the P/D roles (``pre-prefill``, ``prefill``, ``decode``) are held in one namespace only, so
-  a handoff (prefill → decode, PPD) never crosses namespaces; workers of other namespaces
-  serve as replicas (a vLLM worker is one anyway).
+* the P/D roles (``pre-prefill``, ``prefill``, ``decode``) are held by one engine and in one
+  namespace only, so a handoff (prefill → decode, PPD) never crosses engines (warmpath's goes
+  through its L3 store, vLLM's through vLLM's KV connector: ``router/handoff.py``) nor
+  namespaces; workers of other namespaces serve as replicas.
 """
 
 from __future__ import annotations
@@ -43,32 +44,45 @@ class FleetNamespaces:
 
     of: dict[str, KVNamespace] = field(default_factory=dict)
     pd: dict[str, bool] = field(default_factory=dict)
+    engine: dict[str, str] = field(default_factory=dict)
 
-    def check(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None) -> None:
-        """``ValueError`` (saying why) when the rules above refuse ``worker`` serving ``ns`` in
-        ``role`` (``first``: the fleet's first namespace, ``None`` before any)."""
+    def check(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None,
+              engine: str = "warmpath") -> None:
+        """``ValueError`` (saying why) when the rules above refuse ``worker`` of ``engine``
+        serving ``ns`` in ``role`` (``first``: the fleet's first namespace, ``None`` before any)."""
         if first is not None and not same_model(ns, first):
             raise ValueError(f"worker {worker} serves a different model/KV layout (model {ns.model_id!r}, "
                              f"tokenizer {ns.tokenizer!r}; the fleet serves {first.model_id!r}, {first.tokenizer!r})")
         if role != "replica":
+            engines = {self.engine.get(w, "warmpath") for w in self.of if self.pd.get(w) and w != worker}
+            if engines and engine not in engines:
+                raise ValueError(f"worker {worker} ({engine}): the P/D roles are held by {next(iter(engines))} "
+                                 f"workers; a hand-off never crosses engines (warmpath's goes through its L3 store, "
+                                 f"vLLM's through its KV connector), so a {engine} worker registers as a replica")
             held = {n for w, n in self.of.items() if self.pd.get(w) and w != worker}
             if held and ns not in held:
                 raise ValueError(f"worker {worker}: the P/D roles are held in another KV namespace "
                                  f"({next(iter(held)).revision!r}); a handoff never crosses namespaces, so a worker "
                                  f"of {ns.revision!r} registers as a replica")
 
-    def add(self, worker: str, role: str, ns: KVNamespace) -> None:
-        """Record a registered worker's namespace (after :meth:`check`)."""
-        self.of[worker], self.pd[worker] = ns, role != "replica"
+    def add(self, worker: str, role: str, ns: KVNamespace, engine: str = "warmpath") -> None:
+        """Record a registered worker's namespace and engine (after :meth:`check`)."""
+        self.of[worker], self.pd[worker], self.engine[worker] = ns, role != "replica", engine
 
-    def admit(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None) -> None:
+    def admit(self, worker: str, role: str, ns: KVNamespace, first: KVNamespace | None,
+              engine: str = "warmpath") -> None:
         """:meth:`check`, then :meth:`add`."""
-        self.check(worker, role, ns, first)
-        self.add(worker, role, ns)
+        self.check(worker, role, ns, first, engine)
+        self.add(worker, role, ns, engine)
+
+    def engine_of(self, worker: str) -> str:
+        """The engine ``worker`` registered with (``warmpath`` when unknown)."""
+        return self.engine.get(worker, "warmpath")
 
     def drop(self, worker: str) -> None:
         self.of.pop(worker, None)
         self.pd.pop(worker, None)
+        self.engine.pop(worker, None)
 
     def others(self, first: KVNamespace | None) -> list[KVNamespace]:
         """The namespaces present besides ``first``, in registration order."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from warmpath.protocol.internal import PrefillReply
 from warmpath.protocol.openai import SamplingFields
+from warmpath.router.handoff import Handoff
 from warmpath.router.metrics import RouterMetrics
 from warmpath.router.views import Decision, RequestView
 
@@ -24,6 +25,7 @@ class Trip:
     decision: Decision
     admitted: float = 0.0
     prefill: PrefillReply | None = None      # the prefill worker's answer (disaggregated)
+    handoff: Handoff | None = None           # how it goes to the decode worker (with ``prefill``)
     ttft_s: float | None = None
     queue_s: float = 0.0
     completion_tokens: int = 0
@@ -37,8 +39,9 @@ class Trip:
 
     @property
     def first_token(self) -> int | None:
-        """The token the prefill worker produced (``None``: the decode worker computes it)."""
-        return self.prefill.token if self.prefill else None
+        """The request's first token when the prefill worker produced it (``None``: the decode
+        worker computes it: no hand-off yet, or vLLM's)."""
+        return self.handoff.first_token(self.prefill) if self.prefill and self.handoff else None
 
     def server_timing(self) -> str:
         """The ``Server-Timing`` header value (milliseconds per stage, as the spec has it)."""
@@ -53,15 +56,16 @@ class Trip:
         self.queue_s = (self.admitted - self.arrival) + worker_queue_s
         m.first_token(self.cls, self.ttft_s, self.queue_s)
 
-    def prefilled(self, m: RouterMetrics, reply: PrefillReply, sent: float) -> None:
-        """Record the prefill stage's reply (its first token is the request's)."""
-        self.prefill = reply
+    def prefilled(self, m: RouterMetrics, reply: PrefillReply, sent: float, handoff: Handoff) -> None:
+        """Record the prefill stage's reply (TTFT here when its first token is the request's)."""
+        self.prefill, self.handoff = reply, handoff
         now = time.monotonic()
         self.timing.update(prefill=now - sent, prefill_worker=reply.prefill_s, prefill_queue=reply.queue_s,
                            prefill_l3_get=reply.l3_get_s, prefill_l3_put=reply.l3_put_s)
         m.kv_bytes.inc(reply.kv_bytes)
         m.kv_put_s.inc(reply.l3_put_s)
-        self.first_token_seen(m, now, reply.queue_s)
+        if self.first_token is not None:
+            self.first_token_seen(m, now, reply.queue_s)
 
     def finished(self, m: RouterMetrics) -> float | None:
         """The last token went out: TPOT over the tokens after the first (returned)."""

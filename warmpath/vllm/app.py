@@ -2,7 +2,10 @@
 
 ``POST /internal/generate`` (cluster token): :class:`~warmpath.protocol.internal.GenerateRequest`
 → vLLM's ``/v1/completions`` (``relay.py``) → the client's OpenAI answer, JSON or SSE, in the
-shape warmpath's workers give it. vLLM unreachable: 503 ``engine_failed`` (the router retries
+shape warmpath's workers give it; with ``kv_transfer_params`` (a P/D hand-off) vLLM pulls the
+prompt's KV through its connector first. ``POST /internal/prefill`` (a worker with a KV
+connector only): the prefill side of vLLM's disaggregated protocol (``pd.py``) → a
+:class:`~warmpath.protocol.internal.PrefillReply` carrying vLLM's ``kv_transfer_params``. vLLM unreachable: 503 ``engine_failed`` (the router retries
 elsewhere). A client that leaves closes the upstream stream, and vLLM aborts the request.
 ``GET /health`` (the vLLM process runs; its URL and pid), ``/ready`` (it answers), ``/metrics`` (vLLM's own
 exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/models``.
@@ -11,6 +14,8 @@ exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/mo
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
@@ -24,9 +29,10 @@ from warmpath.models.generation import GenerationDefaults
 from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
-from warmpath.protocol.internal import GenerateRequest
+from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
 from warmpath.protocol.openapi import ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.vllm.load import RelayBook
+from warmpath.vllm.pd import decode_body, prefill_body, prefill_reply
 from warmpath.vllm.relay import Answer, completion_body, upstream_error
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,7 @@ class FrontConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     cluster_token: str | None = field(default=None, repr=False)
     api_keys: tuple[str, ...] = field(default=(), repr=False)
+    kv_connector: bool = False                   # vLLM runs a KV connector: P/D hand-offs allowed
 
 
 def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: Callable[[], dict],
@@ -97,14 +104,19 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             return
         u = ans.usage or {}
         computed = u.get("prompt_tokens", 0) - (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        ans.batch = book.finished(ans.rid, computed if u else None, ans.ttft)
+        # a hand-off's first token came after a KV pull, not a prefill: no prefill speed from it
+        ans.batch = book.finished(ans.rid, computed if u and not ans.handed_off else None, ans.ttft)
 
     @app.post("/internal/generate", dependencies=internal,
               responses=generation(ChatCompletion | TextCompletion, 429, 500, 503))
     async def generate(body: GenerateRequest) -> Response:
         req = completion_body(body, cfg.model, aliases, cfg.defaults, cfg.max_model_len)
-        ans = Answer(body.kind, cfg.model, len(body.prompt_token_ids))
-        book.started(ans.rid, ans.prompt_tokens)
+        if body.kv_transfer_params is not None:
+            if not cfg.kv_connector:
+                raise APIError(400, "kv_transfer_params: this vLLM worker runs no KV connector", param="kv_transfer_params")
+            req = decode_body(req, body.kv_transfer_params)
+        ans = Answer(body.kind, cfg.model, len(body.prompt_token_ids), handed_off=body.kv_transfer_params is not None)
+        book.started(ans.rid, 0 if ans.handed_off else ans.prompt_tokens)
         try:
             up = await open_stream(req)
         except BaseException:
@@ -120,6 +132,26 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             await up.aclose()
             done(ans)
         return JSONResponse(ans.whole(), headers={"X-Warmpath-Ttft-S": f"{ans.ttft or 0.0:.6f}"})
+
+    @app.post("/internal/prefill", dependencies=internal, responses=errors(400, 401, 502, 503))
+    async def prefill(body: PrefillRequest) -> PrefillReply:
+        """The prefill side of a hand-off: the prompt computed by vLLM and kept for the decode side."""
+        if not cfg.kv_connector:
+            raise APIError(400, "this vLLM worker runs no KV connector (--vllm-kv-connector): it takes no prefill")
+        msg = GenerateRequest(kind="text", prompt_token_ids=body.prompt_token_ids, request=body.request)
+        req = prefill_body(completion_body(msg, cfg.model, aliases, cfg.defaults, cfg.max_model_len))
+        sent, rid, reply = time.monotonic(), f"prefill-{uuid.uuid4().hex}", None
+        book.started(rid, len(body.prompt_token_ids))
+        try:
+            r = await http.post("/v1/completions", json=req)
+            if r.status_code != 200:
+                raise upstream_error(r.status_code, r.content)
+            reply = prefill_reply(r.json(), len(body.prompt_token_ids), time.monotonic() - sent)
+        except httpx.HTTPError as e:
+            raise APIError(503, f"vLLM server not reachable: {type(e).__name__}", code="engine_failed") from e
+        finally:   # the prefill speed this worker reports is learnt from its own prefills
+            book.finished(rid, reply and reply.prompt_tokens - reply.cached_tokens, reply and reply.prefill_s)
+        return reply
 
     _status_routes(app, cfg, alive, relay_stats, public, http)
     return app

@@ -30,8 +30,8 @@ def completion_body(req: GenerateRequest, model: str, aliases: set[str], default
         raise APIError(400, f"model {p.model!r} does not exist; available: {model!r}",
                        param="model", code="model_not_found")
     if req.first_token is not None:
-        raise bad("first_token", "a vLLM worker takes no P→D handoff (no KV connector configured): "
-                                 "run vLLM workers as replicas")
+        raise bad("first_token", "a vLLM worker takes no warmpath (L3) hand-off: its decode side is vLLM's "
+                                 "KV connector (kv_transfer_params from a vLLM prefill worker)")
     ids = req.prompt_token_ids
     room = max_model_len - len(ids)
     if room < 1:
@@ -88,6 +88,7 @@ class Answer:
     ttft: float | None = None
     last_s: float | None = None    # the last token's time, seconds after the start
     batch: float | None = None     # sequences decoding beside it (itself included), mean
+    handed_off: bool = False       # its prompt's KV came through vLLM's KV connector (P/D decode)
 
     def __post_init__(self) -> None:
         self.rid = self.rid or f"{'chatcmpl' if self.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -30,6 +31,7 @@ from warmpath.models.tokenizer import TextTokenizer
 from warmpath.procs import free_port
 from warmpath.protocol.internal import Registration
 from warmpath.vllm.app import FrontConfig, build_vllm_front
+from warmpath.vllm.connector import buffer_device, check_role, connector_env, kv_transfer_config
 from warmpath.vllm.event_relay import EventRelay
 from warmpath.vllm.load import RelayBook, parse_metrics
 from warmpath.vllm.model_dir import vllm_model_dir
@@ -50,21 +52,27 @@ def cpu_string(cpus) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def server_config(a: argparse.Namespace, model_dir: Path, model_id: str, events: str, replay: str) -> VLLMServerConfig:
-    """The vLLM server's settings from ``warmpath worker`` flags."""
-    if a.role != "replica":
-        raise ValueError(f"--engine vllm runs --role replica only (got {a.role!r}): vLLM's P/D needs a KV "
-                         "connector, which this worker does not configure (docs/vllm.md)")
+def server_config(a: argparse.Namespace, model_dir: Path, model_id: str, events: str, replay: str,
+                  side_host: str = "127.0.0.1", side_port: int | None = None) -> VLLMServerConfig:
+    """The vLLM server's settings from ``warmpath worker`` flags; with ``--vllm-kv-connector``
+    its ``--kv-transfer-config`` and the connector's side channel on ``side_host:side_port``
+    (the host the decode side reaches; ``None``: a free port)."""
+    check_role(a.role, a.vllm_kv_connector)
     kv = 1 if a.kv_cache_gib == "auto" else a.kv_cache_gib
     if kv != int(kv):
         raise ValueError(f"--kv-cache-gib for vLLM is a whole number of GiB (VLLM_CPU_KVCACHE_SPACE), got {kv}")
     env = {"VLLM_LOGGING_LEVEL": "INFO" if a.log_level.upper() in ("DEBUG", "INFO") else "WARNING"}
+    extra = tuple(shlex.split(a.vllm_args or ""))
+    if a.vllm_kv_connector:
+        kvt = kv_transfer_config(a.vllm_kv_connector, a.role, buffer_device(a.vllm_kv_buffer_device))
+        env |= connector_env(kvt, side_host, side_port or free_port())
+        extra = ("--kv-transfer-config", json.dumps(kvt, separators=(",", ":")), *extra)
     return VLLMServerConfig(
         model_dir=str(model_dir), served_model_name=model_id, port=a.vllm_port or free_port(),
         events_endpoint=events, replay_endpoint=replay, python=a.vllm_python,
         command=tuple(shlex.split(a.vllm_command)) if a.vllm_command else (), block_size=a.block_size,
         max_num_seqs=a.max_num_seqs, max_model_len=a.max_model_len, dtype=a.dtype, kv_cache_gib=int(kv),
-        threads_bind=a.vllm_cpus or cpu_string(os.sched_getaffinity(0)), extra_args=tuple(shlex.split(a.vllm_args or "")), env=env,
+        threads_bind=a.vllm_cpus or cpu_string(os.sched_getaffinity(0)), extra_args=extra, env=env,
         startup_timeout_s=a.vllm_startup_s)
 
 
@@ -103,7 +111,7 @@ def _bind(a: argparse.Namespace) -> socket.socket | None:
 def _registration(a, ns: KVNamespace, url: str, mcfg, max_len: int, relay: EventRelay, defaults, kv_tokens) -> dict:
     """What this worker tells the router: namespace, events, defaults and capacity (vLLM's)."""
     return Registration(
-        worker_id=a.worker_id, role=a.role, url=url, namespace=dataclasses.asdict(ns), pid=os.getpid(),
+        worker_id=a.worker_id, role=a.role, url=url, namespace=dataclasses.asdict(ns), engine="vllm", pid=os.getpid(),
         kv_bytes_per_token=mcfg.kv_bytes_per_token(KV_ITEMSIZE.get(a.dtype, 2)), max_model_len=max_len,
         events_endpoint=relay.pub.endpoint, replay_endpoint=relay.pub.replay_endpoint,
         generation_defaults=defaults.to_json(), max_num_seqs=a.max_num_seqs,
@@ -171,7 +179,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
     max_len = min(a.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
     relay = EventRelay(ns, a.worker_id, host=a.host, port=a.kv_events_port, advertise_host=advertise,
                        token=a.cluster_token)
-    scfg = server_config(a, mdir, model_id, relay.vllm_endpoint, f"tcp://127.0.0.1:{free_port()}")
+    scfg = server_config(a, mdir, model_id, relay.vllm_endpoint, f"tcp://127.0.0.1:{free_port()}", advertise)
     server = VLLMServer(scfg, Path(a.vllm_log) if a.vllm_log else None)
     try:
         log.info("starting vLLM: %s", shlex.join(scfg.argv()))
@@ -189,7 +197,8 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         book = RelayBook()
         fcfg = FrontConfig(vllm_url=scfg.url, model=model_id, max_model_len=max_len, defaults=defaults,
                            aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),
-                           cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
+                           cluster_token=a.cluster_token, api_keys=tuple(a.api_key),
+                           kv_connector=bool(a.vllm_kv_connector))
         app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book)
         reg = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role, url, a.heartbeat_s,
                                  cluster_token=a.cluster_token) if a.router else None
