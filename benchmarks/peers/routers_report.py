@@ -12,7 +12,7 @@ Goodput per router and seed: the highest offered rate met with every lower rate 
 (``ranking.goodputs``); per router the median over seeds; beside it the prefix-cache hit rate
 on the vLLM servers (their own counters, the run's deltas). Usage::
 
-    python -m benchmarks.peers.routers_report benchmarks/results/peers/vllm_routers
+    python -m benchmarks.peers.routers_report benchmarks/results/peers/vllm_routers_r1 [LATER ...]
 """
 
 from __future__ import annotations
@@ -50,14 +50,23 @@ def median_or_none(xs: list) -> float | None:
     return statistics.median([x or 0.0 for x in xs]) if xs else None
 
 
-def report(out: Path) -> dict:
+def report(out: Path, more: tuple[Path, ...] = ()) -> dict:
     """Goodput per router, seed and target, the medians, the hit rates and warmpath's ratio to
-    the better peer under each target."""
+    the better peer under each target. ``more``: folders of later runs (e.g. warmpath alone
+    after a change) whose runs replace ``out``'s runs of the same routers; the target is
+    ``out``'s (its unloaded TPOT)."""
     meta = json.loads((out / "routers.json").read_text())
     tgs = targets(meta["unloaded_tpot_s"])
+    runs = {(r["router"], r["seed"]): (out, r) for r in meta["runs"]}
+    for m in more:
+        later = json.loads((m / "routers.json").read_text())["runs"]
+        for r in list(runs):
+            if r[0] in {x["router"] for x in later}:
+                del runs[r]
+        runs.update({(r["router"], r["seed"]): (m, r) for r in later})
     per: dict[str, dict] = {}
-    for run in meta["runs"]:
-        points = judge_run(out / run["router"] / f"seed{run['seed']}", tgs)
+    for folder, run in runs.values():
+        points = judge_run(folder / run["router"] / f"seed{run['seed']}", tgs)
         r = per.setdefault(run["router"], {"seeds": {}, "hit_rate": []})
         r["seeds"][run["seed"]] = {"goodput": goodputs(points), "points": points}
         r["hit_rate"].append(run["prefix_cache"]["hit_rate"])
@@ -77,8 +86,9 @@ def report(out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="the folder vllm_routers wrote (routers.json)")
+    ap.add_argument("more", type=Path, nargs="*", help="later runs replacing their routers' runs in OUT")
     a = ap.parse_args()
-    rep = report(a.out)
+    rep = report(a.out, tuple(a.more))
     (a.out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     print(f"targets: {rep['targets']}")
     for name, r in rep["routers"].items():

@@ -168,6 +168,8 @@ def main() -> int:
                     help="the target (bench --slo syntax); default the joint target of issue 28: "
                          "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=<--tpot-x> x the unloaded TPOT, measured first")
     ap.add_argument("--tpot-x", type=float, default=1.5, help="TPOT p90 bound in units of the unloaded TPOT")
+    ap.add_argument("--unloaded", type=float, default=None,
+                    help="the unloaded TPOT (s) of an earlier run, to judge against the same target (default: measure)")
     ap.add_argument("--unloaded-s", type=float, default=60, help="seconds of one-at-a-time requests for the unloaded TPOT")
     ap.add_argument("--kv-cache-gib", type=int, default=1)
     ap.add_argument("--max-model-len", type=int, default=4096)
@@ -191,7 +193,7 @@ def main() -> int:
     records, unloaded = [], None
     try:
         if a.slo is None and not a.smoke:
-            unloaded = unloaded_tpot(a, base, a.out / "unloaded")
+            unloaded = a.unloaded or unloaded_tpot(a, base, a.out / "unloaded")
             a.slo = f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={a.tpot_x * unloaded:.4f}"
             print(json.dumps({"unloaded_tpot_s": unloaded, "slo": a.slo}), flush=True)
         for i, seed in enumerate(seeds):

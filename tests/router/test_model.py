@@ -131,3 +131,19 @@ def test_router_learns_from_an_answer_usage_and_ignores_malformed_timings():
         assert not d.observe_answer("v0", bad, v, computed_here=True)
     assert not d.observe_answer("gone", {"warmpath": {"timing": timing}}, None, computed_here=True)
     assert w.observations == 1 and w.decode.samples == 1
+
+
+def test_a_worker_with_few_observations_is_shrunk_towards_its_peers():
+    m = RouterModel(kv_bytes_per_token=1000)
+    a, b = WorkerView("a", "replica", prefill_tok_s=400.0), WorkerView("b", "replica", prefill_tok_s=400.0)
+    for _ in range(40):                                   # a: 1000 tokens in 1.0 s, 40 times
+        m.observe_prefill(PrefillObservation("a", 1000, 0, 0, 0.0, 1.0, 0, 0, 0, 1.01), a)
+    ua = work(1000, 0)                                   # 1061.03515625 units / s on a
+    assert m.of(a).compute.bytes_s == pytest.approx(ua)  # 40 >= 4 * SHRINK_N: its own line, as learnt
+    m.observe_prefill(PrefillObservation("b", 1000, 0, 0, 0.0, 4.0, 0, 0, 0, 4.01), b)   # b: once, 4x slower
+    # own weight 1 / (1 + 8): seconds per unit 1/9 * 4/ua + 8/9 * 1/ua = 12 / (9 ua)
+    assert m.of(b).compute.bytes_s == pytest.approx(9 * ua / 12)
+    assert m.workers["b"].compute.bytes_s == pytest.approx(ua / 4)   # what it learnt is kept as is
+    for _ in range(31):                                  # 32 observations: its own line alone
+        m.observe_prefill(PrefillObservation("b", 1000, 0, 0, 0.0, 4.0, 0, 0, 0, 4.01), b)
+    assert m.of(b).compute.bytes_s == pytest.approx(ua / 4)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from warmpath.kv.load_cost import Ema, TransferFit
 from warmpath.stats import percentile
 
+SHRINK_N = 8             # observations at which a worker's own prefill line weighs as much as its peers'
 ATTN_TOKENS = 8192        # K: context tokens whose attention costs as much as a token's MLPs
 
 
@@ -100,6 +101,12 @@ class PrefillObservation:
     round_trip_s: float
 
 
+def _mean_line(lines: list[TransferFit]) -> TransferFit:
+    """The mean overhead and the mean seconds per unit of ``lines`` (a pooled prior)."""
+    n = len(lines)
+    return TransferFit(sum(x.overhead_s for x in lines) / n, n / sum(1.0 / x.bytes_s for x in lines))
+
+
 @dataclass
 class RouterModel:
     """Per-worker lines plus the router's own hop; ``kv_bytes_per_token`` from registration."""
@@ -115,18 +122,23 @@ class RouterModel:
 
     def of(self, w) -> WorkerModel:
         """The worker's model; before it answered a prefill, its peers' (the same model on
-        the same kind of machine), else its heartbeat speeds."""
+        the same kind of machine), else its heartbeat speeds. While it has few observations
+        its prefill line is shrunk towards its peers' pooled line (own weight n / (n +
+        ``SHRINK_N``), whole from 4·``SHRINK_N`` on): a line through two noisy points must not
+        price a worker out of the traffic that would correct it."""
         m = self.workers.get(w.worker_id)
-        if m is not None:
+        if m is not None and m.observations >= 4 * SHRINK_N:
             return m
-        peers = list(self.workers.values())
+        peers = [p for k, p in self.workers.items() if k != w.worker_id and p.observations > 0]
         if not peers:
-            return WorkerModel.prior(w)
-
-        def mean(lines: list[TransferFit]) -> TransferFit:
-            return TransferFit(sum(x.overhead_s for x in lines) / len(lines), sum(x.bytes_s for x in lines) / len(lines))
-        return WorkerModel(mean([p.compute for p in peers]), mean([p.l3_read for p in peers]),
-                           mean([p.l3_write for p in peers]))
+            return m if m is not None else WorkerModel.prior(w)
+        pooled = _mean_line([p.compute for p in peers])
+        if m is None:
+            return WorkerModel(pooled, _mean_line([p.l3_read for p in peers]), _mean_line([p.l3_write for p in peers]))
+        k = m.observations / (m.observations + SHRINK_N)
+        per_unit = k / m.compute.bytes_s + (1 - k) / pooled.bytes_s
+        blended = TransferFit(k * m.compute.overhead_s + (1 - k) * pooled.overhead_s, 1.0 / per_unit)
+        return WorkerModel(blended, m.l3_read, m.l3_write, m.observations, m.decode)
 
     def forget(self, worker: str) -> None:
         self.workers.pop(worker, None)
