@@ -180,7 +180,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         fcfg = FrontConfig(vllm_url=scfg.url, model=model_id, max_model_len=max_len, defaults=defaults,
                            aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),
                            cluster_token=a.cluster_token, api_keys=tuple(a.api_key))
-        app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book)
+        app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book, relay.cached)
         reg = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role, url, a.heartbeat_s,
                                  cluster_token=a.cluster_token) if a.router else None
         print(f"warmpath: vLLM worker {a.worker_id} ({model_id}, vLLM ready in {took:.0f} s at {scfg.url}) "
