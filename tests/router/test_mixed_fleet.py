@@ -3,7 +3,8 @@ replica (w1, its own events) and a worker registered in vLLM's namespace (v0: 32
 its index fed by the real vLLM event relay from hand-made batches in vLLM 0.32's wire shape;
 its answers computed by a second real warmpath server standing in for the vLLM server, which
 tests/vllm/ runs for real). Each request goes to the worker holding most of its prompt in that
-worker's own namespace; P/D roles are refused to a second namespace."""
+worker's own namespace; P/D roles are refused to a second namespace. Index fidelity: the
+router's ``/internal/kv/held`` against the relay's truth (what vLLM's events say is cached)."""
 
 import dataclasses
 import time
@@ -24,6 +25,34 @@ def vllm_batch(seq: int, tokens: list[int]) -> list[bytes]:
     ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None, "token_ids": tokens,
           "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None}
     return [b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [ev], 0], use_bin_type=True)]
+
+
+def check_fidelity(router: str, relay, pub, seq: int) -> None:
+    """v0's index against the relay's truth (10 blocks of prompt A cached): all held; a block
+    vLLM cached whose parent the relay never saw is cached and not held (10 of 11); the
+    route's guards."""
+    from benchmarks.peers.vllm_fidelity import sample_worker
+
+    def ask(worker: str, keys: list[str]) -> dict:
+        r = httpx.post(router + "/internal/kv/held", json={"worker_id": worker, "keys": keys}, headers=AUTH, timeout=5)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    s = sample_worker("v0", relay.cached, ask, 1.0)
+    assert (s.truth, s.held, s.unkeyed, s.share, s.stale, s.mirror_mismatch) == (10, 10, 0, 1.0, False, 0)
+    keys = list(relay.cached()["keys"])
+    assert ask("v0", keys[:3] + ["ab" * 16]) == {
+        "worker_id": "v0", "asked": 4, "held": 3, "missing": [3], "indexed": 10, "stale": False, "mirror_mismatch": 0}
+    orphan = {"type": "BlockStored", "block_hashes": [b"\x77" * 32], "parent_block_hash": b"\x78" * 32,
+              "token_ids": list(range(32)), "block_size": 32, "medium": "GPU"}
+    pub.send_multipart([b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [orphan], 0])])
+    wait_for(lambda: len(relay.truth) == 11)
+    s = sample_worker("v0", relay.cached, ask, 2.0)
+    assert (s.truth, s.held, s.unkeyed, s.share) == (11, 10, 1, 10 / 11)
+    for body, headers, code in (({"worker_id": "v0", "keys": keys}, {}, 401),
+                                ({"worker_id": "nobody", "keys": keys}, AUTH, 404),
+                                ({"worker_id": "v0", "keys": ["xyz"]}, AUTH, 400)):
+        assert httpx.post(router + "/internal/kv/held", json=body, headers=headers, timeout=5).status_code == code
 
 
 def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
@@ -62,6 +91,7 @@ def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
                 seq += 1
                 time.sleep(0.5)
                 assert seq < 20, "the relay's re-keyed events never reached the router's index"
+            check_fidelity(router, relay, pub, seq)
             body = {"model": M, "prompt": a + [5, 6, 7], "max_tokens": 2, "temperature": 0}
             r = httpx.post(router + "/v1/completions", json=body, timeout=120)
             assert r.status_code == 200 and r.headers["x-warmpath-worker"] == "v0"
