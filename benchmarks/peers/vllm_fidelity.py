@@ -9,6 +9,8 @@ Standalone, beside a bench on a running ``warmpath serve`` fleet of vLLM workers
     WARMPATH_CLUSTER_TOKEN=... .venv/bin/python -m benchmarks.peers.vllm_fidelity \\
         --router http://127.0.0.1:PORT --duration 300 --out fidelity.json
 
+samples the vLLM workers ``/v1/cluster`` lists (``--worker ID=URL``, repeatable: those).
+
 ``benchmarks/peers/vllm_routers.py --fidelity`` runs it during each warmpath run and writes
 ``fidelity.json`` beside the run's ``summary.json``.
 """
@@ -52,10 +54,12 @@ def vllm_workers(http: httpx.Client, router: str) -> dict[str, str]:
 
 class FidelitySampler:
     """A thread sampling the router's vLLM workers every ``every_s`` until :meth:`stop`
-    (workers listed once at the start, again when a sample of one fails: restarts)."""
+    (listed once at the start, again when a sample of one fails: restarts), or the
+    ``workers`` given (worker id → URL)."""
 
-    def __init__(self, router: str, token: str | None, every_s: float = 2.0) -> None:
-        self.router, self.every_s = router.rstrip("/"), every_s
+    def __init__(self, router: str, token: str | None, every_s: float = 2.0,
+                 workers: dict[str, str] | None = None) -> None:
+        self.router, self.every_s, self.given = router.rstrip("/"), every_s, dict(workers or {})
         self.http = httpx.Client(timeout=10, headers={"Authorization": f"Bearer {token}"} if token else None)
         self.samples: list[Sample] = []
         self.errors: list[str] = []
@@ -71,11 +75,11 @@ class FidelitySampler:
         return self.http.post(self.router + "/internal/kv/held", json=body).raise_for_status().json()
 
     def _loop(self) -> None:
-        workers: dict[str, str] = {}
+        workers: dict[str, str] = dict(self.given)
         while not self._stop.is_set():
             t = time.monotonic()
             try:
-                workers = workers or vllm_workers(self.http, self.router)
+                workers = workers or self.given or vllm_workers(self.http, self.router)
                 if not workers:
                     self.errors.append(f"{round(t - self._t0, 3)}: no vLLM worker listed with its URL "
                                        "(none registered, or /v1/cluster hid URLs: token / API key)")
@@ -104,13 +108,17 @@ def main() -> int:
     ap.add_argument("--router", required=True, help="the router's URL")
     ap.add_argument("--token", default=os.environ.get("WARMPATH_CLUSTER_TOKEN"),
                     help="the cluster token (default: $WARMPATH_CLUSTER_TOKEN)")
+    ap.add_argument("--worker", action="append", default=[], metavar="ID=URL",
+                    help="a vLLM worker to sample (repeatable; default: the router's, from /v1/cluster)")
     ap.add_argument("--every", type=float, default=2.0, help="seconds between samples")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds to sample")
     ap.add_argument("--out", type=Path, default=Path("fidelity.json"))
     a = ap.parse_args()
     if a.every <= 0 or a.duration <= 0:
         ap.error("--every and --duration must be > 0")
-    s = FidelitySampler(a.router, a.token, a.every).start()
+    if bad := [w for w in a.worker if "=" not in w]:
+        ap.error(f"--worker takes ID=URL, got {bad}")
+    s = FidelitySampler(a.router, a.token, a.every, dict(w.split("=", 1) for w in a.worker)).start()
     try:
         time.sleep(a.duration)
     except KeyboardInterrupt:

@@ -7,10 +7,13 @@ worker's own namespace; P/D roles are refused to a second namespace. Index fidel
 router's ``/internal/kv/held`` against the relay's truth (what vLLM's events say is cached)."""
 
 import dataclasses
+import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import msgpack
+import uvicorn
 import zmq
 
 from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, serve_process
@@ -27,11 +30,29 @@ def vllm_batch(seq: int, tokens: list[int]) -> list[bytes]:
     return [b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [ev], 0], use_bin_type=True)]
 
 
+@contextmanager
+def served(app):
+    """``app`` on a free loopback port, uvicorn in a thread; its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def check_fidelity(router: str, relay, pub, seq: int) -> None:
-    """v0's index against the relay's truth (10 blocks of prompt A cached): all held; a block
+    """v0's index against the relay's truth (10 blocks of prompt A cached): all held, by one
+    sample and by the sampler's thread over HTTP (the truth on a vLLM worker's app); a block
     vLLM cached whose parent the relay never saw is cached and not held (10 of 11); the
     route's guards."""
-    from benchmarks.peers.vllm_fidelity import sample_worker
+    from benchmarks.peers.vllm_fidelity import FidelitySampler, sample_worker
+    from warmpath.vllm.app import FrontConfig, build_vllm_front
+    from warmpath.vllm.load import RelayBook
 
     def ask(worker: str, keys: list[str]) -> dict:
         r = httpx.post(router + "/internal/kv/held", json={"worker_id": worker, "keys": keys}, headers=AUTH, timeout=5)
@@ -40,6 +61,16 @@ def check_fidelity(router: str, relay, pub, seq: int) -> None:
 
     s = sample_worker("v0", relay.cached, ask, 1.0)
     assert (s.truth, s.held, s.unkeyed, s.share, s.stale, s.mirror_mismatch) == (10, 10, 0, 1.0, False, 0)
+    # the sampler's thread over HTTP: the relay's truth on a vLLM worker's real HTTP face
+    front = build_vllm_front(FrontConfig("http://127.0.0.1:9", M, 2048, cluster_token=CLUSTER_TOKEN), lambda: True,
+                             relay.stats, RelayBook(), relay.cached)
+    with served(front) as url:
+        sampler = FidelitySampler(router, CLUSTER_TOKEN, every_s=0.2, workers={"v0": url}).start()
+        time.sleep(1.5)
+        out = sampler.stop()
+    n = out["all"]["samples"]
+    assert out["errors"] == [] and n >= 3 and out["all"]["truth_blocks"] == out["all"]["held_blocks"] == 10 * n
+    assert (out["all"]["min"], out["all"]["mean"], out["lost_batches"], out["mirror_mismatch"]) == (1.0, 1.0, 0, 0)
     keys = list(relay.cached()["keys"])
     assert ask("v0", keys[:3] + ["ab" * 16]) == {
         "worker_id": "v0", "asked": 4, "held": 3, "missing": [3], "indexed": 10, "stale": False, "mirror_mismatch": 0}
