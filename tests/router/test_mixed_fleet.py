@@ -3,13 +3,17 @@ replica (w1, its own events) and a worker registered in vLLM's namespace (v0: 32
 its index fed by the real vLLM event relay from hand-made batches in vLLM 0.32's wire shape;
 its answers computed by a second real warmpath server standing in for the vLLM server, which
 tests/vllm/ runs for real). Each request goes to the worker holding most of its prompt in that
-worker's own namespace; P/D roles are refused to a second namespace."""
+worker's own namespace; P/D roles are refused to a second namespace. Index fidelity: the
+router's ``/internal/kv/held`` against the relay's truth (what vLLM's events say is cached)."""
 
 import dataclasses
+import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import msgpack
+import uvicorn
 import zmq
 
 from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, serve_process
@@ -24,6 +28,62 @@ def vllm_batch(seq: int, tokens: list[int]) -> list[bytes]:
     ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None, "token_ids": tokens,
           "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None}
     return [b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [ev], 0], use_bin_type=True)]
+
+
+@contextmanager
+def served(app):
+    """``app`` on a free loopback port, uvicorn in a thread; its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def check_fidelity(router: str, relay, pub, seq: int) -> None:
+    """v0's index against the relay's truth (10 blocks of prompt A cached): all held, by one
+    sample and by the sampler's thread over HTTP (the truth on a vLLM worker's app); a block
+    vLLM cached whose parent the relay never saw is cached and not held (10 of 11); the
+    route's guards."""
+    from benchmarks.peers.vllm_fidelity import FidelitySampler, sample_worker
+    from warmpath.vllm.app import FrontConfig, build_vllm_front
+    from warmpath.vllm.load import RelayBook
+
+    def ask(worker: str, keys: list[str]) -> dict:
+        r = httpx.post(router + "/internal/kv/held", json={"worker_id": worker, "keys": keys}, headers=AUTH, timeout=5)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    s = sample_worker("v0", relay.cached, ask, 1.0)
+    assert (s.truth, s.held, s.unkeyed, s.share, s.stale, s.mirror_mismatch) == (10, 10, 0, 1.0, False, 0)
+    # the sampler's thread over HTTP: the relay's truth on a vLLM worker's real HTTP face
+    front = build_vllm_front(FrontConfig("http://127.0.0.1:9", M, 2048, cluster_token=CLUSTER_TOKEN), lambda: True,
+                             relay.stats, RelayBook(), relay.cached)
+    with served(front) as url:
+        sampler = FidelitySampler(router, CLUSTER_TOKEN, every_s=0.2, workers={"v0": url}).start()
+        time.sleep(1.5)
+        out = sampler.stop()
+    n = out["all"]["samples"]
+    assert out["errors"] == [] and n >= 3 and out["all"]["truth_blocks"] == out["all"]["held_blocks"] == 10 * n
+    assert (out["all"]["min"], out["all"]["mean"], out["lost_batches"], out["mirror_mismatch"]) == (1.0, 1.0, 0, 0)
+    keys = list(relay.cached()["keys"])
+    assert ask("v0", keys[:3] + ["ab" * 16]) == {
+        "worker_id": "v0", "asked": 4, "held": 3, "missing": [3], "indexed": 10, "stale": False, "mirror_mismatch": 0}
+    orphan = {"type": "BlockStored", "block_hashes": [b"\x77" * 32], "parent_block_hash": b"\x78" * 32,
+              "token_ids": list(range(32)), "block_size": 32, "medium": "GPU"}
+    pub.send_multipart([b"", seq.to_bytes(8, "big"), msgpack.packb([time.time(), [orphan], 0])])
+    wait_for(lambda: len(relay.truth) == 11)
+    s = sample_worker("v0", relay.cached, ask, 2.0)
+    assert (s.truth, s.held, s.unkeyed, s.share) == (11, 10, 1, 10 / 11)
+    for body, headers, code in (({"worker_id": "v0", "keys": keys}, {}, 401),
+                                ({"worker_id": "nobody", "keys": keys}, AUTH, 404),
+                                ({"worker_id": "v0", "keys": ["xyz"]}, AUTH, 400)):
+        assert httpx.post(router + "/internal/kv/held", json=body, headers=headers, timeout=5).status_code == code
 
 
 def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
@@ -62,6 +122,7 @@ def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
                 seq += 1
                 time.sleep(0.5)
                 assert seq < 20, "the relay's re-keyed events never reached the router's index"
+            check_fidelity(router, relay, pub, seq)
             body = {"model": M, "prompt": a + [5, 6, 7], "max_tokens": 2, "temperature": 0}
             r = httpx.post(router + "/v1/completions", json=body, timeout=120)
             assert r.status_code == 200 and r.headers["x-warmpath-worker"] == "v0"

@@ -5,8 +5,9 @@ ZeroMQ events). The peer is installed once, outside the repository
 
 Checks: the router's greedy answers (chat and token-id completions, streamed or not) equal a
 single vLLM server's; a second turn sharing a context goes to the worker that holds it (the
-router's index fed by vLLM's re-keyed events) and hits vLLM's prefix cache; a worker whose vLLM
-is killed is dropped at once and restarted by the launcher.
+router's index fed by vLLM's re-keyed events) and hits vLLM's prefix cache; once the traffic is
+over, the router's index holds every block each vLLM's events say is cached (index fidelity 1.0);
+a worker whose vLLM is killed is dropped at once and restarted by the launcher.
 """
 
 import json
@@ -101,6 +102,24 @@ def test_second_turn_goes_to_the_worker_holding_its_context(cluster):
                        json={"model": model, "prompt": ctx + [5, 6, 7, 8], **GREEDY, "max_tokens": 2})
         assert r.headers["X-Warmpath-Worker"] == worker
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 640
+
+
+def test_quiet_index_holds_every_block_vllm_cached(cluster):
+    """After the turns above: each vLLM worker's cached blocks (its events, ``/internal/kv/cached``)
+    are all in the router's index for it (``/internal/kv/held``), none left un-keyed."""
+    from benchmarks.peers.vllm_fidelity import sample_worker, vllm_workers
+
+    time.sleep(1.0)                                             # the last events reach the index
+    with httpx.Client(headers=AUTH, timeout=10) as http:
+        def ask(w: str, keys: list[str]) -> dict:
+            return http.post(cluster + "/internal/kv/held", json={"worker_id": w, "keys": keys}).json()
+
+        urls = vllm_workers(http, cluster)
+        samples = [sample_worker(w, lambda u=u: http.get(u + "/internal/kv/cached").json(), ask, 0.0)
+                   for w, u in urls.items()]
+    assert len(samples) == 2 and sum(s.truth for s in samples) >= 60     # the 3 contexts: 20 blocks of 32 each
+    live = [s for s in samples if s.truth]
+    assert [(s.worker, s.share, s.unkeyed, s.lost_batches) for s in live] == [(s.worker, 1.0, 0, 0) for s in live]
 
 
 def test_the_router_learns_each_vllm_workers_lines_from_its_answers(cluster):

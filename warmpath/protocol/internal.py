@@ -5,6 +5,8 @@
 :class:`GenerateRequest` → the client's OpenAI response. ``POST /internal/register`` and
 ``/internal/heartbeat`` (worker → router): :class:`Registration`, :class:`Heartbeat`.
 ``POST /internal/drain`` (cluster manager → router): :class:`Drain` → :class:`DrainState`.
+Index fidelity (``vllm/fidelity.py``): ``GET /internal/kv/cached`` (a vLLM worker) →
+:class:`CachedBlocks`; ``POST /internal/kv/held`` (router): :class:`HeldQuery` → :class:`HeldReply`.
 Every field is typed and range-checked: a malformed message is a 400 and changes nothing.
 """
 
@@ -22,6 +24,8 @@ PromptIds = Annotated[list[TokenId], Field(min_length=1, max_length=MAX_PROMPT_I
 WorkerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 HttpUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/]+(/[^\s]*)?$", max_length=512)]
 ZmqEndpoint = Annotated[str, StringConstraints(pattern=r"^(tcp|ipc|inproc)://\S+$", max_length=512)]
+KeyHex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]   # a block key (kv/hashing.py)
+MAX_HELD_KEYS = 1 << 22
 Role = Literal["pre-prefill", "prefill", "decode", "replica"]
 Engine = Literal["warmpath", "vllm"]
 # vLLM's KV connector hand-off fields (``kv_transfer_params``), relayed opaquely by the router
@@ -209,3 +213,43 @@ class DrainState(BaseModel):
     registered: bool
     draining: bool
     in_flight: int
+
+
+class CachedBlocks(BaseModel):
+    """``GET /internal/kv/cached`` (a vLLM worker): the blocks its vLLM server has cached by
+    its own events (``kv/vllm_truth.py``): ``blocks`` in all, ``keys`` (warmpath key hex →
+    how many cached vLLM blocks have it), ``unkeyed`` (vLLM hashes the relay could not
+    re-key); the relay's lost and malformed batches so far (the truth misses what they held)."""
+
+    worker_id: str
+    blocks: int = Field(ge=0)
+    keys: dict[KeyHex, Annotated[int, Field(ge=1)]]
+    unkeyed: list[str]
+    other_medium: int = Field(ge=0)
+    unmatched_removes: int = Field(ge=0)
+    lost_batches: int = Field(ge=0)
+    malformed_batches: int = Field(ge=0)
+
+
+class HeldQuery(BaseModel):
+    """``POST /internal/kv/held`` (a fidelity sampler → router): which of ``keys`` the
+    router's index holds for ``worker_id`` in the worker's own tiers."""
+
+    model_config = _STRICT
+    worker_id: WorkerId
+    keys: Annotated[list[KeyHex], Field(max_length=MAX_HELD_KEYS)]
+
+
+class HeldReply(BaseModel):
+    """The answer to :class:`HeldQuery`: ``held`` of ``asked``, the positions ``missing``,
+    the keys the index holds for the worker in all (``indexed``), whether its events went
+    stale (the router then routes on hints too), and ``mirror_mismatch`` (asked keys on which
+    the index's lookup mirror and its own sets disagree: a bookkeeping fault if not 0)."""
+
+    worker_id: str
+    asked: int
+    held: int
+    missing: list[int]
+    indexed: int
+    stale: bool
+    mirror_mismatch: int

@@ -21,7 +21,7 @@ from warmpath.kv.hashing import KVNamespace
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.http import JSONRoute, install_error_handlers
-from warmpath.protocol.internal import Drain, DrainState, Heartbeat, Registration
+from warmpath.protocol.internal import Drain, DrainState, Heartbeat, HeldQuery, HeldReply, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
 from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.router.dashboard_routes import add_dashboard_routes
@@ -110,8 +110,8 @@ async def _expire_loop(state: RouterState) -> None:
 
 
 def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient, internal: list) -> None:
-    """``/internal/register``, ``/internal/heartbeat`` and ``/internal/drain`` (the cluster
-    token required)."""
+    """``/internal/register``, ``/internal/heartbeat``, ``/internal/drain`` and
+    ``/internal/kv/held`` (the cluster token required)."""
 
     async def answers(url: str) -> bool:
         try:
@@ -175,6 +175,21 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             raise APIError(404, f"unknown worker {b.worker_id!r}", param="worker_id")
         return DrainState(worker_id=b.worker_id, registered=b.worker_id in state.registry.workers,
                           draining=b.worker_id in state.draining, in_flight=state.load.in_flight(b.worker_id))
+
+
+    @app.post("/internal/kv/held", dependencies=internal, responses=errors(*BODY, 404))
+    async def held(b: HeldQuery) -> HeldReply:
+        """Which of ``keys`` the index holds for a worker: index fidelity (``vllm/fidelity.py``)
+        asks with the blocks a vLLM worker's events say are cached, so the index stays here."""
+        keys = [bytes.fromhex(k) for k in b.keys]
+        with state.lock:
+            idx = state.index
+            if b.worker_id not in idx.local and b.worker_id not in state.registry.workers:
+                raise APIError(404, f"unknown worker {b.worker_id!r}", param="worker_id")
+            gaps, split = idx.missing(b.worker_id, keys)
+            indexed, stale = len(idx.local.get(b.worker_id, {})), idx.is_stale(b.worker_id, time.monotonic())
+        return HeldReply(worker_id=b.worker_id, asked=len(keys), held=len(keys) - len(gaps), missing=gaps,
+                         indexed=indexed, stale=stale, mirror_mismatch=split)
 
 
 def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:

@@ -130,6 +130,17 @@ class GlobalKVIndex:
         return {"local": sum(len(d) for d in self.local.values()), "l3": len(self.l3),
                 "approx": sum(len(d) for d in self.approx.values())}
 
+    def missing(self, worker: str, keys: list[bytes]) -> tuple[list[int], int]:
+        """Positions in ``keys`` that ``worker``'s own tiers (L1 / L2, from its events) do not
+        hold as lookups probe them (the C mirror with the extension), and how many of ``keys``
+        the mirror and ``local`` disagree on (0 unless the bookkeeping broke). Routed hints
+        (``approx``) do not count: index fidelity (``vllm/fidelity.py``) measures the events."""
+        local = self.local.get(worker, {})
+        probe = self.held_keys.get(worker, _NOTHING) if NATIVE else local
+        gaps = [i for i, k in enumerate(keys) if k not in probe]
+        split = sum((k in probe) != (k in local) for k in keys) if NATIVE else 0
+        return gaps, split
+
     def drop_worker(self, worker: str) -> None:
         """Forget a dead worker's entries."""
         self.local.pop(worker, None)

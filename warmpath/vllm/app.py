@@ -9,6 +9,8 @@ connector only): the prefill side of vLLM's disaggregated protocol (``pd.py``) â
 elsewhere). A client that leaves closes the upstream stream, and vLLM aborts the request.
 ``GET /health`` (the vLLM process runs; its URL and pid), ``/ready`` (it answers), ``/metrics`` (vLLM's own
 exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/models``.
+``GET /internal/kv/cached`` (cluster token): the blocks vLLM has cached by its own events
+(:class:`~warmpath.protocol.internal.CachedBlocks`), which index fidelity measures against.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from warmpath.models.generation import GenerationDefaults
 from warmpath.protocol.auth import require_api_key, require_cluster_token
 from warmpath.protocol.errors import APIError
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES, JSONRoute, install_error_handlers
-from warmpath.protocol.internal import GenerateRequest, PrefillReply, PrefillRequest
+from warmpath.protocol.internal import CachedBlocks, GenerateRequest, PrefillReply, PrefillRequest
 from warmpath.protocol.openapi import ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.vllm.load import RelayBook
 from warmpath.vllm.pd import decode_body, prefill_body, prefill_reply
@@ -56,9 +58,10 @@ class FrontConfig:
 
 
 def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: Callable[[], dict],
-                     book: RelayBook) -> FastAPI:
+                     book: RelayBook, cached: Callable[[], dict]) -> FastAPI:
     """The app (the caller owns the vLLM process, the relay and the registration, and closes
-    ``app.state.http``, the client to vLLM, when the app stops)."""
+    ``app.state.http``, the client to vLLM, when the app stops). ``relay_stats`` and
+    ``cached``: the event relay's counters and :meth:`~warmpath.vllm.event_relay.EventRelay.cached`."""
     app = FastAPI(title="warmpath vLLM worker")
     app.router.route_class = JSONRoute
     publish(app)
@@ -152,6 +155,10 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
         finally:   # the prefill speed this worker reports is learnt from its own prefills
             book.finished(rid, reply and reply.prompt_tokens - reply.cached_tokens, reply and reply.prefill_s)
         return reply
+
+    @app.get("/internal/kv/cached", dependencies=internal, responses=errors(401))
+    async def kv_cached() -> CachedBlocks:
+        return CachedBlocks(**cached())
 
     _status_routes(app, cfg, alive, relay_stats, public, http)
     return app

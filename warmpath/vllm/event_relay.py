@@ -5,6 +5,9 @@ router subscribes to exactly as it does to warmpath's workers (cluster-token aut
 
 So the router's ``GlobalKVIndex`` needs nothing vLLM-specific, vLLM's socket never leaves
 the host, and a fleet mixing both engines is one kind of event stream to the router.
+
+The relay also keeps :attr:`EventRelay.truth` (``kv/vllm_truth.py``): the blocks vLLM's events
+say it has cached, re-keyed or not, which index fidelity is measured against.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 from warmpath.kv.events import AllBlocksCleared, KVEventPublisher
 from warmpath.kv.hashing import KVNamespace
 from warmpath.kv.vllm_events import VLLMEventSubscriber, VLLMKeyRebuilder
+from warmpath.kv.vllm_truth import VLLMCacheTruth
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,7 @@ class EventRelay:
                  vllm_endpoint: str = "tcp://127.0.0.1:*", vllm_replay: str | None = None) -> None:
         self.sub = VLLMEventSubscriber(vllm_endpoint, vllm_replay)
         self.rebuilder = VLLMKeyRebuilder(namespace)
+        self.truth = VLLMCacheTruth()
         self.pub = KVEventPublisher(worker_id, host=host, port=port, advertise_host=advertise_host, token=token)
         self.batches = 0
         self.errors = 0
@@ -46,10 +51,12 @@ class EventRelay:
         return self
 
     def step(self, timeout_ms: int = 200) -> int:
-        """One pass: read what vLLM sent, publish it re-keyed; returns the batches read."""
+        """One pass: read what vLLM sent, fold it into :attr:`truth`, publish it re-keyed;
+        returns the batches read."""
         got = self.sub.poll(timeout_ms)
         for _, events in got:
             out = self.rebuilder.translate(events)
+            self.truth.apply(events, self.rebuilder.keys.get)
             if out:
                 self.pub.publish(out)
         self.batches += len(got)
@@ -66,12 +73,18 @@ class EventRelay:
 
     def stats(self) -> dict[str, float]:
         """Counters for ``/metrics``: batches read, replays, lost / malformed batches, and the
-        rebuilder's counts (blocks keyed, removed, orphans, refused)."""
+        rebuilder's counts (blocks keyed, removed, orphans, refused), the blocks vLLM has cached."""
         s = self.rebuilder.stats
         return {"batches": self.batches, "replays": self.sub.replays, "lost_batches": self.sub.lost,
                 "malformed_batches": self.sub.malformed, "errors": self.errors, "stored_blocks": s.stored,
                 "removed_blocks": s.removed, "orphan_blocks": s.orphans, "bad_block_size": s.bad_block_size,
-                "bad_tokens": s.bad_tokens, "other_medium": s.other_medium}
+                "bad_tokens": s.bad_tokens, "other_medium": s.other_medium, "cached_blocks": len(self.truth)}
+
+    def cached(self) -> dict:
+        """:class:`~warmpath.protocol.internal.CachedBlocks`' fields: what vLLM has cached by
+        its events (:attr:`truth`), with the batches lost or unreadable so far."""
+        return {"worker_id": self.pub.worker_id, **self.truth.snapshot(), "lost_batches": self.sub.lost,
+                "malformed_batches": self.sub.malformed}
 
     def close(self) -> None:
         self._stop.set()

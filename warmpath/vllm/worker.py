@@ -199,7 +199,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
                            aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),
                            cluster_token=a.cluster_token, api_keys=tuple(a.api_key),
                            kv_connector=bool(a.vllm_kv_connector))
-        app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book)
+        app = build_vllm_front(fcfg, lambda: server.alive, relay.stats, book, relay.cached)
         reg = RegistrationConfig(a.router.rstrip("/"), a.worker_id, a.role, url, a.heartbeat_s,
                                  cluster_token=a.cluster_token) if a.router else None
         print(f"warmpath: vLLM worker {a.worker_id} ({model_id}, vLLM ready in {took:.0f} s at {scfg.url}) "
