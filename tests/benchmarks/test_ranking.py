@@ -75,3 +75,25 @@ def test_only_the_goodput_router_gets_the_joint_target_and_the_calibration(tmp_p
     assert router_argv(ARMS["goodput-1p1d"], t, Path("cal.json")) == (
         "--slo", t["joint"].spec(), "--calibration", "cal.json")
     assert router_argv(ARMS["pd-1p1d@dynamic"], t, Path("cal.json")) == ()
+
+
+def test_the_served_decode_factor_makes_the_simulated_unloaded_run_the_real_one():
+    import statistics
+    from pathlib import Path
+
+    from benchmarks.policies.ranking_sim import cpu_setup, served_decode_factor, unloaded_tpots
+
+    cal = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
+    base = cpu_setup(cal, 120.0)
+    tpots = unloaded_tpots(base, ARMS["replica-2"], 3, 20.0)
+    # one sequence decodes at a time: every TPOT is its decode steps' mean, so doubling the decodes
+    # doubles every TPOT, and the factor for a real median twice the simulated one is 2
+    assert len(tpots) >= 3
+    assert unloaded_tpots(cpu_setup(cal, 120.0, 2.0), ARMS["replica-2"], 3, 20.0) == pytest.approx(
+        [2 * t for t in tpots], rel=1e-9)
+    med = statistics.median(tpots)
+    assert served_decode_factor(2 * med, base, ARMS["replica-2"], 3, 20.0) == pytest.approx(2.0, rel=1e-12)
+    # the setup's own factor does not enter the measurement (it is measured against the calibration)
+    assert served_decode_factor(2 * med, cpu_setup(cal, 120.0, 3.0), ARMS["replica-2"], 3, 20.0) == \
+        pytest.approx(2.0, rel=1e-12)
+
