@@ -97,3 +97,19 @@ def test_the_served_decode_factor_makes_the_simulated_unloaded_run_the_real_one(
     assert served_decode_factor(2 * med, cpu_setup(cal, 120.0, 3.0), ARMS["replica-2"], 3, 20.0) == \
         pytest.approx(2.0, rel=1e-12)
 
+
+def test_send_times_follow_each_answer_and_requests_pair_by_session_turn():
+    from benchmarks.policies.ranking_requests import sends, side_by_side
+
+    def r(sid, e2e, ttft=0.5):
+        return {"sid": sid, "e2e_s": e2e, "ttft_s": ttft, "tpot_s": 0.1, "class": "warm", "decode": "d"}
+
+    starts = {"a": 1.0, "b": 2.5}
+    # a's second turn is sent when its first answer ends: 1.0 + 3.0
+    got = sends([r("a", 3.0), r("b", 1.0), r("a", 2.0)], starts)
+    assert [(t, n, x["sid"]) for t, n, x in got] == [(1.0, 1, "a"), (2.5, 1, "b"), (4.0, 2, "a")]
+    lines = side_by_side([r("a", 3.0), r("a", 2.0)], [r("a", 2.0), r("a", 1.0), r("b", 1.0)], starts)
+    # real a t2 at 4.0 pairs with simulated a t2 at 3.0; b ran only in the simulation
+    assert [x.split("|")[0].split() for x in lines] == [["a", "t1"], ["a", "t2"], ["b", "t1"]]
+    assert "   4.00" in lines[1].split("|")[1] and "   3.00" in lines[1].split("|")[2]
+    assert "not in the real run" in lines[2]
