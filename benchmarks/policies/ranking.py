@@ -14,10 +14,13 @@ Workload: ``benchmarks/common/workload.agent`` (3 primed 1,536-token repositorie
 started fresh per seed, primed, then run at each rate in turn (stopping once both targets
 missed). TTFT is timed from arrival; the client times out at ``--timeout`` (a failure).
 Part ``sim`` replays the same arms, seeds and rates on the simulator's CPU profile built from
-``warmpath calibrate``'s output (``--calibration``), as a user gets it.
+``warmpath calibrate``'s output (``--calibration``), as a user gets it, its decodes priced as the
+pinned workers served them in the unloaded run (``--sim-decode served``; ``ranking_sim``).
+``--redo`` recomputes the parts asked for where ``ranking.json`` holds them already.
 
     python -m benchmarks.policies.ranking [--parts real,sim] [--seeds 11,12,13]
         [--rates 0.05,0.1,0.15,0.2] [--duration 60] [--out benchmarks/results/ranking]
+        [--sim-decode served|calibrated] [--redo]
 """
 
 from __future__ import annotations
@@ -180,6 +183,10 @@ def main() -> int:
     p.add_argument("--unloaded-gap", type=float, default=20.0, help="seconds between the unloaded sessions' starts")
     p.add_argument("--calibration", type=Path, default=Path("benchmarks/results/sim_accuracy/calibration.json"))
     p.add_argument("--sim-seeds", type=int, default=3, help="simulated runs per real run (seeds of the step scatter)")
+    p.add_argument("--sim-decode", choices=("served", "calibrated"), default="served",
+                   help="sim and plan parts: decodes priced as the unloaded run served them (the real median "
+                        "TPOT over the simulated one, ranking_sim.served_decode_factor) or as calibrated")
+    p.add_argument("--redo", action="store_true", help="recompute the parts asked for even where ranking.json has them")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/ranking"))
     a = p.parse_args()
     arms = a.arms.split(",")
@@ -194,11 +201,27 @@ def main() -> int:
     unloaded = a.unloaded or result.get("unloaded_tpot_s") or unloaded_tpot(a.unloaded_sessions, a.unloaded_gap, a.timeout, encode,
                                                                           a.out)
     targets = {"joint": joint_target(unloaded), "ttft": CLUSTER_TARGET}
-    result.update({"command": " ".join(["python", "-m", "benchmarks.policies.ranking", *sys.argv[1:]]),
-                   "unloaded_tpot_s": unloaded, "targets": {k: t.to_json() for k, t in targets.items()},
-                   "rates": rates, "duration_s": a.duration, "timeout_s": a.timeout})
+    command = " ".join(["python", "-m", "benchmarks.policies.ranking", *sys.argv[1:]])
+    earlier = result.get("commands") or ([result["command"]] if "command" in result else [])
+    result.update({"command": command, "commands": [*earlier, command], "unloaded_tpot_s": unloaded,
+                   "targets": {k: t.to_json() for k, t in targets.items()}, "rates": rates, "duration_s": a.duration,
+                   "timeout_s": a.timeout})
     print(f"unloaded TPOT {unloaded:.4f} s → joint target {targets['joint'].to_json()}", flush=True)
-    for part in a.parts.split(","):
+    parts = a.parts.split(",")
+    if a.redo:
+        for part in parts:
+            result.pop(part, None)
+        if "plan" in parts:
+            result.pop("recommended", None)
+    factor = 1.0
+    if a.sim_decode == "served" and {"sim", "plan"} & set(parts):
+        from benchmarks.policies.ranking_sim import cpu_setup, served_decode_factor
+        factor = served_decode_factor(unloaded, cpu_setup(a.calibration, a.timeout), ARMS["replica-2"],
+                                      a.unloaded_sessions, a.unloaded_gap)
+        print(f"sim and plan: decodes priced {factor:.3f}x the calibration's (the unloaded run served)", flush=True)
+    if {"sim", "plan"} & set(parts):
+        result["sim_decode_factor"] = factor
+    for part in parts:
         for seed in seeds:
             for arm in arms:
                 key = f"{arm}/{seed}"
@@ -209,18 +232,20 @@ def main() -> int:
                                    a.calibration)
                 elif part == "sim":
                     from benchmarks.policies.ranking_sim import sim_arm
-                    got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
+                    got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds,
+                                  factor)
                 elif arm in CANDIDATES:   # plan's space has no goodput candidate
                     from benchmarks.policies.ranking_plan import plan_arm
-                    got = plan_arm(arm, seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds)
+                    got = plan_arm(arm, seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds,
+                                   factor)
                 else:
                     continue
                 result.setdefault(part, {})[key] = got
                 path.write_text(json.dumps(result, indent=1))
-    if "plan" in a.parts.split(",") and "recommended" not in result:
+    if "plan" in parts and "recommended" not in result:
         from benchmarks.policies.ranking_plan import recommend
-        result["recommended"] = {str(s): recommend(rates, a.duration, a.timeout, targets["joint"], a.calibration, s)
-                                 for s in seeds}
+        result["recommended"] = {str(s): recommend(rates, a.duration, a.timeout, targets["joint"], a.calibration, s,
+                                                   factor) for s in seeds}
     from benchmarks.policies.ranking_sim import rankings
     result["rankings"] = rankings(result, arms, seeds)
     path.write_text(json.dumps(result, indent=1))

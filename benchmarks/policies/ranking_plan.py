@@ -23,15 +23,16 @@ def plan_candidates() -> dict:
     return {c.name: c for c in candidates(2, (1,), ppd_modes=("off", "dynamic"))}
 
 
-def evaluator(calibration: Path, timeout: float, target, duration: float, seed: int, workload_seed: int):
+def evaluator(calibration: Path, timeout: float, target, duration: float, seed: int, workload_seed: int,
+              decode_factor: float = 1.0):
     from benchmarks.policies.ranking_sim import cpu_setup
 
-    return SimEvaluator(cpu_setup(calibration, timeout), target, make=agent, duration_s=duration, seed=seed,
+    return SimEvaluator(cpu_setup(calibration, timeout, decode_factor), target, make=agent, duration_s=duration, seed=seed,
                         prime=primes, workload_seed=workload_seed, roofline_ppd=False)
 
 
 def plan_arm(arm: str, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
-             calibration: Path, sim_seeds: int) -> dict:
+             calibration: Path, sim_seeds: int, decode_factor: float = 1.0) -> dict:
     """Per target: the goodput of ``sim_seeds`` evaluations (scatter seeds) at each rate, each
     rate on a fresh primed cluster, and their median."""
     cand = plan_candidates()[CANDIDATES[arm]]
@@ -39,7 +40,7 @@ def plan_arm(arm: str, seed: int, rates: list[float], duration: float, timeout: 
     for k in range(sim_seeds):
         got = {}
         for n, t in targets.items():
-            ev = evaluator(calibration, timeout, t, duration, k, seed)
+            ev = evaluator(calibration, timeout, t, duration, k, seed, decode_factor)
             best = None
             for r in rates:
                 if not ev(cand, r / cand.gpus, True)["slo_met"]:
@@ -52,11 +53,12 @@ def plan_arm(arm: str, seed: int, rates: list[float], duration: float, timeout: 
     return {"candidate": cand.name, "goodput_runs": per_run, "goodput": med}
 
 
-def recommend(rates: list[float], duration: float, timeout: float, target, calibration: Path, seed: int) -> dict:
+def recommend(rates: list[float], duration: float, timeout: float, target, calibration: Path, seed: int,
+              decode_factor: float = 1.0) -> dict:
     """``plan()`` over every 2-worker candidate, the grid per GPU, no screen: its recommendation."""
     cfg = PlanConfig(2, tuple(x / 2 for x in rates), tp_set=(1,), ppd_modes=("off", "dynamic"), screen_requests=0,
                      bisect=0, seed=0)
-    res = plan(list(plan_candidates().values()), evaluator(calibration, timeout, target, duration, 0, seed), cfg,
-               "sessions/s", say=lambda m: None)
+    res = plan(list(plan_candidates().values()), evaluator(calibration, timeout, target, duration, 0, seed,
+                                                           decode_factor), cfg, "sessions/s", say=lambda m: None)
     return {"recommended": res["recommended"], "runner_up": res["runner_up"],
             "rows": [{k: r[k] for k in ("candidate", "sustained_rate", "headroom")} for r in res["rows"]]}

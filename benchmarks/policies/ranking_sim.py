@@ -1,7 +1,15 @@
 """The simulator's side of ``benchmarks/policies/ranking.py``: the same arms, seeds, rates and
 procedure on the CPU profile a user gets from ``warmpath calibrate`` (as ``warmpath bench --sim``
 builds it, with the real arms' worker flags: 0.5 GiB L1 + 0.5 GiB L2 per worker, a 2 GiB store),
-and the rankings of both sides."""
+and the rankings of both sides.
+
+Pinned workers decode slower than the calibration's steps say (issue 28: a lone decode served
+at 0.074-0.131 s per token where the calibrated line gives ~0.058 s; prefills as calibrated), and a
+session's next turn is sent when its answer ends, so a too-fast decode sends follow-ups ahead of
+the documents they queue behind on the real cluster. :func:`served_decode_factor` measures the
+correction on the unloaded run the ranking takes first (seed 900, never a benchmark's): the
+real median TPOT over the simulated one of the same sessions (``StepModel.decode_factor``).
+"""
 
 from __future__ import annotations
 
@@ -10,20 +18,44 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.sim_accuracy.sim_validation import simulate_sweep
+from benchmarks.common.workload import agent
+from benchmarks.sim_accuracy.sim_validation import primes, simulate_sweep
 from warmpath.launch.topology import Topology
 from warmpath.sim.cli import add_parser, setup_from_args
+from warmpath.sim.run import build
 
 
-def cpu_setup(calibration: Path, timeout: float):
-    """``warmpath sim --hardware cpu --calibration FILE`` with the arms' worker flags."""
+def cpu_setup(calibration: Path, timeout: float, decode_factor: float = 1.0):
+    """``warmpath sim --hardware cpu --calibration FILE`` with the arms' worker flags; the
+    calibration's decodes priced ``decode_factor`` times (``StepModel.decode_factor``)."""
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers())
     a = p.parse_args(["sim", "--workload", "coding-agent", "--topology", "replica-2", "--hardware", "cpu",
                       "--model", "smollm2-135m", "--calibration", str(calibration), "--kv-gib", "0.5",
                       "--l2-gib", "0.5"])
     a.timeout = timeout
-    return replace(setup_from_args(a), l3_gib=2.0)
+    s = setup_from_args(a)
+    return replace(s, l3_gib=2.0, fitted=replace(s.fitted, decode_factor=s.fitted.decode_factor * decode_factor))
+
+
+def unloaded_tpots(setup, topo: Topology, sessions: int, gap: float) -> list[float]:
+    """The per-request TPOTs of ``ranking.unloaded_tpot``'s procedure on the simulator: ``topo``
+    primed, then ``sessions`` of the workload (seed 900), one starting every ``gap`` seconds."""
+    sim = build(replace(setup, topology=topo))
+    seen = len(sim.run(primes()))
+    fixed = agent(sessions, 900)
+    for i, s in enumerate(fixed):
+        s.start = sim.now + 1.0 + gap * i
+    return [r.tpot for r in sim.run(fixed)[seen:] if r.ok and r.tpot]
+
+
+def served_decode_factor(unloaded_tpot_s: float, setup, topo: Topology, sessions: int, gap: float) -> float:
+    """The served decodes' cost over the calibrated ones: the real unloaded run's median TPOT
+    over the median of the same run simulated with ``setup`` as calibrated. One sequence decodes
+    at a time there, so every TPOT is ``decode_s(1, context)`` of its contexts and the ratio is
+    the factor that makes the simulated median the real one."""
+    base = replace(setup, fitted=replace(setup.fitted, decode_factor=1.0))
+    return unloaded_tpot_s / statistics.median(unloaded_tpots(base, topo, sessions, gap))
 
 
 def sim_sweep(setup, seed: int, rates: list[float], duration: float, targets: dict) -> dict[float, dict]:
@@ -36,12 +68,12 @@ def sim_sweep(setup, seed: int, rates: list[float], duration: float, targets: di
 
 
 def sim_arm(topo: Topology, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
-            calibration: Path, sim_seeds: int) -> dict:
+            calibration: Path, sim_seeds: int, decode_factor: float = 1.0) -> dict:
     """``sim_seeds`` simulated runs (seeds of the step scatter) of one arm at one arrival seed:
     each run's goodput per target, and the median."""
     from benchmarks.policies.ranking import goodputs
 
-    base = replace(cpu_setup(calibration, timeout), topology=topo)
+    base = replace(cpu_setup(calibration, timeout, decode_factor), topology=topo)
     if topo.policy == "goodput":   # it routes for the joint target, as its real router does
         base = replace(base, target=targets["joint"])
     runs = [sim_sweep(replace(base, seed=k), seed, rates, duration, targets) for k in range(sim_seeds)]

@@ -75,3 +75,41 @@ def test_only_the_goodput_router_gets_the_joint_target_and_the_calibration(tmp_p
     assert router_argv(ARMS["goodput-1p1d"], t, Path("cal.json")) == (
         "--slo", t["joint"].spec(), "--calibration", "cal.json")
     assert router_argv(ARMS["pd-1p1d@dynamic"], t, Path("cal.json")) == ()
+
+
+def test_the_served_decode_factor_makes_the_simulated_unloaded_run_the_real_one():
+    import statistics
+    from pathlib import Path
+
+    from benchmarks.policies.ranking_sim import cpu_setup, served_decode_factor, unloaded_tpots
+
+    cal = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
+    base = cpu_setup(cal, 120.0)
+    tpots = unloaded_tpots(base, ARMS["replica-2"], 3, 20.0)
+    # one sequence decodes at a time: every TPOT is its decode steps' mean, so doubling the decodes
+    # doubles every TPOT, and the factor for a real median twice the simulated one is 2
+    assert len(tpots) >= 3
+    assert unloaded_tpots(cpu_setup(cal, 120.0, 2.0), ARMS["replica-2"], 3, 20.0) == pytest.approx(
+        [2 * t for t in tpots], rel=1e-9)
+    med = statistics.median(tpots)
+    assert served_decode_factor(2 * med, base, ARMS["replica-2"], 3, 20.0) == pytest.approx(2.0, rel=1e-12)
+    # the setup's own factor does not enter the measurement (it is measured against the calibration)
+    assert served_decode_factor(2 * med, cpu_setup(cal, 120.0, 3.0), ARMS["replica-2"], 3, 20.0) == \
+        pytest.approx(2.0, rel=1e-12)
+
+
+def test_send_times_follow_each_answer_and_requests_pair_by_session_turn():
+    from benchmarks.policies.ranking_requests import sends, side_by_side
+
+    def r(sid, e2e, ttft=0.5):
+        return {"sid": sid, "e2e_s": e2e, "ttft_s": ttft, "tpot_s": 0.1, "class": "warm", "decode": "d"}
+
+    starts = {"a": 1.0, "b": 2.5}
+    # a's second turn is sent when its first answer ends: 1.0 + 3.0
+    got = sends([r("a", 3.0), r("b", 1.0), r("a", 2.0)], starts)
+    assert [(t, n, x["sid"]) for t, n, x in got] == [(1.0, 1, "a"), (2.5, 1, "b"), (4.0, 2, "a")]
+    lines = side_by_side([r("a", 3.0), r("a", 2.0)], [r("a", 2.0), r("a", 1.0), r("b", 1.0)], starts)
+    # real a t2 at 4.0 pairs with simulated a t2 at 3.0; b ran only in the simulation
+    assert [x.split("|")[0].split() for x in lines] == [["a", "t1"], ["a", "t2"], ["b", "t1"]]
+    assert "   4.00" in lines[1].split("|")[1] and "   3.00" in lines[1].split("|")[2]
+    assert "not in the real run" in lines[2]

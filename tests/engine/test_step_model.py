@@ -111,3 +111,21 @@ def test_calibrate_refit_names_a_file_without_timed_steps(tmp_path, capsys):
     bad.write_text('{"step_model": {}}')
     assert main(["calibrate", "--refit", str(bad), "--out", str(tmp_path / "o.json")]) == 2
     assert "--refit" in capsys.readouterr().err
+
+
+def test_decode_factor_prices_decodes_and_only_them():
+    # decode (0.01 + 0.003·b + 1e-5·b·c), batch 1 corrected by 1.1; mixed 0.02 + 0.001·t + 0.002·b + 1e-5·b·c
+    m = StepModel((0.05, 0.001, 0.0), (0.01, 0.003, 1e-5), (1.1,), (0.02, 0.001, 0.0, 0.002, 1e-5), 27,
+                  decode_factor=2.0)
+    assert m.decode_s(1, 100) == pytest.approx(2 * 1.1 * (0.01 + 0.003 + 0.001))      # 0.0308
+    assert m.decode_s(2, 100) == pytest.approx(2 * (0.01 + 0.006 + 0.002))            # 0.036
+    assert m.prefill_s(100, 0) == pytest.approx(0.05 + 0.1)                           # prefills as calibrated
+    # a mixed step: its prefill terms as fitted, its decode terms doubled: 0.02 + 0.01 + 2·(0.002 + 0.001)
+    assert m.mixed_s(1, 100, 10, 100) == pytest.approx(0.036)
+    # the assumed mixed form adds the prefill chunk to the (doubled) decode: 0.0308 + 0.01
+    assumed = StepModel((0.05, 0.001, 0.0), (0.01, 0.003, 1e-5), (1.1,), decode_factor=2.0)
+    assert assumed.mixed_s(1, 100, 10, 0) == pytest.approx(0.0408)
+    assert StepModel.from_json(json.loads(json.dumps(m.to_json()))) == m
+    assert StepModel.from_json({"prefill_coef": [0, 0, 0], "decode_coef": [0, 1, 0]}).decode_factor == 1.0
+    with pytest.raises(ValueError, match="decode_factor"):
+        StepModel((0.05, 0.001, 0.0), (0.01, 0.003, 0.0), decode_factor=0.0)

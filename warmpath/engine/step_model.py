@@ -80,13 +80,21 @@ class StepModel:
     fitted on ``mixed_rows`` timed mixed steps (:func:`fit_mixed`), else decode + prefill − a0
     (the assumed form, kept for calibrations with too few mixed steps).
     ``decode_scale[b - 1]``: a measured correction of the decode line at batch ``b`` (small
-    batches are not linear on a CPU's matmul kernels); batches beyond it are not corrected."""
+    batches are not linear on a CPU's matmul kernels); batches beyond it are not corrected.
+    ``decode_factor``: the decodes' cost as served over the calibrated one (every batch, and the
+    decode terms of a mixed step), measured on a served run the isolated steps do not match
+    (pinned workers: ``benchmarks/policies/ranking_sim.py``); 1: as calibrated."""
 
     prefill_coef: tuple[float, float, float]
     decode_coef: tuple[float, float, float]
     decode_scale: tuple[float, ...] = ()
     mixed_coef: tuple[float, ...] = ()
     mixed_rows: int = 0
+    decode_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.decode_factor > 0:
+            raise ValueError(f"decode_factor must be > 0, got {self.decode_factor}")
 
     def prefill_s(self, tokens: int, context: int) -> float:
         a0, a1, a2 = self.prefill_coef
@@ -95,7 +103,7 @@ class StepModel:
     def decode_s(self, batch: int, context: int) -> float:
         d0, d1, d2 = self.decode_coef
         k = self.decode_scale[batch - 1] if 0 < batch <= len(self.decode_scale) else 1.0
-        return max(0.0, k * (d0 + d1 * batch + d2 * batch * context))
+        return max(0.0, self.decode_factor * k * (d0 + d1 * batch + d2 * batch * context))
 
     def mixed_s(self, batch: int, context: int, tokens: int, prefill_context: int | None = None) -> float:
         """``batch`` decodes at mean ``context`` plus ``tokens`` prefill tokens over
@@ -103,7 +111,8 @@ class StepModel:
         pc = context if prefill_context is None else prefill_context
         if self.mixed_coef:
             m0, m1, m2, m3, m4 = self.mixed_coef
-            return max(0.0, m0 + m1 * tokens + m2 * tokens * pc + m3 * batch + m4 * batch * context)
+            decodes = self.decode_factor * (m3 * batch + m4 * batch * context)
+            return max(0.0, m0 + m1 * tokens + m2 * tokens * pc + decodes)
         return self.decode_s(batch, context) + max(0.0, self.prefill_s(tokens, pc) - self.prefill_coef[0])
 
     @property
@@ -130,14 +139,16 @@ class StepModel:
     def to_json(self) -> dict:
         return {"prefill_coef": list(self.prefill_coef), "decode_coef": list(self.decode_coef),
                 "decode_scale": list(self.decode_scale), "mixed_coef": list(self.mixed_coef) or None,
-                "mixed_terms": list(MIXED_TERMS), "mixed_rows": self.mixed_rows, "mixed_form": self.mixed_form}
+                "mixed_terms": list(MIXED_TERMS), "mixed_rows": self.mixed_rows, "mixed_form": self.mixed_form,
+                "decode_factor": self.decode_factor}
 
     @classmethod
     def from_json(cls, d: dict) -> "StepModel":
         """A model from :meth:`to_json`; calibrations older than the mixed fit load with the
         assumed mixed form."""
         return cls(tuple(d["prefill_coef"]), tuple(d["decode_coef"]), tuple(d.get("decode_scale", ())),
-                   tuple(d.get("mixed_coef") or ()), int(d.get("mixed_rows", 0)))
+                   tuple(d.get("mixed_coef") or ()), int(d.get("mixed_rows", 0)),
+                   float(d.get("decode_factor", 1.0)))
 
 
 @dataclass
