@@ -15,7 +15,7 @@ PARAMS = {"do_remote_prefill": True, "remote_engine_id": "e-1", "remote_block_id
 
 def call(connector: bool, path: str, body: dict) -> httpx.Response:
     cfg = FrontConfig(vllm_url=f"http://127.0.0.1:{free_port()}", model="M", max_model_len=64, kv_connector=connector)
-    app = build_vllm_front(cfg, lambda: True, dict, RelayBook())
+    app = build_vllm_front(cfg, lambda: True, dict, RelayBook(), dict)
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
