@@ -156,7 +156,7 @@ def unloaded_tpot(url: str, out: Path, seconds: float, workload: str = "coding-a
     cmd = [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", workload,
            "--concurrency", "1", "--duration", str(seconds), "--scale", str(scale), "--seed", "900",
            "--timeout", str(timeout), "--out", str(out), "--text-prompts", "--quiet"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True)
     rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
     res = {"command": shlex.join(cmd), "tpots": sorted(r["tpot_s"] for r in rows if r["ok"] and r["tpot_s"]),
            "median": median_tpot(rows)}

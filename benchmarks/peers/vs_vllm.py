@@ -64,9 +64,8 @@ from benchmarks.peers.fleet import bench_cmd, processes, start_fleet, stop_fleet
 from benchmarks.peers.http_micro import micro_rows, run_micro
 from benchmarks.peers.tables import compare_table, sustained_rows, workload_table
 from benchmarks.peers.vllm_cpu import install as install_vllm
-from benchmarks.policies.ranking import joint_target, records
-from warmpath.bench.sweep import judge
-from warmpath.bench.targets import Target, highest_met
+from benchmarks.policies.ranking import goodputs, joint_target, records, verdicts
+from warmpath.bench.targets import Target
 from warmpath.launch.topology import parse_cpus
 from warmpath.vllm.worker import cpu_string
 
@@ -96,8 +95,7 @@ def goodput_under(rows: list[dict], duration_s: float, target: Target) -> float 
     by_rate: dict[float, list[dict]] = {}
     for r in rows:
         by_rate.setdefault(r["rate"], []).append(r)
-    runs = {rate: {"met": judge(records(rs), duration_s, target, rate)["slo_met"]} for rate, rs in by_rate.items()}
-    return highest_met(runs, "met")
+    return goodputs({rate: verdicts(records(rs), duration_s, rate, {"t": target}) for rate, rs in by_rate.items()})["t"]
 
 
 def sweep(engine: str, url: str, a: argparse.Namespace, own: Target) -> list[dict]:
@@ -107,7 +105,7 @@ def sweep(engine: str, url: str, a: argparse.Namespace, own: Target) -> list[dic
     for seed in [int(s) for s in a.seeds.split(",")]:
         d = a.out / engine / f"seed{seed}"
         cmd = bench_cmd(url, d, seed, "coding-agent", a.rates, a.duration, a.scale, a.slo, a.timeout)
-        code = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL).returncode
+        code = subprocess.run(cmd, check=False).returncode
         summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else None
         rows = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()] \
             if (d / "requests.jsonl").is_file() else []
@@ -133,7 +131,8 @@ def run_engine(engine: str, a: argparse.Namespace) -> dict:
         if engine == "vllm":
             from warmpath.vllm.load import parse_metrics
 
-            rec["vllm_kv_tokens"] = parse_metrics(httpx.get(fleet.engine_urls[0] + "/metrics", timeout=10).text).kv_tokens
+            rec["vllm_kv_tokens"] = parse_metrics(httpx.get(fleet.engine_urls[0] + "/metrics",
+                                                            timeout=10).text).kv_tokens
         if not a.skip_micro:
             key = fleet.token if engine == "warmpath" else None    # a worker behind a router asks for it on /v1
             rec["micro"] = asyncio.run(run_micro(fleet.engine_urls[0], a.micro_repeats, a.streams, a.decode_tokens,
