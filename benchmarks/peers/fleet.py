@@ -1,6 +1,6 @@
 """A fleet of replica workers of one engine behind warmpath's router, started as a user would
 (``warmpath serve --topology FILE.json``), for the benchmarks of issue 30 that compare what
-runs behind the router (``vs_vllm.py``; ``vllm_routers.py`` can move onto it).
+runs behind the router (``vs_vllm.py``, ``vllm_routers.py``).
 
 The topology file, kept in the logs folder, is ``{"policy": "replica", "workers": {"replica":
 N}, "engine": ENGINE}`` plus ``"cpus"`` when given (process → CPUs, as topology files write
