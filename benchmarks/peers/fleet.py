@@ -100,7 +100,8 @@ def stop_fleet(proc: subprocess.Popen) -> None:
 
 def processes(root: int) -> list[dict]:
     """``root`` and every process under it: pid, command (its first 6 words), the CPUs it may
-    run on, its thread count and ``VLLM_CPU_OMP_THREADS_BIND`` where set (Linux ``/proc``)."""
+    run on, its thread count, its ``--threads`` flag and ``VLLM_CPU_OMP_THREADS_BIND`` where
+    set (Linux ``/proc``)."""
     kids: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         try:
@@ -122,6 +123,8 @@ def processes(root: int) -> list[dict]:
                    "cpus": cpu_string(os.sched_getaffinity(pid)), "threads": threads}
         except (OSError, StopIteration, ValueError):
             continue
+        if b"--threads" in argv[:-1]:     # a warmpath worker's torch threads
+            row["threads_flag"] = argv[argv.index(b"--threads") + 1].decode()
         if b"VLLM_CPU_OMP_THREADS_BIND" in env:
             row["VLLM_CPU_OMP_THREADS_BIND"] = env[b"VLLM_CPU_OMP_THREADS_BIND"].decode()
         out.append(row)

@@ -36,8 +36,8 @@ Per engine, in order (the first engine of ``--engines`` sets the common target):
 
 Usage::
 
-    .venv/bin/python -m benchmarks.peers.vs_vllm             # full (≈ 35 min on 2 cores)
-    .venv/bin/python -m benchmarks.peers.vs_vllm --smoke     # wiring only (≈ 5 min, most of it vLLM's start)
+    .venv/bin/python -m benchmarks.peers.vs_vllm             # full (≈ 30 min on 2 cores, + 20 per extra seed)
+    .venv/bin/python -m benchmarks.peers.vs_vllm --smoke     # wiring only (≈ 5-8 min, most of it vLLM's start)
 
 Writes, under ``--out`` (default ``benchmarks/results/peers/vs_vllm``; ``--smoke``:
 ``/tmp/vs_vllm_smoke``), ``vs_vllm.json`` (settings, targets, commands, per engine:

@@ -93,7 +93,7 @@ def test_median_tpot_of_the_requests_that_succeeded():
 
 def test_goodput_under_the_joint_target_stops_at_the_first_missed_rate():
     target = joint_target(0.1)      # warm TTFT p90 <= 2 s, cold <= 20 s, TPOT p90 <= 0.15 s, 90% attaining
-    assert target.spec() == "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.15"
+    assert target.spec() == "tpot_p90=0.15,cold.ttft_p90=20,warm.ttft_p90=2"
 
     def point(rate: float, slow: int) -> list[dict]:
         # 5 warm (TTFT 0.5 s) + 5 cold (TTFT 3 s) requests, TPOT 0.1 s; `slow` of them TPOT (4-1)/10 = 0.3 s
