@@ -99,9 +99,15 @@ def stop_fleet(proc: subprocess.Popen) -> None:
 
 
 def processes(root: int) -> list[dict]:
-    """``root`` and every process under it: pid, command (its first 6 words), the CPUs it may
-    run on, its thread count, its ``--threads`` flag and ``VLLM_CPU_OMP_THREADS_BIND`` where
-    set (Linux ``/proc``)."""
+    """``root`` and every process under it: pid, command (its first 6 words), the CPUs its
+    threads may run on (their union: vLLM binds each OpenMP thread to one CPU), its thread
+    count, its ``--threads`` flag and ``VLLM_CPU_OMP_THREADS_BIND`` where set (Linux ``/proc``)."""
+    def affinity(tid: int) -> set[int]:
+        try:
+            return set(os.sched_getaffinity(tid))
+        except OSError:      # the thread ended meanwhile
+            return set()
+
     kids: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         try:
@@ -119,8 +125,9 @@ def processes(root: int) -> list[dict]:
             env = dict(kv.split(b"=", 1) for kv in p.joinpath("environ").read_bytes().split(b"\0") if b"=" in kv)
             threads = next(int(x.split()[1]) for x in p.joinpath("status").read_text().splitlines()
                            if x.startswith("Threads:"))
+            cpus = set().union(*(affinity(int(t.name)) for t in p.joinpath("task").iterdir()))
             row = {"pid": pid, "command": shlex.join(a.decode() for a in argv[:6] if a),
-                   "cpus": cpu_string(os.sched_getaffinity(pid)), "threads": threads}
+                   "cpus": cpu_string(cpus), "threads": threads}
         except (OSError, StopIteration, ValueError):
             continue
         if b"--threads" in argv[:-1]:     # a warmpath worker's torch threads
