@@ -11,6 +11,7 @@ the same token ids and generate the same number of tokens:
 * prefill: TTFT of a cold ``prefill_tokens``-token prompt with ``max_tokens: 1``. Every
   repeat is a new random prompt, so no prefix cache (warmpath's blocks, llama-server's slot
   or RAM prompt cache) can serve any of it; ``cached_tokens`` is reported to show that.
+  The table adds prefill tok/s = ``prefill_tokens`` / that TTFT (:func:`micro_rows`).
 
 All prompts come from fixed seeds: each server gets the same ones. One warm-up of each
 kind runs first and is not counted.
@@ -82,9 +83,10 @@ async def prefill(t: OpenAITarget, repeats: int, prefill_tokens: int) -> dict:
 
 
 async def run_micro(url: str, repeats: int = 5, streams: int = 16, decode_tokens: int = 128,
-                    prefill_tokens: int = 2048, timeout_s: float = 300.0) -> dict:
-    """All three measurements against ``url`` (after one uncounted warm-up of each)."""
-    t = OpenAITarget(url, timeout_s=timeout_s)
+                    prefill_tokens: int = 2048, timeout_s: float = 300.0, api_key: str | None = None) -> dict:
+    """All three measurements against ``url`` (after one uncounted warm-up of each); ``api_key``:
+    sent as a bearer token (a warmpath worker behind a router asks for the cluster token)."""
+    t = OpenAITarget(url, timeout_s=timeout_s, api_key=api_key)
     try:
         for a in await asyncio.gather(t.complete(prompt("warm", 0, 32), 8, "warm-0"),
                                       *(t.complete(prompt("warm", i, 32), 8, f"warm-{i}")
@@ -109,7 +111,10 @@ def micro_rows(results: dict[str, dict], streams: int,
             v = r.get(path[0], {}).get(path[1])
             out[server] = None if v is None else v * scale
         return out
+    ttft = get(("prefill", "ttft_s"))
     return [("decode batch-1 TPOT ms", get(("decode_batch1", "tpot_s"), 1e3), True),
             (f"decode x{streams} output tok/s", get((f"decode_x{streams}", "tok_s")), False),
             (f"decode x{streams} TPOT ms", get((f"decode_x{streams}", "tpot_s"), 1e3), True),
-            (f"prefill TTFT s (cold {prefill_tokens}-token prompt, max_tokens 1)", get(("prefill", "ttft_s")), True)]
+            (f"prefill TTFT s (cold {prefill_tokens}-token prompt, max_tokens 1)", ttft, True),
+            (f"prefill tok/s (the {prefill_tokens} tokens / that TTFT)",
+             {s: prefill_tokens / v if v else None for s, v in ttft.items()}, False)]

