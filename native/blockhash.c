@@ -7,6 +7,9 @@
  *
  *   chain(head, parent, packed, block_size[, as_tuple]) -> list (or tuple) of every full
  *       block's key
+ *   chain_keys(head, parent, packed, block_size[, prefix]) -> bytes: prefix, then the same
+ *       keys back to back (16 B each; no Python object per key: kv/keychain.py)
+ *   split(keys) -> tuple of the 16-byte keys of a chain_keys buffer
  *   pack(list_or_tuple) -> bytes                             ids as little-endian u32
  *   common_blocks(a, b, block_size) -> int                   leading full blocks a, b share
  *   KeySet()                                                 a set of 16-byte keys (keyset.c; chain runs: keyruns.c)
@@ -36,38 +39,9 @@ static int block_bytes(Py_ssize_t block_size, Py_ssize_t *step) {
     return 0;
 }
 
-static PyObject *chain(PyObject *self, PyObject *args) {
-    Py_buffer head, parent, packed;
-    Py_ssize_t block_size, step;
-    int as_tuple = 0;
-    if (!PyArg_ParseTuple(args, "y*y*y*n|p", &head, &parent, &packed, &block_size, &as_tuple))
-        return NULL;
-    PyObject *out = NULL;
-    unsigned char *record = NULL, *keys = NULL;
-    if (head.len != 16 || parent.len != 16) {
-        PyErr_SetString(PyExc_ValueError, "head and parent must be 16 bytes");
-        goto done;
-    }
-    if (block_bytes(block_size, &step) < 0)
-        goto done;
-    Py_ssize_t n = packed.len / step;
-    record = PyMem_Malloc(32 + step);
-    keys = PyMem_Malloc(16 * (n ? n : 1));
-    if (record == NULL || keys == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    memcpy(record, head.buf, 16);
-    memcpy(record + 16, parent.buf, 16);
-    Py_BEGIN_ALLOW_THREADS
-    const unsigned char *src = packed.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(record + 32, src + i * step, (size_t)step);
-        XXH128_canonicalFromHash((XXH128_canonical_t *)(keys + 16 * i), XXH3_128bits(record, 32 + (size_t)step));
-        memcpy(record + 16, keys + 16 * i, 16);
-    }
-    Py_END_ALLOW_THREADS
-    out = as_tuple ? PyTuple_New(n) : PyList_New(n);
+/* A list or tuple of n 16-byte bytes objects, one per key of keys. */
+static PyObject *key_objects(const unsigned char *keys, Py_ssize_t n, int as_tuple) {
+    PyObject *out = as_tuple ? PyTuple_New(n) : PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         PyObject *k = PyBytes_FromStringAndSize((const char *)keys + 16 * i, 16);
         if (k == NULL)
@@ -77,12 +51,100 @@ static PyObject *chain(PyObject *self, PyObject *args) {
         else
             PyList_SET_ITEM(out, i, k);
     }
-done:
+    return out;
+}
+
+/* The keys of packed's first n blocks (step bytes each) into out (room for 16 * n bytes, made
+ * by the caller), the GIL released while it hashes. */
+static int hash_into(Py_buffer *head, Py_buffer *parent, Py_buffer *packed, Py_ssize_t step,
+                     unsigned char *out, Py_ssize_t n) {
+    unsigned char *record = PyMem_Malloc(32 + step);
+    if (record == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(record, head->buf, 16);
+    memcpy(record + 16, parent->buf, 16);
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *src = packed->buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(record + 32, src + i * step, (size_t)step);
+        XXH128_canonicalFromHash((XXH128_canonical_t *)(out + 16 * i), XXH3_128bits(record, 32 + (size_t)step));
+        memcpy(record + 16, out + 16 * i, 16);
+    }
+    Py_END_ALLOW_THREADS
     PyMem_Free(record);
+    return 0;
+}
+
+static int check_keys(Py_buffer *head, Py_buffer *parent) {
+    if (head->len == 16 && parent->len == 16)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "head and parent must be 16 bytes");
+    return -1;
+}
+
+static PyObject *chain(PyObject *self, PyObject *args) {
+    Py_buffer head, parent, packed;
+    Py_ssize_t block_size, step;
+    int as_tuple = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*n|p", &head, &parent, &packed, &block_size, &as_tuple))
+        return NULL;
+    PyObject *out = NULL;
+    unsigned char *keys = NULL;
+    if (check_keys(&head, &parent) < 0 || block_bytes(block_size, &step) < 0)
+        goto done;
+    Py_ssize_t n = packed.len / step;
+    keys = PyMem_Malloc(16 * (n ? n : 1));
+    if (keys == NULL)
+        PyErr_NoMemory();
+    else if (hash_into(&head, &parent, &packed, step, keys, n) == 0)
+        out = key_objects(keys, n, as_tuple);
+done:
     PyMem_Free(keys);
     PyBuffer_Release(&head);
     PyBuffer_Release(&parent);
     PyBuffer_Release(&packed);
+    return out;
+}
+
+static PyObject *chain_keys(PyObject *self, PyObject *args) {
+    Py_buffer head, parent, packed, prefix = {NULL};
+    Py_ssize_t block_size, step;
+    if (!PyArg_ParseTuple(args, "y*y*y*n|y*", &head, &parent, &packed, &block_size, &prefix))
+        return NULL;
+    PyObject *out = NULL;
+    if (check_keys(&head, &parent) < 0 || block_bytes(block_size, &step) < 0)
+        goto done;
+    if (prefix.len % 16 != 0) {
+        PyErr_SetString(PyExc_ValueError, "prefix must be whole 16-byte keys");
+        goto done;
+    }
+    Py_ssize_t n = packed.len / step;
+    out = PyBytes_FromStringAndSize(NULL, prefix.len + 16 * n);    /* no other reference yet */
+    if (out == NULL)
+        goto done;
+    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(out);
+    if (prefix.len)
+        memcpy(dst, prefix.buf, (size_t)prefix.len);
+    if (hash_into(&head, &parent, &packed, step, dst + prefix.len, n) < 0)
+        Py_CLEAR(out);
+done:
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&parent);
+    PyBuffer_Release(&packed);
+    if (prefix.obj != NULL)
+        PyBuffer_Release(&prefix);
+    return out;
+}
+
+static PyObject *split(PyObject *self, PyObject *arg) {
+    Py_buffer keys;
+    if (PyObject_GetBuffer(arg, &keys, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = keys.len % 16 == 0 ? key_objects(keys.buf, keys.len / 16, 1)
+                                       : PyErr_Format(PyExc_ValueError, "split() takes whole 16-byte keys, got %zd bytes", keys.len);
+    PyBuffer_Release(&keys);
     return out;
 }
 
@@ -140,6 +202,9 @@ static PyObject *common_blocks(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"chain", chain, METH_VARARGS, "chain(head, parent, packed, block_size[, as_tuple]) -> the 16-byte keys"},
+    {"chain_keys", chain_keys, METH_VARARGS,
+     "chain_keys(head, parent, packed, block_size[, prefix]) -> bytes: prefix + the 16-byte keys back to back"},
+    {"split", split, METH_O, "split(keys) -> tuple of the 16-byte keys of a buffer of them"},
     {"pack", pack, METH_O, "pack(ids) -> bytes: a list or tuple of ints as little-endian u32"},
     {"common_blocks", common_blocks, METH_VARARGS, "common_blocks(a, b, block_size) -> leading equal full blocks"},
     {NULL, NULL, 0, NULL},

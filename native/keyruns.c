@@ -9,7 +9,9 @@
  *   discard(key), discard_all(keys)  remove one key, or a batch's
  *   (absorb(keys), which skips what is not a key, is keyset.c's, beside update)
  *
- * ``hashes``: a tuple or list; an item that is not 16-byte bytes is in no set (a run ends). */
+ * ``hashes``: a tuple or list (an item that is not 16-byte bytes is in no set: a run ends), or
+ * a bytes-like object of whole 16-byte keys back to back (kv/keychain.py's KeyChain.buf: no
+ * Python object per key at all). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -22,14 +24,6 @@ static inline const unsigned char *key_of(PyObject *k) {
     return PyBytes_Check(k) && PyBytes_GET_SIZE(k) == 16 ? (const unsigned char *)PyBytes_AS_STRING(k) : NULL;
 }
 
-static int has(const KeySet *s, PyObject *k) {
-    const unsigned char *key = key_of(k);
-    int found = 0;
-    if (key != NULL)
-        warmpath_keyset_slot(s, key, &found);
-    return found;
-}
-
 static inline void prefetch_slot(const KeySet *s, uint64_t h) {
 #if defined(__GNUC__)
     size_t i = (size_t)h & ((size_t)s->cap - 1);
@@ -40,21 +34,62 @@ static inline void prefetch_slot(const KeySet *s, uint64_t h) {
 #endif
 }
 
-/* The first index >= start of items[0:n] not in s; hs (room for n - start, or NULL): the
- * hash of each key passed. A probe's cache misses overlap the next AHEAD keys' ones. */
-static Py_ssize_t run_of(const KeySet *s, PyObject **items, Py_ssize_t n, Py_ssize_t start, uint64_t *hs) {
+/* A chain's keys: the items of a tuple or list, or a buffer of keys back to back. */
+typedef struct {
+    PyObject *seq;           /* the tuple or list (a new reference), or NULL: view */
+    Py_buffer view;
+    Py_ssize_t n;
+} Chain;
+
+static int chain_open(PyObject *hashes, Chain *c) {
+    c->seq = NULL;
+    if (PyTuple_Check(hashes) || PyList_Check(hashes)) {
+        c->seq = Py_NewRef(hashes);
+        c->n = PySequence_Fast_GET_SIZE(hashes);
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(hashes)) {
+        PyErr_SetString(PyExc_TypeError, "hashes must be a tuple or a list of 16-byte keys, or a buffer of them");
+        return -1;
+    }
+    if (PyObject_GetBuffer(hashes, &c->view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (c->view.len % 16 != 0) {
+        PyErr_Format(PyExc_ValueError, "a buffer of keys must hold whole 16-byte keys, got %zd bytes", c->view.len);
+        PyBuffer_Release(&c->view);
+        return -1;
+    }
+    c->n = c->view.len / 16;
+    return 0;
+}
+
+static void chain_close(Chain *c) {
+    if (c->seq != NULL)
+        Py_DECREF(c->seq);
+    else
+        PyBuffer_Release(&c->view);
+}
+
+/* Key i of the chain, or NULL when it is no 16-byte key (in no set). */
+static inline const unsigned char *chain_key(const Chain *c, Py_ssize_t i) {
+    return c->seq != NULL ? key_of(PySequence_Fast_ITEMS(c->seq)[i]) : (const unsigned char *)c->view.buf + 16 * i;
+}
+
+/* The first index >= start of the chain's keys not in s; hs (room for n - start, or NULL):
+ * the hash of each key passed. A probe's cache misses overlap the next AHEAD keys' ones. */
+static Py_ssize_t run_of(const KeySet *s, const Chain *c, Py_ssize_t start, uint64_t *hs) {
     uint64_t ring[AHEAD];
-    Py_ssize_t ahead = start;                /* items[start:ahead]: hashed, prefetched */
+    Py_ssize_t n = c->n, ahead = start;      /* keys [start, ahead): hashed, prefetched */
     for (Py_ssize_t i = start; i < n; i++) {
-        for (const unsigned char *k; ahead < n && ahead < i + AHEAD && (k = key_of(items[ahead])) != NULL; ahead++) {
+        for (const unsigned char *k; ahead < n && ahead < i + AHEAD && (k = chain_key(c, ahead)) != NULL; ahead++) {
             ring[ahead % AHEAD] = warmpath_keyset_hash(k);
             prefetch_slot(s, ring[ahead % AHEAD]);
         }
-        if (ahead <= i)                      /* items[i] is not a 16-byte key: in no set */
+        if (ahead <= i)                      /* key i is not a 16-byte key: in no set */
             return i;
         int found;
         uint64_t h = ring[i % AHEAD];
-        warmpath_keyset_find(s, (const unsigned char *)PyBytes_AS_STRING(items[i]), h, &found);
+        warmpath_keyset_find(s, chain_key(c, i), h, &found);
         if (!found)
             return i;
         if (hs != NULL)
@@ -63,66 +98,59 @@ static Py_ssize_t run_of(const KeySet *s, PyObject **items, Py_ssize_t n, Py_ssi
     return n;
 }
 
-static PyObject *chain_items(PyObject *hashes) {
-    if (!PyTuple_Check(hashes) && !PyList_Check(hashes)) {
-        PyErr_SetString(PyExc_TypeError, "hashes must be a tuple or a list of 16-byte keys");
-        return NULL;
-    }
-    Py_INCREF(hashes);
-    return hashes;
-}
-
 PyObject *warmpath_keyset_run(KeySet *s, PyObject *args) {
-    PyObject *hashes, *seq;
+    PyObject *hashes;
     Py_ssize_t start = 0;
-    if (!PyArg_ParseTuple(args, "O|n:run", &hashes, &start) || (seq = chain_items(hashes)) == NULL)
+    Chain c;
+    if (!PyArg_ParseTuple(args, "O|n:run", &hashes, &start))
         return NULL;
-    if (start < 0) {
-        Py_DECREF(seq);
+    if (start < 0)
         return PyErr_Format(PyExc_ValueError, "start must be >= 0, got %zd", start);
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_ssize_t end = start >= n ? start : run_of(s, PySequence_Fast_ITEMS(seq), n, start, NULL);
-    Py_DECREF(seq);
+    if (chain_open(hashes, &c) < 0)
+        return NULL;
+    Py_ssize_t end = start >= c.n ? start : run_of(s, &c, start, NULL);
+    chain_close(&c);
     return PyLong_FromSsize_t(end);
 }
 
 PyObject *warmpath_keyset_closed_run(KeySet *s, PyObject *hashes) {
-    PyObject *seq = chain_items(hashes);
-    if (seq == NULL)
+    Chain c;
+    if (chain_open(hashes, &c) < 0)
         return NULL;
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    Py_ssize_t lo = 0, hi = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t lo = 0, hi = c.n;
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (has(s, items[mid]))
+        const unsigned char *key = chain_key(&c, mid);
+        int found = 0;
+        if (key != NULL)
+            warmpath_keyset_slot(s, key, &found);
+        if (found)
             lo = mid + 1;
         else
             hi = mid;
     }
-    Py_DECREF(seq);
+    chain_close(&c);
     return PyLong_FromSsize_t(lo);
 }
 
 PyObject *warmpath_keyset_certify(KeySet *s, PyObject *args) {
-    PyObject *held, *hashes, *seq;
+    PyObject *held, *hashes;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!On:certify", &warmpath_KeySetType, &held, &hashes, &start)
-            || (seq = chain_items(hashes)) == NULL)
+    Chain c;
+    if (!PyArg_ParseTuple(args, "O!On:certify", &warmpath_KeySetType, &held, &hashes, &start))
         return NULL;
-    if (start < 0) {
-        Py_DECREF(seq);
+    if (start < 0)
         return PyErr_Format(PyExc_ValueError, "start must be >= 0, got %zd", start);
-    }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), end = start;
+    if (chain_open(hashes, &c) < 0)
+        return NULL;
+    Py_ssize_t n = c.n, end = start;
     uint64_t *hs = start < n ? PyMem_Malloc(sizeof(uint64_t) * (size_t)(n - start)) : NULL;
     if (start < n && hs == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     if (start < n)
-        end = run_of((KeySet *)held, items, n, start, hs);
+        end = run_of((KeySet *)held, &c, start, hs);
     if (end > start && warmpath_keyset_reserve(s, end - start) < 0) {
         end = -1;
         goto done;
@@ -130,11 +158,11 @@ PyObject *warmpath_keyset_certify(KeySet *s, PyObject *args) {
     for (Py_ssize_t i = start; i < end; i++) {    /* 16-byte keys (run_of says so), room reserved */
         if (i + AHEAD < end)
             prefetch_slot(s, hs[i + AHEAD - start]);
-        warmpath_keyset_add_h(s, (const unsigned char *)PyBytes_AS_STRING(items[i]), hs[i - start]);
+        warmpath_keyset_add_h(s, chain_key(&c, i), hs[i - start]);
     }
 done:
     PyMem_Free(hs);
-    Py_DECREF(seq);
+    chain_close(&c);
     return end < 0 || PyErr_Occurred() ? NULL : PyLong_FromSsize_t(end);
 }
 

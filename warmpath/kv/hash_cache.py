@@ -9,10 +9,14 @@ blocks after them. The result is bit-identical to :func:`~warmpath.kv.hashing.ha
 a block's hash depends on the namespace and every token up to its end, and the reused blocks
 have exactly those tokens (compared, not assumed) under the same namespace.
 
+The chains are :class:`~warmpath.kv.keychain.KeyChain` s: the keys back to back in one
+buffer, written there by the C hasher and read there by the index's lookups, so hashing a
+prompt makes no Python object per block (``KeyChain.keys()`` makes them for a caller that
+needs them).
+
 Memory: at most ``max_entries`` remembered prompts and ``max_tokens`` tokens in all (the
-least recently used go first); a prompt costs 4 bytes a token (packed ids) plus a tuple slot
-and, for hashes not shared with another entry, a 16-byte bytes object (~49 bytes) per block:
-about 7 bytes a token, ~30 MB at the default 4M tokens.
+least recently used go first); a prompt costs 4 bytes a token (packed ids) plus 16 bytes a
+block (its chain): 5 bytes a token at 16-token blocks, ~20 MB at the default 4M tokens.
 
 NOTE: thread-safe (one lock around the table; hashing runs outside it). No torch.
 """
@@ -26,13 +30,14 @@ from typing import Sequence
 
 import numpy as np
 
-from warmpath.kv.hashing import NO_PARENT, BlockHash, KVNamespace, _blockhash, hash_packed_blocks, pack_tokens
+from warmpath.kv.hashing import NO_PARENT, KVNamespace, _blockhash, hash_packed_keys, pack_tokens
+from warmpath.kv.keychain import KEY, KeyChain
 
 
 @dataclass(frozen=True)
 class _Entry:
     packed: bytes                       # the prompt's tokens, little-endian u32
-    hashes: tuple[BlockHash, ...]       # one per full block
+    hashes: KeyChain                    # one key per full block
 
 
 def common_blocks(a: bytes, b: bytes, block_size: int) -> int:
@@ -51,16 +56,10 @@ def common_blocks(a: bytes, b: bytes, block_size: int) -> int:
     return int(diff.argmax()) // block_size
 
 
-def _chain_tuple(namespace: KVNamespace, packed, parent: BlockHash) -> tuple[BlockHash, ...]:
-    """``tuple(hash_packed_blocks(...))``, built as a tuple in C (no list copied)."""
-    if _blockhash is not None:
-        return _blockhash.chain(namespace.digest, parent, packed, namespace.block_size, True)
-    return tuple(hash_packed_blocks(namespace, packed, parent))
-
-
 class BlockHashCache:
-    """``cache.hashes(ns, tokens, key)``: ``hash_prefix_blocks(ns, tokens)`` as a tuple,
-    reusing the blocks ``tokens`` shares with the session ``key``'s last prompt.
+    """``cache.hashes(ns, tokens, key)``: ``hash_prefix_blocks(ns, tokens)`` as a
+    :class:`~warmpath.kv.keychain.KeyChain`, reusing the blocks ``tokens`` shares with the
+    session ``key``'s last prompt.
 
     Args:
         max_entries: prompts remembered (least recently used dropped first).
@@ -80,8 +79,9 @@ class BlockHashCache:
     def __len__(self) -> int:
         return len(self._table)
 
-    def hashes(self, namespace: KVNamespace, tokens: Sequence[int], key: str | None = None) -> tuple[BlockHash, ...]:
-        """The block hash chain of ``tokens`` (every full block), remembered for the next
+    def hashes(self, namespace: KVNamespace, tokens: Sequence[int], key: str | None = None) -> KeyChain:
+        """The block hash chain of ``tokens`` (every full block; equal to the tuple of
+        :func:`~warmpath.kv.hashing.hash_prefix_blocks`), remembered for the next
         prompt of session ``key`` and for any later prompt with the same first block.
         ``tokens``: ids as a list or, with no Python int per id, an ``array('I')``
         (:func:`~warmpath.kv.hashing.token_array`)."""
@@ -94,13 +94,13 @@ class BlockHashCache:
         with self._lock:
             prev = next((e for e in map(self._table.get, keys) if e is not None), None)
         k = common_blocks(packed, prev.packed, namespace.block_size) if prev is not None else 0
-        reused = prev.hashes[:k] if k else ()
-        new = _chain_tuple(namespace, memoryview(packed)[k * step:], reused[-1] if k else NO_PARENT)
-        out = reused + new
+        reused = memoryview(prev.hashes.buf)[:KEY * k] if k else b""
+        out = KeyChain(hash_packed_keys(namespace, memoryview(packed)[k * step:],
+                                        bytes(reused[-KEY:]) if k else NO_PARENT, reused))
         entry = _Entry(packed, out)
         with self._lock:
             self.reused_blocks += k
-            self.hashed_blocks += len(new)
+            self.hashed_blocks += len(out) - k
             for kk in keys:
                 self._put(kk, entry)
         return out

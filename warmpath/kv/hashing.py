@@ -16,7 +16,8 @@ another prefix's KV.
 
 The chain runs in C when ``warmpath.kv._blockhash`` is built (``native/blockhash.c``, built
 by the install step, ``setup.py``): one call hashes every block with the GIL released, the
-same bytes as the Python loop below (``NATIVE`` says which one runs; the tests compare them).
+same bytes as the Python loop below (``NATIVE`` says which one runs; the tests compare them);
+:func:`hash_packed_keys` writes the keys into one buffer instead of a ``bytes`` per block.
 Token ids may come as a list or, without per-token Python ints, as :func:`token_array`'s
 ``array('I')`` (or a numpy uint32 array): packing those is one copy.
 
@@ -186,6 +187,18 @@ def hash_packed_blocks(namespace: KVNamespace, packed: bytes, parent: BlockHash 
     if _blockhash is not None:
         return _blockhash.chain(namespace.digest, parent, packed, namespace.block_size)
     return _chain_py(namespace, packed, parent)
+
+
+def hash_packed_keys(namespace: KVNamespace, packed: bytes, parent: BlockHash = NO_PARENT,
+                     prefix: bytes = b"") -> bytes:
+    """``prefix`` then the keys :func:`hash_packed_blocks` gives, back to back in one ``bytes``
+    (16 bytes a block; ``kv/keychain.py``): in C no Python object is made per block.
+    ``prefix``: whole 16-byte keys (any buffer); ``parent``: the first block's parent."""
+    if _blockhash is not None:
+        return _blockhash.chain_keys(namespace.digest, parent, packed, namespace.block_size, prefix)
+    if len(prefix) % 16:
+        raise ValueError("prefix must be whole 16-byte keys")
+    return bytes(prefix) + b"".join(_chain_py(namespace, packed, parent))
 
 
 def _chain_py(namespace: KVNamespace, packed: bytes, parent: BlockHash = NO_PARENT) -> list[BlockHash]:

@@ -10,6 +10,9 @@ first one the set lacks.
   certified sets, ``router/index.py``), O(log n) probes;
 * :func:`certify` — :func:`run` from ``start``, adding the keys it passed to ``cert``.
 
+``hashes``: a tuple or list of 16-byte keys, or a :class:`~warmpath.kv.keychain.KeyChain`
+(the C calls read its buffer; the Python path its :meth:`~warmpath.kv.keychain.KeyChain.keys`).
+
 With the C extension (``hashing.NATIVE``) and C :class:`~warmpath.kv.hashing.KeySet`
 arguments each is one call with no Python object made or hashed per key
 (``native/keyruns.c``). A Python ``set`` or ``dict`` (the index without the extension, or any
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from itertools import islice, takewhile
 
 from warmpath.kv.hashing import _blockhash
+from warmpath.kv.keychain import KeyChain
 
 BlockHash = bytes
 _C = _blockhash.KeySet if _blockhash is not None else None
@@ -67,8 +71,10 @@ def certify(cert, held, hashes: Sequence[BlockHash], start: int) -> int:
 
 
 def _seq(hashes: Sequence[BlockHash]):
-    """A tuple or list as it is (what the C calls take), any other sequence as a tuple."""
-    return hashes if type(hashes) is tuple or type(hashes) is list else tuple(hashes)
+    """What the C calls take: a tuple or list as it is, a :class:`KeyChain`'s buffer (no
+    Python object per key), any other sequence as a tuple."""
+    t = type(hashes)
+    return hashes if t is tuple or t is list else hashes.buf if t is KeyChain else tuple(hashes)
 
 
 _RUN_CHUNK = 256   # blocks a set checks in one C call (issuperset) before a chunk with a gap is scanned
@@ -78,6 +84,8 @@ def _run_py(held, hashes: Sequence[BlockHash], start: int) -> int:
     """:func:`run` for a Python set or dict (any container with ``in``), at C-level speed
     where Python allows: a set is checked a chunk at a time by ``issuperset`` (no Python call
     per block); the chunk with the first gap, and a dict, by ``takewhile``."""
+    if type(hashes) is KeyChain:
+        hashes = hashes.keys()
     n = len(hashes)
     if start >= n or hashes[start] not in held:
         return start

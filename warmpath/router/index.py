@@ -41,6 +41,7 @@ NOTE: no torch, no I/O; ``now`` is passed in so the simulator can drive time.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -108,7 +109,7 @@ class GlobalKVIndex:
                     keys.clear()
                 self.certified.pop(worker, None)
 
-    def note_routed(self, worker: str, hashes: tuple[bytes, ...], now: float) -> None:
+    def note_routed(self, worker: str, hashes: Sequence[bytes], now: float) -> None:
         """The router sent these blocks to ``worker`` (used while its events are stale)."""
         d = self.approx[worker]
         for h in hashes:
@@ -153,10 +154,11 @@ class GlobalKVIndex:
         last = self.last_event.get(worker)
         return last is None or now - last > self.stale_after_s
 
-    def lookup(self, worker: str, hashes: tuple[bytes, ...], now: float) -> PrefixHit:
+    def lookup(self, worker: str, hashes: Sequence[bytes], now: float) -> PrefixHit:
         """Leading blocks ``worker`` holds locally, then how many more are in L3.
 
-        ``hashes``: a request's chain from its first block (``kv/hashing.py``), a tuple or list."""
+        ``hashes``: a request's chain from its first block (``kv/hashing.py``): a tuple, a list
+        or a ``kv.keychain.KeyChain`` (the C lookups read its buffer: no object per block)."""
         cert = self.certified.get(worker)
         v = closed_run(cert, hashes) if cert is not None else 0
         if self.is_stale(worker, now):

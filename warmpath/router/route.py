@@ -23,7 +23,7 @@ The steps every request takes before it runs, in one place:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pydantic import ValidationError
@@ -77,7 +77,7 @@ class RouteDecider:
         return self.policy.cold_rule
 
     @staticmethod
-    def request_view(num_tokens: int, block_hashes: tuple[bytes, ...], block_size: int,
+    def request_view(num_tokens: int, block_hashes: Sequence[bytes], block_size: int,
                      session_id: str | None, session: SessionState | None, max_tokens: int,
                      ns_hashes: dict | None = None) -> RequestView:
         """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from warmpath.kv.events import KVEventSubscriber
@@ -90,7 +91,7 @@ class RouterState:
                                          lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
 
-    def hashes_for(self, worker: str, rv: RequestView) -> tuple[bytes, ...]:
+    def hashes_for(self, worker: str, rv: RequestView) -> Sequence[bytes]:
         """``rv``'s block keys in ``worker``'s namespace."""
         ns = self.namespaces.of.get(worker)
         return rv.block_hashes if ns is None or ns == self.namespace else rv.ns_hashes.get(ns, ())

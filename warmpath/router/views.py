@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 ROLES = ("pre-prefill", "prefill", "decode", "replica")
@@ -35,12 +36,12 @@ class WorkerView:
 
 @dataclass(frozen=True)
 class RequestView:
-    """The request being routed: its block hashes (full blocks) and session.
-    ``ns_hashes``: its block hashes in each other namespace of the fleet (unsalted namespace
-    → hashes; ``router/namespaces.py``)."""
+    """The request being routed: its block hashes (full blocks: a tuple, or the router's
+    ``kv.keychain.KeyChain``, one buffer) and session. ``ns_hashes``: its block hashes in each
+    other namespace of the fleet (unsalted namespace → hashes; ``router/namespaces.py``)."""
 
     num_tokens: int
-    block_hashes: tuple[bytes, ...]
+    block_hashes: Sequence[bytes]
     block_size: int
     session_id: str | None = None
     turn: int = 1
