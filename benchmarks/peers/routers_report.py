@@ -22,15 +22,14 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.policies.ranking import goodputs, records, verdicts
+from benchmarks.policies.ranking import goodputs, joint_target, records, verdicts
 from warmpath.bench.targets import CLUSTER_TARGET, Target
 
 
 def targets(unloaded_tpot_s: float) -> dict[str, Target]:
     """The three targets of this report, from the measured unloaded TPOT."""
-    def joint(x: float) -> Target:
-        return Target.parse(f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={x * unloaded_tpot_s:.4f}")
-    return {"joint": joint(1.5), "joint-3x": joint(3.0), "ttft": CLUSTER_TARGET}
+    return {"joint": joint_target(unloaded_tpot_s), "joint-3x": joint_target(unloaded_tpot_s, 3.0),
+            "ttft": CLUSTER_TARGET}
 
 
 def judge_run(run_dir: Path, tgs: dict[str, Target]) -> dict[float, dict]:
