@@ -26,7 +26,8 @@ ALLOWED = {
     "sim": {"bench", "engine", "kv", "launch", "router"},
     "plan": {"bench", "engine", "launch", "router", "sim"},
     # the flags of serve / worker and the configs built from them
-    "cli_args": {"engine", "kv", "launch", "models", "router"},
+    # (the --engine vllm flags live with the vLLM worker: warmpath/vllm/cli_flags.py)
+    "cli_args": {"engine", "kv", "launch", "models", "router", "vllm"},
     # the served phase starts a topology as `warmpath serve` does (cli_args) and drives it with the bench
     # --engine vllm starts a vLLM server as its worker kind does and reads its /metrics (vllm)
     "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router", "vllm"},

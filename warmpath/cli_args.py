@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from warmpath.vllm.cli_flags import vllm_args
+
+
 def _positive(v: str) -> float:
     x = float(v)
     if not x > 0:
@@ -228,9 +231,7 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
                         "per sequence) to DIR/<worker-id>.jsonl")
     _auth_args(p)
     _engine_args(p)
-    from warmpath.vllm.cli_flags import vllm_args   # here: that module imports this one
-
-    vllm_args(p)
+    vllm_args(p, _positive)
 
 
 def _store_gib(a: argparse.Namespace, workers: int) -> float:

@@ -4,12 +4,13 @@ server, ``warmpath/vllm/``); kept apart from ``cli_args`` so that file stays one
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from warmpath.cli_args import _positive
 
-
-def vllm_args(p: argparse.ArgumentParser) -> None:
-    """``--engine vllm``: the worker starts and supervises a vLLM server (``warmpath/vllm/``)."""
+def vllm_args(p: argparse.ArgumentParser, _positive: Callable[[str], float]) -> None:
+    """``--engine vllm``: the worker starts and supervises a vLLM server (``warmpath/vllm/``).
+    ``_positive``: the command line's own "> 0" type (``cli_args``), passed in so this module
+    imports nothing of the command line."""
     g = p.add_argument_group("vLLM engine (--engine vllm)")
     g.add_argument("--engine", default="warmpath", choices=("warmpath", "vllm"),
                    help="warmpath's own engine, or a vLLM OpenAI server started and supervised by this worker "
