@@ -15,6 +15,7 @@ exposition plus the event relay's ``warmpath_vllm_events_*`` counters), ``/v1/mo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -101,14 +102,7 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
                 yield c
         done(ans)
 
-    def done(ans: Answer) -> None:
-        """The request left vLLM (once: later calls do nothing)."""
-        if ans.batch is not None:
-            return
-        u = ans.usage or {}
-        computed = u.get("prompt_tokens", 0) - (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        # a hand-off's first token came after a KV pull, not a prefill: no prefill speed from it
-        ans.batch = book.finished(ans.rid, computed if u and not ans.handed_off else None, ans.ttft)
+    done = functools.partial(_finished, book)
 
     @app.post("/internal/generate", dependencies=internal,
               responses=generation(ChatCompletion | TextCompletion, 429, 500, 503))
@@ -136,6 +130,44 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
             done(ans)
         return JSONResponse(ans.whole(), headers={"X-Warmpath-Ttft-S": f"{ans.ttft or 0.0:.6f}"})
 
+    _handoff_routes(app, cfg, internal, http, book, cached, aliases)
+    _status_routes(app, cfg, alive, relay_stats, public, http)
+    return app
+
+
+async def _sse(up: httpx.Response, ans: Answer, chunks, done, include_usage: bool) -> AsyncIterator[bytes]:
+    """The client's SSE stream; an upstream failure mid-stream ends it with an error event."""
+    try:
+        if ans.kind == "chat":
+            yield b"data: " + orjson.dumps(ans.chunk(None, None, first=True)) + b"\n\n"
+        async for c in chunks(up, ans):
+            yield b"data: " + orjson.dumps(c) + b"\n\n"
+        if include_usage:
+            yield b"data: " + orjson.dumps(ans.usage_chunk()) + b"\n\n"
+    except (httpx.HTTPError, APIError, ValueError) as e:
+        err = e if isinstance(e, APIError) else APIError(502, f"vLLM failed mid-stream: {type(e).__name__}")
+        yield b"data: " + orjson.dumps(err.body()) + b"\n\n"
+    finally:
+        await up.aclose()
+        done(ans)
+    yield b"data: [DONE]\n\n"
+
+
+def _finished(book: RelayBook, ans: Answer) -> None:
+    """The request left vLLM (once: later calls do nothing)."""
+    if ans.batch is not None:
+        return
+    u = ans.usage or {}
+    computed = u.get("prompt_tokens", 0) - (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    # a hand-off's first token came after a KV pull, not a prefill: no prefill speed from it
+    ans.batch = book.finished(ans.rid, computed if u and not ans.handed_off else None, ans.ttft)
+
+
+def _handoff_routes(app: FastAPI, cfg: FrontConfig, internal: list, http: httpx.AsyncClient, book: RelayBook,
+                    cached: Callable[[], dict], aliases: set) -> None:
+    """``/internal/prefill`` (the prefill side of vLLM's P/D) and ``/internal/kv/cached`` (the
+    relay's truth of what vLLM caches, for index fidelity)."""
+
     @app.post("/internal/prefill", dependencies=internal, responses=errors(400, 401, 502, 503))
     async def prefill(body: PrefillRequest) -> PrefillReply:
         """The prefill side of a hand-off: the prompt computed by vLLM and kept for the decode side."""
@@ -159,27 +191,6 @@ def build_vllm_front(cfg: FrontConfig, alive: Callable[[], bool], relay_stats: C
     @app.get("/internal/kv/cached", dependencies=internal, responses=errors(401))
     async def kv_cached() -> CachedBlocks:
         return CachedBlocks(**cached())
-
-    _status_routes(app, cfg, alive, relay_stats, public, http)
-    return app
-
-
-async def _sse(up: httpx.Response, ans: Answer, chunks, done, include_usage: bool) -> AsyncIterator[bytes]:
-    """The client's SSE stream; an upstream failure mid-stream ends it with an error event."""
-    try:
-        if ans.kind == "chat":
-            yield b"data: " + orjson.dumps(ans.chunk(None, None, first=True)) + b"\n\n"
-        async for c in chunks(up, ans):
-            yield b"data: " + orjson.dumps(c) + b"\n\n"
-        if include_usage:
-            yield b"data: " + orjson.dumps(ans.usage_chunk()) + b"\n\n"
-    except (httpx.HTTPError, APIError, ValueError) as e:
-        err = e if isinstance(e, APIError) else APIError(502, f"vLLM failed mid-stream: {type(e).__name__}")
-        yield b"data: " + orjson.dumps(err.body()) + b"\n\n"
-    finally:
-        await up.aclose()
-        done(ans)
-    yield b"data: [DONE]\n\n"
 
 
 def _status_routes(app: FastAPI, cfg: FrontConfig, alive: Callable[[], bool], relay_stats: Callable[[], dict],
