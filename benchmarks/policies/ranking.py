@@ -167,7 +167,8 @@ def show(name: str, seed: int, rate: float, v: dict, wall: float) -> None:
           f"ttft-only {'met' if v['ttft']['met'] else 'missed'} ({wall:.0f} s)", flush=True)
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of this benchmark."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="real,sim,plan", help="real: the cluster; sim: `bench --sim`'s "
                    "procedure; plan: `warmpath plan`'s evaluator and its recommendation")
@@ -188,6 +189,11 @@ def main() -> int:
                         "TPOT over the simulated one, ranking_sim.served_decode_factor) or as calibrated")
     p.add_argument("--redo", action="store_true", help="recompute the parts asked for even where ranking.json has them")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/ranking"))
+    return p
+
+
+def main() -> int:
+    p = parser()
     a = p.parse_args()
     arms = a.arms.split(",")
     if bad := [x for x in arms if x not in ARMS]:
