@@ -11,7 +11,8 @@ prompt), the router's predicted TTFT, the stages' ``Server-Timing`` (seconds), a
 warmpath router reports the path in ``X-Warmpath-Route`` / ``-Worker`` / ``-Decode`` / ``-Path``,
 its predictions in ``X-Warmpath-Predicted-TTFT-S`` / ``-TPOT-S``, the
 stage times in ``Server-Timing`` and the loads in ``usage["warmpath"]``; another server
-reports none of it (``None``). The simulator knows all of it but ``Server-Timing``.
+reports none of it (``None``). The simulator knows all of it; of ``Server-Timing`` only the
+``route`` stage (the router's admission wait).
 """
 
 from __future__ import annotations

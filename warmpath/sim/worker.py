@@ -84,6 +84,8 @@ class SimWorker:
         self._handed: set[str] = set()   # handed-off sequences not scheduled yet
         self.handoff_query_tokens = 0    # of the scheduler's prefix counters: handed-off prompts
         self.handoff_hit_tokens = 0      # and the KV of them loaded here (no prefix hit)
+        self.trace: list[dict] | None = None   # step-trace rows (``step_trace.py``'s format) when a list
+        self._step = (0.0, [])                 # the running step's start and items
 
     # -- router's view -----------------------------------------------------
     def view(self) -> WorkerView:
@@ -156,6 +158,7 @@ class SimWorker:
         self.steps += 1
         self.busy_s += dt
         self._step_s = dt
+        self._step = (now, items)
         return dt, out
 
     def end_step(self, now: float, out: SchedulerOutput) -> tuple[list[Sequence], list[Sequence], float]:
@@ -168,6 +171,10 @@ class SimWorker:
         sealed = [(s.seq, s.seq.num_sealed_blocks) for s in out.scheduled]
         finished = self.sched.update(out, sampled, ())
         self.cost.observe_prefill(out.num_tokens, self._step_s)   # the speed its heartbeats carry
+        if self.trace is not None:   # as a real worker's --step-trace: compute apart from its KV loads
+            t0, items = self._step
+            self.trace.append({"t0": t0, "t1": now, "exec_s": now - t0 - self.last_load_s,
+                               "tiers_s": self.last_load_s, "items": items, "model_s": self._step_s})
         put_s = self._flush(now, sealed)
         return got, finished, put_s
 
