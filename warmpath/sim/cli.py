@@ -55,6 +55,8 @@ def add_parser(sub) -> None:
                         "the next turn recomputes them (default: the calibration's measurement, else 0)")
     s.add_argument("--max-in-flight", type=int, default=None,
                    help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
+    s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
+                   help="how the store evicts: lru, or lease (as Mooncake's master: blocks never read go first)")
     s.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="prefill chunk (default: --hardware cpu as the calibration's served engine, else 8192)")
     wl = s.add_mutually_exclusive_group(required=True)
@@ -139,6 +141,7 @@ def setup_from_args(a: argparse.Namespace):
                     retokenize_miss=retok,
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic,
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
+                    l3_eviction=getattr(a, "l3_eviction", "lru"),
                     max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
                     **(variation if cpu else {}), **store, **_goodput_target(a))
 

@@ -28,6 +28,7 @@ from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
 from warmpath.sim.hardware import HardwareProfile, ModelProfile
 from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
+from warmpath.sim.lease_store import LeaseStore
 from warmpath.sim.store import SharedLink, SimStore
 from warmpath.sim.worker import SimWorker, SimWorkerConfig
 
@@ -51,6 +52,7 @@ class SimSetup:
     max_kv_blocks: int = 65536
     l2_gib: float = 0.0
     l3_gib: float = 4096.0
+    l3_eviction: str = "lru"              # "lease": as Mooncake's master (sim/lease_store.py)
     store_bytes_s: float | None = None
     scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=8192,
                                                  max_model_len=1 << 20)
@@ -81,7 +83,10 @@ def build(s: SimSetup) -> Simulation:
     m, hw = s.model, s.hardware
     block_bytes = s.block_size * m.kv_bytes_per_token
     link = SharedLink(s.store_bytes_s or hw.nic_bytes_s * s.gpus, hw.net_latency_s)
-    store = SimStore(int(s.l3_gib * GIB // (header_size(s.block_size) + block_bytes)), link)   # as stored
+    if s.l3_eviction not in ("lru", "lease"):
+        raise ValueError(f"l3_eviction: lru or lease, got {s.l3_eviction!r}")
+    store = (LeaseStore if s.l3_eviction == "lease" else SimStore)(
+        int(s.l3_gib * GIB // (header_size(s.block_size) + block_bytes)), link)   # as stored
     index = GlobalKVIndex(stale_after_s=float("inf"))
     workers = []
     for wid, role in s.topology.roles():

@@ -5,7 +5,8 @@ is: a put that does not fit is refused (``NO_SPACE``: not stored, a future miss 
 needs those blocks recomputes them), and the master evicts in the background, not for the
 put: when a put finds the store at ``high_watermark`` of its capacity or above, the master
 has evicted the ``eviction_ratio`` least recently used share of the capacity since the last
-put (Mooncake's defaults: 0.95 and 0.05; its eviction is approximately LRU). Transfers to and
+put (0.95 and 0.05). Mooncake's own master evicts in lease order instead, blocks written and
+never read first (``lease_store.py``: an option, not the default — see its docstring). Transfers to and
 from it share the store's aggregate bandwidth: a transfer starting while ``k`` others are
 in flight gets ``min(worker NIC, store bandwidth / (k + 1))`` for its whole length (a
 deterministic approximation of processor sharing).
@@ -55,7 +56,9 @@ class SimStore:
     evicted: int = 0
     refused: int = 0
 
-    def count_prefix(self, hashes: list[bytes]) -> int:
+    def count_prefix(self, hashes: list[bytes], now: float | None = None) -> int:
+        """How many of ``hashes`` are stored, from the first on (each found becomes the most
+        recently used; ``now`` is for stores that lease instead, :class:`~warmpath.sim.lease_store.LeaseStore`)."""
         n = 0
         for h in hashes:
             if h not in self.blocks:
@@ -64,7 +67,7 @@ class SimStore:
             n += 1
         return n
 
-    def put(self, hashes: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    def put(self, hashes: list[bytes], now: float = 0.0) -> tuple[list[bytes], list[bytes]]:
         """The master's eviction since the last put if the store is at its watermark, then
         store the blocks that fit and refuse the rest; returns (newly stored, evicted) hashes."""
         gone = []

@@ -45,7 +45,7 @@ class SimTierMover(TierMover):
         return self.l2.count_prefix(hashes)
 
     def count_l3(self, hashes: list[bytes]) -> int:
-        return self.store.count_prefix(hashes)
+        return self.store.count_prefix(hashes, self.now)   # Mooncake's existence check leases what it finds
 
     def in_l2(self, h: bytes) -> bool:
         return h in self.l2
@@ -65,10 +65,9 @@ class SimTierMover(TierMover):
         return self._put([h])
 
     def _put(self, hashes: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-        before = [h for h in hashes if h in self.store.blocks]
-        new, gone = self.store.put(hashes)
+        new, gone = self.store.put(hashes, self.now)
         written = set(new)
-        present = [h for h in before if h not in written]
+        present = [h for h in hashes if h in self.store.blocks and h not in written]   # held already
         self.put_blocks += len(new)
         self._removed.extend(gone)
         return new, present
@@ -84,7 +83,7 @@ class SimTierMover(TierMover):
         if ok2 < n_l2 or not n_l3:
             return LoadResult(ok2, 0)
         start = first_block + ok2
-        ok3 = self.store.count_prefix(hashes[start:start + n_l3])
+        ok3 = self.store.count_prefix(hashes[start:start + n_l3], self.now)   # a get leases them too
         if ok3:
             self.load_s += self.store.link.transfer(self.now, ok3 * self.l3_block_bytes, self.nic_bytes_s)
         return LoadResult(ok2, ok3)
