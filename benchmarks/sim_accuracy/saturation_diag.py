@@ -11,7 +11,7 @@ worker computed (KV it did not find), and a pure decode step's time over the ste
 (median by batch: what sharing the cores and the machine's state add to the calibrated step).
 
     python -m benchmarks.sim_accuracy.saturation_diag --real benchmarks/results/sim_accuracy/real_0.2_s302 \\
-        --rate 0.2 --seed 302 [--scatter 0] [--requests] [--real-trace DIR]
+        --rate 0.2 --seed 302 [--scatter 0] [--requests] [--real-trace DIR] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def sim_setup(calibration: Path, timeout: float, scatter: int, flags: dict | Non
     add_parser(p.add_subparsers())
     conf = {"topology": "cpd-1d", "hardware": "cpu", "model": "smollm2-135m", "calibration": str(calibration),
             "seed": scatter, **(flags or {})}
-    a = p.parse_args(["sim", "--workload", "coding-agent", *[x for k, v in conf.items() for x in (f"--{k}", str(v))]])
+    a = p.parse_args(["sim", "--workload", "coding-agent",
+                      *[x for k, v in conf.items() for x in (f"--{k.replace('_', '-')}", str(v))]])
     a.calibration, a.timeout, a.max_concurrency = Path(a.calibration), timeout, None
     return setup_from_args(a)
 
@@ -122,6 +123,7 @@ def main() -> int:
     p.add_argument("--sim-flags", default="{}", help="extra `warmpath sim` flags as JSON")
     p.add_argument("--real-trace", type=Path, help="the real run's --step-trace folder or file")
     p.add_argument("--requests", action="store_true", help="print every request on both sides")
+    p.add_argument("--out", type=Path, help="also write the summary (JSON) here")
     a = p.parse_args()
     log = a.real / "requests.jsonl"   # runs before issue 28 kept none
     real = [json.loads(x) for x in log.open()] if log.exists() else []
@@ -142,7 +144,11 @@ def main() -> int:
                   f"{(r.get('server_timing') or {}).get('route', 0):6.2f} ttft {f(r, 'ttft_s')} tpot {f(r, 'tpot_s')} | "
                   f"{(q or {}).get('prefill') or '-':13s} route {((q or {}).get('server_timing') or {}).get('route', 0):6.2f} "
                   f"ttft {f(q, 'ttft_s')} tpot {f(q, 'tpot_s')}")
+    out["command"] = " ".join(["python -m benchmarks.sim_accuracy.saturation_diag", *sys.argv[1:]])
     print(json.dumps(out, indent=1))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=1))
     return 0
 
 
