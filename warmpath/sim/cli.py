@@ -56,7 +56,8 @@ def add_parser(sub) -> None:
     s.add_argument("--max-in-flight", type=int, default=None,
                    help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
-                   help="how the store evicts: lru, or lease (as Mooncake's master: blocks never read go first)")
+                   help="how the store evicts: lru, or lease (as Mooncake's master: shard by shard, any block "
+                        "not read in the last 10 s)")
     s.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="prefill chunk (default: --hardware cpu as the calibration's served engine, else 8192)")
     wl = s.add_mutually_exclusive_group(required=True)

@@ -52,7 +52,7 @@ class SimSetup:
     max_kv_blocks: int = 65536
     l2_gib: float = 0.0
     l3_gib: float = 4096.0
-    l3_eviction: str = "lru"              # "lease": as Mooncake's master (sim/lease_store.py)
+    l3_eviction: str = "lru"              # "lease": evicted as Mooncake's master does (sim/lease_store.py)
     store_bytes_s: float | None = None
     scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=8192,
                                                  max_model_len=1 << 20)

@@ -5,8 +5,8 @@ is: a put that does not fit is refused (``NO_SPACE``: not stored, a future miss 
 needs those blocks recomputes them), and the master evicts in the background, not for the
 put: when a put finds the store at ``high_watermark`` of its capacity or above, the master
 has evicted the ``eviction_ratio`` least recently used share of the capacity since the last
-put (0.95 and 0.05). Mooncake's own master evicts in lease order instead, blocks written and
-never read first (``lease_store.py``: an option, not the default — see its docstring). Transfers to and
+put (0.95 and 0.05). Mooncake's own master is not LRU: it evicts shard by shard, nearly any
+block not read in the last 10 s (``lease_store.py``: an option, not the default — see its docstring). Transfers to and
 from it share the store's aggregate bandwidth: a transfer starting while ``k`` others are
 in flight gets ``min(worker NIC, store bandwidth / (k + 1))`` for its whole length (a
 deterministic approximation of processor sharing).
