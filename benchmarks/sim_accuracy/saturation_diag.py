@@ -86,7 +86,8 @@ def step_summary(steps: list[dict], model: StepModel) -> dict:
         if kind == "decode_s":
             ratio.setdefault(min(len(items), 8), []).append(wall / model.step_s(items))
     out["decode_over_model"] = {b: round(statistics.median(v), 3) for b, v in sorted(ratio.items())}
-    out["decode_over_model_all"] = round(statistics.median([x for v in ratio.values() for x in v]), 3) if ratio else None
+    every = [x for v in ratio.values() for x in v]
+    out["decode_over_model_all"] = round(statistics.median(every), 3) if every else None
     return out
 
 
@@ -109,6 +110,15 @@ def paired(real: list[dict], sim: list[dict]) -> dict:
     pairs = [(r, got[(r["sid"], r["turn"])]) for r in real if r["ok"] and (r["sid"], r["turn"]) in got]
     ratio = lambda k: round(statistics.median(s[k] / r[k] for r, s in pairs if r[k]), 3) if pairs else None  # noqa
     return {"pairs": len(pairs), "tpot_sim_over_real": ratio("tpot_s"), "e2e_sim_over_real": ratio("e2e_s")}
+
+
+def side(r: dict | None) -> str:
+    """One side of a request's line: prefill worker, admission wait, TTFT, TPOT."""
+    if r is None:
+        return "(not there)"
+    f = lambda k: "-" if r.get(k) is None else f"{r[k]:6.2f}"   # noqa: E731
+    route = (r.get("server_timing") or {}).get("route", 0.0)
+    return f"{r.get('prefill') or '-':13s} route {route:6.2f} ttft {f('ttft_s')} tpot {f('tpot_s')}"
 
 
 def main() -> int:
@@ -137,13 +147,8 @@ def main() -> int:
         out["real_steps"] = {w: step_summary(t, model) for w, t in read_trace(a.real_trace).items()}
     if a.requests:
         got = {(r["sid"], r["turn"]): r for r in sim}
-        f = lambda r, k: "-" if r is None or r.get(k) is None else f"{r[k]:6.2f}"   # noqa: E731
         for r in real:
-            q = got.get((r["sid"], r["turn"]))
-            print(f"{r['sid']:8s} t{r['turn']} {r['class']:4s} | {r['prefill'] or '-':13s} route "
-                  f"{(r.get('server_timing') or {}).get('route', 0):6.2f} ttft {f(r, 'ttft_s')} tpot {f(r, 'tpot_s')} | "
-                  f"{(q or {}).get('prefill') or '-':13s} route {((q or {}).get('server_timing') or {}).get('route', 0):6.2f} "
-                  f"ttft {f(q, 'ttft_s')} tpot {f(q, 'tpot_s')}")
+            print(f"{r['sid']:8s} t{r['turn']} {r['class']:4s} | {side(r)} | {side(got.get((r['sid'], r['turn'])))}")
     out["command"] = " ".join(["python -m benchmarks.sim_accuracy.saturation_diag", *sys.argv[1:]])
     print(json.dumps(out, indent=1))
     if a.out:
