@@ -91,5 +91,9 @@ def test_the_setup_chooses_the_store():
         build(SimSetup(**{**base.__dict__, "l3_eviction": "fifo"}))
 
 
-def test_the_default_first_shard_is_seeded():
-    assert LeaseStore(4, SharedLink(1e9))._rng.randrange(1024) == random.Random(0).randrange(1024)
+def test_the_first_shard_follows_the_setups_seed():
+    base = SimSetup(resolve("cpd-1d"), MODELS["llama-3.1-8b"], HARDWARE["b200"], l3_gib=1.0, l3_eviction="lease")
+    draws = {seed: [build(SimSetup(**{**base.__dict__, "seed": seed})).store._rng.randrange(1024) for _ in range(2)]
+             for seed in (3, 4)}
+    assert draws[3] == [random.Random("3/l3").randrange(1024)] * 2   # a fresh store per build, same draw
+    assert draws[4] == [random.Random("4/l3").randrange(1024)] * 2

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -85,8 +86,10 @@ def build(s: SimSetup) -> Simulation:
     link = SharedLink(s.store_bytes_s or hw.nic_bytes_s * s.gpus, hw.net_latency_s)
     if s.l3_eviction not in ("lru", "lease"):
         raise ValueError(f"l3_eviction: lru or lease, got {s.l3_eviction!r}")
-    store = (LeaseStore if s.l3_eviction == "lease" else SimStore)(
-        int(s.l3_gib * GIB // (header_size(s.block_size) + block_bytes)), link)   # as stored
+    blocks = int(s.l3_gib * GIB // (header_size(s.block_size) + block_bytes))   # as stored
+    # the master's random first shard of each eviction pass follows the setup's seed
+    store = LeaseStore(blocks, link, _rng=random.Random(f"{s.seed}/l3")) if s.l3_eviction == "lease" \
+        else SimStore(blocks, link)
     index = GlobalKVIndex(stale_after_s=float("inf"))
     workers = []
     for wid, role in s.topology.roles():
