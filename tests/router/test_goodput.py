@@ -111,3 +111,38 @@ def test_config_is_validated():
         GoodputConfig(target={"ttft": 2})
     assert GoodputConfig().bound(["warm"], "ttft") is None
     assert GoodputConfig(Target.parse("warm.tpot=0.05,cold.tpot=0.2")).running_tpot_bound() == 0.05
+
+
+def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_path_exists():
+    # d0: a document (1016 tokens) prefilling beside 4 decodes; the running are at
+    # (0.1296 + 98·0.014) / 100 = 0.014016 > 0.014 already, so no path keeps them (nor this one,
+    # whose own TPOT is 0.015 either way): both keep 0
+    rv, hits = follow_up()
+    ws = [WorkerView("d0", "decode", queued_prefill_tokens=1016, running=4, running_tokens=4000),
+          WorkerView("p0", "prefill", prefill_tok_s=1000)]
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.014")
+    sn = snap(ws, hits)
+    got = {s.pred.path: (s.kept, s.over, round(s.pred.ttft_s, 4)) for s in score(rv, sn, pol.cfg, "warm",
+                                                                                 paths(rv, sn, pol.cfg))}
+    # local: the document's 2 steps then 508 + 484 tokens (0.0648 + 0.0624): TTFT 0.2568, running
+    # at (0.2568 + 96·0.015) / 100 = 0.016968 — its own chunks push them further: over
+    assert got == {"local": (0, True, 0.2568), "warm": (0, False, round(992 * (1 + 1504 / 8192) / 1000 + 0.002, 4))}
+    assert pol.route(rv, sn).path == "warm"                 # not the lower TTFT
+    only_local = [ws[0]]
+    assert pol.route(rv, snap(only_local, hits)).path == "local"   # no other path: it runs
+
+
+def test_a_document_with_slack_pays_for_the_decodes_its_local_chunks_stretch():
+    # 1000 new tokens, idle fleet: local in 512 + 488 tokens alone (0.0562 + 0.0538 = 0.11 s)
+    # vs the warm tier (1.063 s); no warm arrivals, so the tier's harm is 0
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05")
+    calm = pol.route(rv, snap(fleet(running=0), arrivals={"cold": 0.1}, session_decode=None))
+    # λ 0.1: 0.1·0.11·0.055 / (0.05·100) s in TPOT bounds, ×20 (its bound): 0.0024 s
+    assert calm.path == "local" and "harm 0.002s" in calm.reason
+    busy = pol.route(rv, snap(fleet(running=0), arrivals={"cold": 50.0}, session_decode=None))
+    # λ 50: harm 1.21 s, so local costs 0.11 + 1.21 > 1.063: the warm tier
+    assert busy.path == "warm" and "harm 0.000s" in busy.reason
+    sn = snap(fleet(running=0), arrivals={"cold": 50.0}, session_decode=None)
+    local = next(s for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg)) if s.pred.path == "local")
+    assert local.harm_s == pytest.approx(50 * 0.11 * 0.055 / (0.05 * 100) * 20)

@@ -23,8 +23,12 @@ then measured (``warmpath_router_ttft_error_ratio``; goal: median ≤ 15% at low
 
 Step costs (``steps``: worker id → a ``router/predict.StepCost``, ``None`` → the fleet's,
 from a calibration or the simulator) price decode and mixed steps for the TPOT predictions;
-each decode worker's measured / predicted TPOT (moving average, ``tpot_scale``) corrects
-them online (``warmpath_router_tpot_error_ratio``: the error before the correction).
+each decode worker's correction κ of its decode steps (``tpot_scale``) follows the answers
+online (``warmpath_router_tpot_error_ratio``: the error before the correction): from each
+answer, the κ that would have predicted its TPOT exactly — its measured TPOT less the chunks'
+share of the prediction, over the decode steps' share — and κ is the median of the last
+``TPOT_WINDOW`` of them, so the few answers stretched by prompts that came after their
+decision (which no prediction saw) do not move it as a mean would.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from dataclasses import dataclass, field
 
 from warmpath.kv.load_cost import Ema, TransferFit
 from warmpath.stats import percentile
+
+TPOT_WINDOW = 16
 
 SHRINK_N = 8             # observations at which a worker's own prefill line weighs as much as its peers'
 ATTN_TOKENS = 8192        # K: context tokens whose attention costs as much as a token's MLPs
@@ -108,6 +114,24 @@ def _mean_line(lines: list[TransferFit]) -> TransferFit:
 
 
 @dataclass
+class WindowMedian:
+    """The median of the last ``window`` samples; ``value`` before any (no change: 1)."""
+
+    value: float = 1.0
+    window: int = TPOT_WINDOW
+    xs: list[float] = field(default_factory=list)
+    samples: int = 0
+
+    def update(self, x: float) -> None:
+        self.xs.append(x)
+        del self.xs[:-self.window]
+        self.samples += 1
+        s = sorted(self.xs)
+        n = len(s)
+        self.value = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+@dataclass
 class RouterModel:
     """Per-worker lines plus the router's own hop; ``kv_bytes_per_token`` from registration."""
 
@@ -117,7 +141,7 @@ class RouterModel:
     errors: list[float] = field(default_factory=list)     # |predicted - actual| / actual, recent
     max_errors: int = 512
     steps: dict = field(default_factory=dict)              # worker id (None: any) -> StepCost
-    tpot_scale: dict[str, Ema] = field(default_factory=dict)   # decode worker -> measured / predicted TPOT
+    tpot_scale: dict[str, "WindowMedian"] = field(default_factory=dict)   # decode worker -> κ of its decode steps
     tpot_errors: list[float] = field(default_factory=list)
 
     def of(self, w) -> WorkerModel:
@@ -184,14 +208,17 @@ class RouterModel:
         del self.errors[:-self.max_errors]
         return err
 
-    def observe_tpot(self, worker: str, predicted_s: float, actual_s: float) -> float | None:
-        """A request's predicted vs measured TPOT on ``worker``: the relative error, and the
-        worker's correction (measured / predicted, within [0.25, 4]) follows."""
+    def observe_tpot(self, worker: str, predicted_s: float, actual_s: float,
+                     parts: tuple[float, float] | None = None) -> float | None:
+        """A request's predicted vs measured TPOT on ``worker``: the relative error; the
+        worker's κ takes the value that would have predicted it, within [0.25, 4]
+        (``parts``: the prediction's chunks' share and decode steps' share before κ,
+        ``PathPrediction.tpot_parts``; ``None``: all of it decode steps, at the current κ)."""
         if actual_s <= 0 or predicted_s <= 0:
             return None
-        k = self.tpot_scale.setdefault(worker, Ema(1.0, alpha=0.2))
-        raw = predicted_s / k.value          # the prediction before this worker's correction
-        k.update(min(4.0, max(0.25, actual_s / raw)))
+        k = self.tpot_scale.setdefault(worker, WindowMedian())
+        chunks, steps = parts if parts is not None and parts[1] > 0 else (0.0, predicted_s / k.value)
+        k.update(min(4.0, max(0.25, (actual_s - chunks) / steps)))
         err = abs(predicted_s - actual_s) / actual_s
         self.tpot_errors.append(err)
         del self.tpot_errors[:-self.max_errors]
