@@ -42,25 +42,17 @@ def load(d: Path) -> list[dict]:
 
 def timeline(rows: list[dict], duration_s: float) -> list[dict]:
     """``arrival_s`` / ``first_s`` / ``end_s`` of each row (seconds into its rate point), from the
-    ranking workload's arrivals of its seed and rate; rows of an unknown session get none."""
-    from benchmarks.common.workload import agent
-    from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
+    ranking workload's arrivals of its seed and rate (``ranking_requests.sends``)."""
+    from benchmarks.policies.ranking_requests import sends, session_starts
 
     by_point: dict = {}
     for r in rows:
-        by_point.setdefault((r["seed"], r["rate"]), []).append(r)
-    for (seed, rate), rs in by_point.items():
+        by_point.setdefault((r["source"], r["seed"], r["rate"]), []).append(r)
+    for (_, seed, rate), rs in by_point.items():
         if seed is None:
             continue
-        times = arrival_times(ArrivalConfig(rate, duration_s, 1.0, 0.0, seed))
-        start = {s.sid: t for s, t in zip(agent(len(times), session_seed(seed, rate)), times)}
-        sent: dict[str, float] = {}
-        for r in sorted(rs, key=lambda x: (x["sid"], x["turn"])):
-            if r["sid"] not in start:
-                continue
-            a = sent.get(r["sid"], start[r["sid"]])
-            r.update(arrival_s=a, first_s=a + r["ttft_s"], end_s=a + r["e2e_s"])
-            sent[r["sid"]] = a + r["e2e_s"]
+        for t, _, r in sends(rs, session_starts(seed, rate, duration_s)):
+            r.update(arrival_s=t, first_s=t + r["ttft_s"], end_s=t + r["e2e_s"])
     return rows
 
 
@@ -98,9 +90,13 @@ def med(xs: list) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
+def mean(xs: list) -> float | None:
+    return round(statistics.fmean(xs), 4) if xs else None
+
+
 def summarize(rows: list[dict], ttft_key: str = "predicted_ttft_s", tpot_key: str = "predicted_tpot_s") -> dict:
-    """Median |error| and signed error of TTFT and TPOT, the stretch per token and the
-    decode-only TPOT error, over ``rows``."""
+    """Median |error| and signed error of TTFT and TPOT, the mean stretch per token (known,
+    later) and the decode-only TPOT error, over ``rows``."""
     e_ttft = [rel(r.get(ttft_key), r["ttft_s"]) for r in rows]
     e_tpot = [rel(r.get(tpot_key), r["tpot_s"]) for r in rows]
     per_tok = [(r.get("stretch_known_s", 0.0) + r.get("stretch_later_s", 0.0)) / max(1, r["output_tokens"] - 1)
@@ -110,8 +106,8 @@ def summarize(rows: list[dict], ttft_key: str = "predicted_ttft_s", tpot_key: st
     return {"n": len(rows), "ttft_abs": med([abs(e) for e in e_ttft if e is not None]), "ttft_signed": med(e_ttft),
             "tpot_abs": med([abs(e) for e in e_tpot if e is not None]), "tpot_signed": med(e_tpot),
             "stretched": sum(1 for s in per_tok if s > 0),
-            "stretch_known_per_tok": med([r.get("stretch_known_s", 0) / max(1, r["output_tokens"] - 1) for r in rows]),
-            "stretch_later_per_tok": med([r.get("stretch_later_s", 0) / max(1, r["output_tokens"] - 1) for r in rows]),
+            "stretch_known_per_tok": mean([r.get("stretch_known_s", 0) / max(1, r["output_tokens"] - 1) for r in rows]),
+            "stretch_later_per_tok": mean([r.get("stretch_later_s", 0) / max(1, r["output_tokens"] - 1) for r in rows]),
             "tpot_decode_only_abs": med([abs(e) for e in dec_only if e is not None]),
             "tpot_decode_only_signed": med(dec_only)}
 
@@ -137,7 +133,7 @@ def report(rows: list[dict], **keys) -> dict:
 def show(out: dict, title: str) -> None:
     f = lambda x: "-" if x is None else f"{100 * x:+.0f}%" if isinstance(x, float) else str(x)
     print(f"## {title}\nsource path rate: n | TTFT |err| (signed) | TPOT |err| (signed) | stretched, "
-          f"stretch/token known later (s) | decode-only TPOT |err| (signed)")
+          f"mean stretch/token known later (s) | decode-only TPOT |err| (signed)")
     for src, gs in out.items():
         for g, rates in gs.items():
             for rate, s in rates.items():
