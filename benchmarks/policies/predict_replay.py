@@ -9,7 +9,8 @@ there at ``t`` (a local one from its arrival, it prefills there; a remote one fr
 token); queued prompt tokens — the local rows not at their first token yet, their uncached
 tokens; contexts — each running row's prompt and half its answer. Step costs: the calibration's
 ``StepModel`` with ``--decode-factor`` (default: the ranking's served factor, ``ranking.json``'s
-``sim_decode_factor``); κ learnt online in the order the rows ended (``--kappa online``) or 1.
+``sim_decode_factor``); κ and ρ learnt online in the order the rows ended (``--kappa online``)
+or 1.
 A remote row's TTFT is its recorded prediction (the prefill worker's learnt line is not rebuilt).
 
     python -m benchmarks.policies.predict_replay [DIR ...] [--decode-factor F] [--kappa online|1]
@@ -27,7 +28,7 @@ from benchmarks.policies.predict_error import RESULTS, load, measure_item, repor
 from warmpath.engine.step_model import StepModel
 from warmpath.router.estimate import Estimate
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import DEFAULT_CHUNK, predict_local, predict_remote
+from warmpath.router.predict import DEFAULT_CHUNK, predict_local, predict_remote, step_cost
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 CALIBRATION = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
@@ -44,26 +45,29 @@ def decode_view(rows: list[dict], worker: str, t: float, me: dict) -> WorkerView
 
 def replay_point(rows: list[dict], cost: StepModel, kv_bytes: int, online: bool) -> None:
     """Re-predict each row of one rate point (its ``replayed_ttft_s`` / ``replayed_tpot_s``)."""
-    model = RouterModel(kv_bytes_per_token=kv_bytes)
+    model = RouterModel(kv_bytes_per_token=kv_bytes, steps={None: cost})
     timed = sorted((r for r in rows if "arrival_s" in r), key=lambda r: r["arrival_s"])
     ended: list[tuple[float, dict]] = []
     for q in timed:
         if online:
             for e, r in sorted(x for x in ended if x[0] <= q["arrival_s"]):
                 model.observe_tpot(r["decode"], r["replayed_tpot_s"], r["tpot_s"], r["replayed_parts"])
+                if r["replayed_ttft_parts"] is not None:
+                    model.observe_local_ttft(r["decode"], *r["replayed_ttft_parts"], r["ttft_s"])
             ended = [x for x in ended if x[0] > q["arrival_s"]]
         dw = decode_view(timed, q["decode"], q["arrival_s"], q)
         k = model.tpot_scale[q["decode"]].value if q["decode"] in model.tpot_scale else 1.0
         rv = RequestView(q["prompt_tokens"], (), 16, q["sid"], q["turn"], max_tokens=q["output_tokens"])
         if q["path"] == "local":
             sn = Snapshot([dw], {dw.worker_id: PrefixHit(q["cached_tokens"] // 16)}, None, kv_bytes, model=model)
-            p = predict_local(dw, rv, sn, cost, DEFAULT_CHUNK, k)
+            p = predict_local(dw, rv, sn, step_cost(sn, dw), DEFAULT_CHUNK, k)
         else:
             pw = WorkerView(q["prefill"] or "prefill-0", "prefill")
             e = Estimate(q["predicted_ttft_s"], q["cached_tokens"], 0.0, 0.0, 0.0, 0.0)
-            p = predict_remote(pw, dw, rv, Snapshot([pw, dw], {}, None, kv_bytes, model=model), cost,
-                               DEFAULT_CHUNK, e, k)
-        q.update(replayed_ttft_s=p.ttft_s, replayed_tpot_s=p.tpot_s, replayed_parts=p.tpot_parts)
+            sn = Snapshot([pw, dw], {}, None, kv_bytes, model=model)
+            p = predict_remote(pw, dw, rv, sn, step_cost(sn, dw), DEFAULT_CHUNK, e, k)
+        q.update(replayed_ttft_s=p.ttft_s, replayed_tpot_s=p.tpot_s, replayed_parts=p.tpot_parts,
+                 replayed_ttft_parts=p.ttft_parts)
         ended.append((q["end_s"], q))
 
 

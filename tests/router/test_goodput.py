@@ -72,6 +72,21 @@ def test_a_turn1_short_prompt_goes_local_on_an_idle_decode_worker():
     assert d.est_tpot_s == pytest.approx(0.011)
 
 
+def test_the_decider_learns_rho_and_kappa_from_a_local_answer():
+    rv = RequestView(200, (), 16, None, 1, max_tokens=100)
+    dec = RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05"))
+    sn = snap(fleet(running=0), session_decode=None)
+    dec.model = sn.model
+    d = dec.decide_route(rv, sn)
+    assert d.path == "local" and d.est_ttft_parts == (0.0, pytest.approx(0.025))
+    assert d.est_tpot_parts == (0.0, pytest.approx(0.011))
+    # measured 0.05 s to the first token, 0.022 s per token: ρ = 2, κ = 2
+    dec.observe_outcome(d, 0.05, 0.022)
+    assert dec.model.params()["chunk_scale"] == {"d0": 2.0} and dec.model.params()["tpot_scale"] == {"d0": 2.0}
+    d = dec.decide_route(rv, sn)
+    assert (d.est_ttft_s, d.est_tpot_s) == (pytest.approx(0.05), pytest.approx(0.022))
+
+
 def test_a_request_with_slack_lends_it_and_one_at_risk_borrows():
     rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
     pol = policy("warm.ttft_p90=2,cold.ttft_p90=20", local=False)
@@ -114,22 +129,24 @@ def test_config_is_validated():
 
 
 def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_path_exists():
-    # d0: a document (1016 tokens) prefilling beside 4 decodes; the running are at
-    # (0.1296 + 98·0.014) / 100 = 0.014016 > 0.014 already, so no path keeps them (nor this one,
-    # whose own TPOT is 0.015 either way): both keep 0
+    # d0 runs one decode (at 0.011 s, within 0.0129); p0 has a 3 s queue, so the remote path misses
+    # this turn's 2 s TTFT bound while local keeps it: each path keeps one request
     rv, hits = follow_up()
-    ws = [WorkerView("d0", "decode", queued_prefill_tokens=1016, running=4, running_tokens=4000),
-          WorkerView("p0", "prefill", prefill_tok_s=1000)]
-    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.014")
+    ws = fleet(running=1, p_queue=3000)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")
     sn = snap(ws, hits)
-    got = {s.pred.path: (s.kept, s.over, round(s.pred.ttft_s, 4)) for s in score(rv, sn, pol.cfg, "warm",
-                                                                                 paths(rv, sn, pol.cfg))}
-    # local: the document's 2 steps then 508 + 484 tokens (0.0648 + 0.0624): TTFT 0.2568, running
-    # at (0.2568 + 96·0.015) / 100 = 0.016968 — its own chunks push them further: over
-    assert got == {"local": (0, True, 0.2568), "warm": (0, False, round(992 * (1 + 1504 / 8192) / 1000 + 0.002, 4))}
-    assert pol.route(rv, sn).path == "warm"                 # not the lower TTFT
-    only_local = [ws[0]]
-    assert pol.route(rv, snap(only_local, hits)).path == "local"   # no other path: it runs
+    got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
+    # local: 511 + 481 tokens beside 1 decode (0.0621 + 0.0591): the running one at
+    # (0.1212 + 98·0.012) / 100 = 0.012972 > 0.0129: pushed over; remote leaves it at 0.012
+    assert got == {"local": (1, True), "warm": (1, False)}
+    d = pol.route(rv, sn)
+    assert d.path == "warm" and d.est_ttft_s > 2              # not the lower TTFT
+    assert pol.route(rv, snap([ws[0]], hits)).path == "local"   # no other path: it runs
+    # already past the bound (0.011 > 0.0105): lost on every path, so local pushes nobody over
+    late = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105")
+    got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, late.cfg, "warm", paths(rv, sn, late.cfg))}
+    assert got == {"local": (0, False), "warm": (0, False)}
+    assert late.route(rv, sn).path == "local"
 
 
 def test_a_document_with_slack_pays_for_the_decodes_its_local_chunks_stretch():

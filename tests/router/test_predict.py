@@ -8,7 +8,7 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import (Chunks, LineSteps, chunked, current_tpot, predict_local,
+from warmpath.router.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, predict_local,
                                      predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -163,3 +163,25 @@ def test_the_correction_learns_the_decode_steps_and_shrugs_off_a_stretched_answe
         m.observe_tpot("d0", 0.02, 0.02, (0.005, 0.015))
     assert tpot_scale(snap([w], model=m), w) == pytest.approx(1.0)
     assert m.params()["tpot_scale"] == {"d0": 1.0} and m.params()["tpot_error_n"] == 19
+
+
+def test_rho_prices_the_prompt_steps_from_local_prefills_measured_with_nothing_queued():
+    m = RouterModel(steps={None: SM})                 # hop prior 0.005 s
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw], model=m), step_cost(snap([dw], model=m), dw))
+    assert p.ttft_s == pytest.approx(0.005 + 0.128) and p.ttft_parts == (0.005, pytest.approx(0.128))
+    # it took 0.069 s: ρ = (0.069 - 0.005) / 0.128 = 0.5
+    m.observe_local_ttft("d0", 0.005, 0.128, 0.069)
+    cost = step_cost(snap([dw], model=m), dw)
+    assert cost == ChunkScaled(SM, pytest.approx(0.5))
+    assert cost.step_s([(1, 0)] * 4) == pytest.approx(0.014)                 # decodes as they were
+    assert cost.step_s([(1, 0)] * 4 + [(508, 0)]) == pytest.approx(0.0324)   # a chunk at half price
+    p = predict_local(dw, req(), snap([dw], model=m), cost)
+    assert p.ttft_s == pytest.approx(0.069) and p.ttft_parts == (0.005, pytest.approx(0.128))   # before ρ
+    assert p.running_tpot_s == pytest.approx((0.064 + 98 * 0.015) / 100)
+    assert m.params()["chunk_scale"] == {"d0": 0.5}
+    # prompts queued ahead: no ρ sample from this one (their progress is not known)
+    busy = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
+    assert predict_local(busy, req(), snap([busy], model=m), cost).ttft_parts is None
+    m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
+    assert m.chunk_scale["d0"].samples == 1

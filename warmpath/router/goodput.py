@@ -21,8 +21,9 @@ later arrivals on that decode worker (:func:`local_harm_s`, over their TPOT boun
 answer); then the fewest running on the decode worker, then the ids. A request at risk
 borrows: it takes the path that keeps it within its bound even when that stretches others,
 as long as they stay within theirs — and never a local path that would push the decode
-worker's running requests past their TPOT bound while another path exists (``Scored.over``:
-the chunks that stretch them are this request's own).
+worker's running requests past their TPOT bound, from within it, while another path exists
+(``Scored.over``: the chunks that stretch them are this request's own). Running requests
+already past it are lost on every path; a local path's harm to later arrivals still counts.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Scored:
     kept: int
     cost_s: float
     harm_s: float
-    over: bool = False     # local, and its chunks push the running requests past their TPOT bound
+    over: bool = False     # local, and its chunks push the running requests (within now) past their TPOT bound
 
 
 def request_classes(cls: str, turn: int) -> list[str]:
@@ -134,7 +135,7 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         within = run_b is None or p.running_tpot_s <= run_b
         h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens) * mine
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
-                          p.path == "local" and p.running > 0 and not within))
+                          p.path == "local" and base.get(p.decode, 0) > 0 and not within))
     return out
 
 

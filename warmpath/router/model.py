@@ -28,7 +28,9 @@ online (``warmpath_router_tpot_error_ratio``: the error before the correction): 
 answer, the κ that would have predicted its TPOT exactly — its measured TPOT less the chunks'
 share of the prediction, over the decode steps' share — and κ is the median of the last
 ``TPOT_WINDOW`` of them, so the few answers stretched by prompts that came after their
-decision (which no prediction saw) do not move it as a mean would.
+decision (which no prediction saw) do not move it as a mean would. Likewise ρ
+(``chunk_scale``) corrects the price of a decode worker's prompt steps from the TTFT of the
+prompts it computed with nothing queued ahead (``observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class RouterModel:
     max_errors: int = 512
     steps: dict = field(default_factory=dict)              # worker id (None: any) -> StepCost
     tpot_scale: dict[str, "WindowMedian"] = field(default_factory=dict)   # decode worker -> κ of its decode steps
+    chunk_scale: dict[str, "WindowMedian"] = field(default_factory=dict)  # decode worker -> ρ of its prompt steps
     tpot_errors: list[float] = field(default_factory=list)
 
     def of(self, w) -> WorkerModel:
@@ -224,12 +227,21 @@ class RouterModel:
         del self.tpot_errors[:-self.max_errors]
         return err
 
+    def observe_local_ttft(self, worker: str, fixed_s: float, chunks_s: float, actual_s: float) -> None:
+        """A prompt ``worker`` computed itself with nothing queued ahead: predicted TTFT =
+        ``fixed_s`` (hop, prefix load) + ρ · ``chunks_s`` (its steps before ρ); ρ takes the value
+        that would have predicted ``actual_s``, within [0.25, 4]."""
+        if chunks_s > 0 and actual_s > 0:
+            self.chunk_scale.setdefault(worker, WindowMedian()).update(
+                min(4.0, max(0.25, (actual_s - fixed_s) / chunks_s)))
+
     def params(self) -> dict:
         """What the router believes now (``/v1/cluster``)."""
         return {"hop_s": round(self.hop_s.value, 4), "kv_bytes_per_token": self.kv_bytes_per_token,
                 "ttft_error_p50": percentile(self.errors, 50), "ttft_error_n": len(self.errors),
                 "tpot_error_p50": percentile(self.tpot_errors, 50), "tpot_error_n": len(self.tpot_errors),
                 "tpot_scale": {w: round(k.value, 3) for w, k in self.tpot_scale.items()},
+                "chunk_scale": {w: round(k.value, 3) for w, k in self.chunk_scale.items()},
                 "workers": {w: m.params() for w, m in self.workers.items()}}
 
 

@@ -28,6 +28,8 @@ it does not scale the chunks: their price is the prefill's, which TTFT checks). 
   decode worker stretches a warm turn handed off there.
 
 Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
+The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
+decode worker's online correction of its local prefills (``model.RouterModel.observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -78,19 +80,35 @@ class LineSteps:
         return self.overhead_s + (pre + (max(dec, self.floor_tokens) if dec else 0)) / self.tok_s
 
 
+@dataclass(frozen=True)
+class ChunkScaled:
+    """``inner``'s step costs, those computing a prompt (any item of more than one token)
+    ``chunk_scale`` times (ρ: the worker's measured local prefills over the predicted ones)."""
+
+    inner: StepCost
+    chunk_scale: float
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        s = self.inner.step_s(items)
+        return s * self.chunk_scale if any(n > 1 for n, _ in items) else s
+
+
 def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
     """``w``'s step cost: the router model's for it, else :class:`LineSteps` from its learnt
     lines when it reported decode steps, else the fleet's, else :class:`LineSteps` from its
-    learnt prefill line."""
+    learnt prefill line; its prompt steps scaled by ρ once it has one (:class:`ChunkScaled`)."""
     steps = getattr(snap.model, "steps", {})
     m = worker_model(w, snap)
     line = m.compute
     if w.worker_id in steps:
-        return steps[w.worker_id]
-    if m.decode is not None:
-        return LineSteps(line.overhead_s, line.bytes_s, decode_s=m.decode.overhead_s,
+        cost = steps[w.worker_id]
+    elif m.decode is not None:
+        cost = LineSteps(line.overhead_s, line.bytes_s, decode_s=m.decode.overhead_s,
                          decode_per_seq_s=1.0 / m.decode.bytes_s)
-    return steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+    else:
+        cost = steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+    rho = getattr(snap.model, "chunk_scale", {}).get(w.worker_id)
+    return ChunkScaled(cost, rho.value) if rho is not None and rho.samples and rho.value != 1.0 else cost
 
 
 def tpot_scale(snap: Snapshot, w: WorkerView) -> float:
@@ -156,6 +174,7 @@ class PathPrediction:
     tpot_parts: tuple[float, float] = (0.0, 0.0)   # ``tpot_s`` = chunks' share + κ · decode steps' share
     queued_s: float = 0.0          # seconds of the prompts queued on the decode worker (its chunks)
     own_s: float = 0.0             # seconds of this prompt's chunks on the decode worker (local only)
+    ttft_parts: tuple[float, float] | None = None   # local, nothing queued: ``ttft_s`` = fixed + ρ · chunks
 
 
 def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
@@ -195,9 +214,11 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
                   e.cached_tokens, chunk)
     hop = snap.model.hop_s.value if snap.model is not None else 0.0
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
+    rho = cost.chunk_scale if isinstance(cost, ChunkScaled) else 1.0
     return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
                           running_tpot(queued + own, after, req.max_tokens, k), b, e.cached_tokens, (0.0, after),
-                          queued.total_s, own.total_s)
+                          queued.total_s, own.total_s,
+                          None if queued.steps else (hop + e.load_s, own.total_s / rho))
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
