@@ -7,15 +7,17 @@ Why a TPOT prediction missed: each request's timeline is rebuilt from the worklo
 (the ranking's ``agent`` sessions and seeds; a session's next turn is sent when its answer
 ends), and the seconds of *local prefills on its decode worker* that overlap its decode (from
 its first token to its end) are summed — ``stretch_known``: prefills that had arrived before it
-(the router could see them), ``stretch_later``: ones arriving after it (it could not). Their sum
+(the router could see them), ``stretch_later``: ones arriving after it (it could not); a prompt
+counts from when the one ahead of it there was done (first come, first served). Their sum
 per token, taken off the measured TPOT, leaves the decode steps alone (``decode_only``): set
 beside the prediction, it shows what a step-cost error (the served decode factor, the online
 correction) accounts for and what the chunks do.
 
     python -m benchmarks.policies.predict_error [DIR ...] [--duration 60] [--out FILE]
 
-DIRs default to ``benchmarks/results/ranking/{real,sim}/goodput-1p1d_s*``; a DIR ending in
-``_s<seed>`` is that seed's sweep.
+DIRs default to ``benchmarks/results/ranking/*/goodput-1p1d_s*`` (``real``; ``sim``: the
+simulator before issue 29's predictor fixes; ``sim_new``: after, ``ranking_requests --write``); a
+DIR ending in ``_s<seed>`` is that seed's sweep, its folder's name the rows' ``source``.
 """
 
 from __future__ import annotations
@@ -60,18 +62,35 @@ def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
+def computing(rows: list[dict]) -> dict[int, tuple[float, float]]:
+    """When each local row's prompt was being computed on its decode worker: from its arrival
+    or the end of the one before it there (first come, first served), to its first token."""
+    out: dict[int, tuple[float, float]] = {}
+    by: dict = {}
+    for r in rows:
+        if r["path"] == "local" and "arrival_s" in r:
+            by.setdefault((r["source"], r["seed"], r["rate"], r["decode"]), []).append(r)
+    for rs in by.values():
+        busy = float("-inf")
+        for r in sorted(rs, key=lambda x: x["arrival_s"]):
+            out[id(r)] = (min(max(r["arrival_s"], busy), r["first_s"]), r["first_s"])
+            busy = max(busy, r["first_s"])
+    return out
+
+
 def stretches(rows: list[dict]) -> list[dict]:
     """Each timed row's ``stretch_known_s`` / ``stretch_later_s``: the seconds of other rows'
-    local prefills on its decode worker (from their arrival to their first token) within its
-    decode, split by whether they arrived before it."""
+    local prefills on its decode worker (while computed: :func:`computing`) within its decode,
+    split by whether they arrived before it."""
     timed = [r for r in rows if "arrival_s" in r]
+    comp = computing(timed)
     for r in timed:
         known = later = 0.0
         for p in timed:
-            if p is r or p["path"] != "local" or p["decode"] != r["decode"] or \
+            if p is r or id(p) not in comp or p["decode"] != r["decode"] or \
                     (p["seed"], p["rate"], p["source"]) != (r["seed"], r["rate"], r["source"]):
                 continue
-            o = overlap(r["first_s"], r["end_s"], p["arrival_s"], p["first_s"])
+            o = overlap(r["first_s"], r["end_s"], *comp[id(p)])
             if p["arrival_s"] <= r["arrival_s"]:
                 known += o
             else:
@@ -94,15 +113,19 @@ def mean(xs: list) -> float | None:
     return round(statistics.fmean(xs), 4) if xs else None
 
 
-def summarize(rows: list[dict], ttft_key: str = "predicted_ttft_s", tpot_key: str = "predicted_tpot_s") -> dict:
+def summarize(rows: list[dict], ttft_key: str = "predicted_ttft_s", tpot_key: str = "predicted_tpot_s",
+              parts_key: str | None = None) -> dict:
     """Median |error| and signed error of TTFT and TPOT, the mean stretch per token (known,
-    later) and the decode-only TPOT error, over ``rows``."""
+    later) and the decode-only TPOT error, over ``rows``: the measured TPOT less the stretch per
+    token against the predicted one less its chunks' share (``parts_key``: a row's
+    ``PathPrediction.tpot_parts``; without it, none: the rows' records do not carry it)."""
     e_ttft = [rel(r.get(ttft_key), r["ttft_s"]) for r in rows]
     e_tpot = [rel(r.get(tpot_key), r["tpot_s"]) for r in rows]
     per_tok = [(r.get("stretch_known_s", 0.0) + r.get("stretch_later_s", 0.0)) / max(1, r["output_tokens"] - 1)
                for r in rows]
-    dec_only = [rel(r.get(tpot_key), r["tpot_s"] - s) if r["tpot_s"] - s > 0 else None
-                for r, s in zip(rows, per_tok)]
+    pred_dec = [r.get(tpot_key) and r[tpot_key] - (r[parts_key][0] if parts_key and r.get(parts_key) else 0.0)
+                for r in rows]
+    dec_only = [rel(p, r["tpot_s"] - s) if r["tpot_s"] - s > 0 else None for r, s, p in zip(rows, per_tok, pred_dec)]
     return {"n": len(rows), "ttft_abs": med([abs(e) for e in e_ttft if e is not None]), "ttft_signed": med(e_ttft),
             "tpot_abs": med([abs(e) for e in e_tpot if e is not None]), "tpot_signed": med(e_tpot),
             "stretched": sum(1 for s in per_tok if s > 0),
@@ -160,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of each rate point (the ranking's)")
     p.add_argument("--out", type=Path, default=RESULTS / "predict_error.json")
     a = p.parse_args(argv)
-    dirs = a.dirs or sorted(RESULTS.glob("real/goodput-1p1d_s*")) + sorted(RESULTS.glob("sim/goodput-1p1d_s*"))
+    dirs = a.dirs or sorted(RESULTS.glob("*/goodput-1p1d_s*"))
     if missing := [str(d) for d in dirs if not (d / "requests.jsonl").exists()]:
         p.error(f"no requests.jsonl in {missing}")
     rows = stretches(timeline([r for d in dirs for r in load(d)], a.duration))

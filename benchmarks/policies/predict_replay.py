@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     for pts in points.values():
         replay_point(pts, cost, int(cal.get("kv_bytes_per_token", 46080)), a.kappa == "online")
     got = [r for r in rows if "replayed_tpot_s" in r]
-    recorded, replayed = report(got), report(got, ttft_key="replayed_ttft_s", tpot_key="replayed_tpot_s")
+    recorded, replayed = report(got), report(got, ttft_key="replayed_ttft_s", tpot_key="replayed_tpot_s",
+                                             parts_key="replayed_parts")
     show(recorded, "recorded predictions")
     show(replayed, f"replayed: this checkout's predictor, decodes x{factor:.3f}, kappa {a.kappa}")
     result = {"dirs": [str(d) for d in dirs], "decode_factor": factor, "kappa": a.kappa,

@@ -34,6 +34,17 @@ def test_a_decode_is_stretched_by_the_local_prefills_it_overlaps_known_or_later(
     assert (c["stretch_known_s"], c["stretch_later_s"]) == (0.0, 0.0)    # C decodes over [6, 9]: none
 
 
+def test_prompts_queued_behind_one_another_count_once():
+    # D, local, arrives at 2 while A computes until 4: D is computed over [4, 5.5] (not from 2),
+    # C, arriving at 5, over [5.5, 6]. B's decode [1.5, 7.5]: A's 2.5 s known (A arrived before
+    # B), D's 1.5 s and C's 0.5 s later (the sum over [2, 5.5] and [5, 6] would be 5.5)
+    d = row("D", "local", 2.0, 5.5, 8.0, 3.0, 0.1, 0.1)
+    c = row("C", "local", 5.0, 6.0, 9.0, 1.0, 0.1, 0.08)
+    a, b, c, d = stretches(rows()[:2] + [c, d])
+    assert (b["stretch_known_s"], b["stretch_later_s"]) == (2.5, 2.0)
+    assert (a["stretch_known_s"], a["stretch_later_s"]) == (0.0, 2.0)   # A's decode [4, 8]: D's 1.5, C's 0.5
+
+
 def test_errors_split_the_stretch_from_the_decode_steps():
     b = stretches(rows())[1]
     s = summarize([b])

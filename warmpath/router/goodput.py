@@ -125,10 +125,10 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
             for wid, w in holders.items()}
     total = sum(base.values())
     harm = {}
-    for pw in snap.by_role("pre-prefill", "prefill"):   # in units of this request's TTFT bound
-        mine, theirs = cfg.bound([cls], "ttft") or 1.0, cfg.bound([tier_class(pw)], "ttft") or 1.0
+    mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
+    for pw in snap.by_role("pre-prefill", "prefill"):
+        theirs = cfg.bound([tier_class(pw)], "ttft") or 1.0
         harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
-    mine = cfg.bound([cls], "ttft") or 1.0
     out = []
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
