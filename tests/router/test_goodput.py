@@ -80,9 +80,12 @@ def test_the_decider_learns_rho_and_kappa_from_a_local_answer():
     d = dec.decide_route(rv, sn)
     assert d.path == "local" and d.est_ttft_parts == (0.0, pytest.approx(0.025))
     assert d.est_tpot_parts == (0.0, pytest.approx(0.011))
-    # measured 0.05 s to the first token, 0.022 s per token: ρ = 2, κ = 2
+    # measured 0.05 s to the first token, 0.022 s per token: κ = 2 at once, ρ = 2 from the third
     dec.observe_outcome(d, 0.05, 0.022)
-    assert dec.model.params()["chunk_scale"] == {"d0": 2.0} and dec.model.params()["tpot_scale"] == {"d0": 2.0}
+    assert dec.model.params()["chunk_scale"] == {"d0": 1.0} and dec.model.params()["tpot_scale"] == {"d0": 2.0}
+    dec.observe_outcome(d, 0.05, 0.022)
+    dec.observe_outcome(d, 0.05, 0.022)
+    assert dec.model.params()["chunk_scale"] == {"d0": 2.0}
     d = dec.decide_route(rv, sn)
     assert (d.est_ttft_s, d.est_tpot_s) == (pytest.approx(0.05), pytest.approx(0.022))
 

@@ -170,7 +170,11 @@ def test_rho_prices_the_prompt_steps_from_local_prefills_measured_with_nothing_q
     dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw], model=m), step_cost(snap([dw], model=m), dw))
     assert p.ttft_s == pytest.approx(0.005 + 0.128) and p.ttft_parts == (0.005, pytest.approx(0.128))
-    # it took 0.069 s: ρ = (0.069 - 0.005) / 0.128 = 0.5
+    # it took 0.069 s: ρ = (0.069 - 0.005) / 0.128 = 0.5, from the third sample on (the first,
+    # a cold engine's 1 s: 4, capped; the median of (4, 0.5, 0.5))
+    m.observe_local_ttft("d0", 0.005, 0.128, 1.0)
+    m.observe_local_ttft("d0", 0.005, 0.128, 0.069)
+    assert step_cost(snap([dw], model=m), dw) is SM
     m.observe_local_ttft("d0", 0.005, 0.128, 0.069)
     cost = step_cost(snap([dw], model=m), dw)
     assert cost == ChunkScaled(SM, pytest.approx(0.5))
@@ -184,4 +188,5 @@ def test_rho_prices_the_prompt_steps_from_local_prefills_measured_with_nothing_q
     busy = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
     assert predict_local(busy, req(), snap([busy], model=m), cost).ttft_parts is None
     m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
-    assert m.chunk_scale["d0"].samples == 1
+    m.observe_local_ttft("d0", 0.005, 0.04, 0.2)        # steps 0.04 of 0.045 < 90%: overhead-bound
+    assert m.chunk_scale["d0"].samples == 3

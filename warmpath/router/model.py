@@ -42,6 +42,8 @@ from warmpath.kv.load_cost import Ema, TransferFit
 from warmpath.stats import percentile
 
 TPOT_WINDOW = 16
+RHO_MIN_SAMPLES = 3
+RHO_MIN_SHARE = 0.9
 
 SHRINK_N = 8             # observations at which a worker's own prefill line weighs as much as its peers'
 ATTN_TOKENS = 8192        # K: context tokens whose attention costs as much as a token's MLPs
@@ -117,10 +119,12 @@ def _mean_line(lines: list[TransferFit]) -> TransferFit:
 
 @dataclass
 class WindowMedian:
-    """The median of the last ``window`` samples; ``value`` before any (no change: 1)."""
+    """The median of the last ``window`` samples once there are ``min_samples``; ``value``
+    before (no change: 1)."""
 
     value: float = 1.0
     window: int = TPOT_WINDOW
+    min_samples: int = 1
     xs: list[float] = field(default_factory=list)
     samples: int = 0
 
@@ -130,7 +134,8 @@ class WindowMedian:
         self.samples += 1
         s = sorted(self.xs)
         n = len(s)
-        self.value = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+        if n >= self.min_samples:
+            self.value = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 @dataclass
@@ -230,9 +235,12 @@ class RouterModel:
     def observe_local_ttft(self, worker: str, fixed_s: float, chunks_s: float, actual_s: float) -> None:
         """A prompt ``worker`` computed itself with nothing queued ahead: predicted TTFT =
         ``fixed_s`` (hop, prefix load) + ρ · ``chunks_s`` (its steps before ρ); ρ takes the value
-        that would have predicted ``actual_s``, within [0.25, 4]."""
-        if chunks_s > 0 and actual_s > 0:
-            self.chunk_scale.setdefault(worker, WindowMedian()).update(
+        that would have predicted ``actual_s``, within [0.25, 4]; it applies from the third (the
+        median of three outlives one outlier: a cold engine's first prompt is one). Only prompts
+        whose steps are ``RHO_MIN_SHARE`` of the predicted TTFT or more teach it: in a short
+        one a per-request overhead no line prices would pass for slow steps."""
+        if chunks_s > 0 and actual_s > 0 and chunks_s >= RHO_MIN_SHARE * (fixed_s + chunks_s):
+            self.chunk_scale.setdefault(worker, WindowMedian(min_samples=RHO_MIN_SAMPLES)).update(
                 min(4.0, max(0.25, (actual_s - fixed_s) / chunks_s)))
 
     def params(self) -> dict:
