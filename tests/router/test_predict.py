@@ -165,27 +165,32 @@ def test_the_correction_learns_the_decode_steps_and_shrugs_off_a_stretched_answe
     assert m.params()["tpot_scale"] == {"d0": 1.0} and m.params()["tpot_error_n"] == 19
 
 
-def test_rho_prices_the_prompt_steps_from_local_prefills_measured_with_nothing_queued():
+def test_rho_prices_the_prompt_steps_from_local_prefills_on_an_idle_decode_worker():
     m = RouterModel(steps={None: SM})                 # hop prior 0.005 s
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
-    p = predict_local(dw, req(), snap([dw], model=m), step_cost(snap([dw], model=m), dw))
-    assert p.ttft_s == pytest.approx(0.005 + 0.128) and p.ttft_parts == (0.005, pytest.approx(0.128))
-    # it took 0.069 s: ρ = (0.069 - 0.005) / 0.128 = 0.5, from the third sample on (the first,
-    # a cold engine's 1 s: 4, capped; the median of (4, 0.5, 0.5))
-    m.observe_local_ttft("d0", 0.005, 0.128, 1.0)
-    m.observe_local_ttft("d0", 0.005, 0.128, 0.069)
-    assert step_cost(snap([dw], model=m), dw) is SM
-    m.observe_local_ttft("d0", 0.005, 0.128, 0.069)
-    cost = step_cost(snap([dw], model=m), dw)
+    idle = WorkerView("d0", "decode")
+    # alone: 512 + 488 tokens on the prefill line, 0.0562 + 0.0538
+    p = predict_local(idle, req(), snap([idle], model=m), step_cost(snap([idle], model=m), idle))
+    assert p.ttft_s == pytest.approx(0.005 + 0.11) and p.ttft_parts == (0.005, pytest.approx(0.11))
+    # it took 0.06 s: ρ = (0.06 - 0.005) / 0.11 = 0.5, from the third sample on (the first, a
+    # cold engine's 1 s: 4, capped; the median of (4, 0.5, 0.5))
+    m.observe_local_ttft("d0", 0.005, 0.11, 1.0)
+    m.observe_local_ttft("d0", 0.005, 0.11, 0.06)
+    assert step_cost(snap([idle], model=m), idle) is SM
+    m.observe_local_ttft("d0", 0.005, 0.11, 0.06)
+    cost = step_cost(snap([idle], model=m), idle)
     assert cost == ChunkScaled(SM, pytest.approx(0.5))
     assert cost.step_s([(1, 0)] * 4) == pytest.approx(0.014)                 # decodes as they were
     assert cost.step_s([(1, 0)] * 4 + [(508, 0)]) == pytest.approx(0.0324)   # a chunk at half price
-    p = predict_local(dw, req(), snap([dw], model=m), cost)
-    assert p.ttft_s == pytest.approx(0.069) and p.ttft_parts == (0.005, pytest.approx(0.128))   # before ρ
-    assert p.running_tpot_s == pytest.approx((0.064 + 98 * 0.015) / 100)
+    p = predict_local(idle, req(), snap([idle], model=m), cost)
+    assert p.ttft_s == pytest.approx(0.06) and p.ttft_parts == (0.005, pytest.approx(0.11))   # before ρ
     assert m.params()["chunk_scale"] == {"d0": 0.5}
-    # prompts queued ahead: no ρ sample from this one (their progress is not known)
-    busy = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
+    # beside running decodes (a step in flight to wait for) or queued prompts (progress unknown):
+    # priced with ρ, no sample from it
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw], model=m), cost)
+    assert p.ttft_s == pytest.approx(0.005 + 0.064) and p.ttft_parts is None
+    assert p.running_tpot_s == pytest.approx((0.064 + 98 * 0.015) / 100)
+    busy = WorkerView("d0", "decode", queued_prefill_tokens=508)
     assert predict_local(busy, req(), snap([busy], model=m), cost).ttft_parts is None
     m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
     m.observe_local_ttft("d0", 0.005, 0.04, 0.2)        # steps 0.04 of 0.045 < 90%: overhead-bound

@@ -30,7 +30,8 @@ share of the prediction, over the decode steps' share — and κ is the median o
 ``TPOT_WINDOW`` of them, so the few answers stretched by prompts that came after their
 decision (which no prediction saw) do not move it as a mean would. Likewise ρ
 (``chunk_scale``) corrects the price of a decode worker's prompt steps from the TTFT of the
-prompts it computed with nothing queued ahead (``observe_local_ttft``).
+prompts it computed while idle — nothing queued, no decode step to wait for
+(``observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -233,12 +234,13 @@ class RouterModel:
         return err
 
     def observe_local_ttft(self, worker: str, fixed_s: float, chunks_s: float, actual_s: float) -> None:
-        """A prompt ``worker`` computed itself with nothing queued ahead: predicted TTFT =
-        ``fixed_s`` (hop, prefix load) + ρ · ``chunks_s`` (its steps before ρ); ρ takes the value
-        that would have predicted ``actual_s``, within [0.25, 4]; it applies from the third (the
-        median of three outlives one outlier: a cold engine's first prompt is one). Only prompts
-        whose steps are ``RHO_MIN_SHARE`` of the predicted TTFT or more teach it: in a short
-        one a per-request overhead no line prices would pass for slow steps."""
+        """A prompt ``worker`` computed itself while idle (nothing queued, nothing running):
+        predicted TTFT = ``fixed_s`` (hop, prefix load) + ρ · ``chunks_s`` (its steps before ρ);
+        ρ takes the value that would have predicted ``actual_s``, within [0.25, 4]; it applies
+        from the third (the median of three outlives one outlier: a cold engine's first prompt
+        is one). Only prompts whose steps are ``RHO_MIN_SHARE`` of the predicted TTFT or more
+        teach it: in a short one a per-request overhead no line prices would pass for slow
+        steps; beside running decodes, the wait for the step in flight would."""
         if chunks_s > 0 and actual_s > 0 and chunks_s >= RHO_MIN_SHARE * (fixed_s + chunks_s):
             self.chunk_scale.setdefault(worker, WindowMedian(min_samples=RHO_MIN_SAMPLES)).update(
                 min(4.0, max(0.25, (actual_s - fixed_s) / chunks_s)))

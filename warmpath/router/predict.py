@@ -29,7 +29,7 @@ it does not scale the chunks: their price is the prefill's, which TTFT checks). 
 
 Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
 The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
-decode worker's online correction of its local prefills (``model.RouterModel.observe_local_ttft``).
+decode worker's online correction of its local prefills while idle (``model.RouterModel.observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class PathPrediction:
     tpot_parts: tuple[float, float] = (0.0, 0.0)   # ``tpot_s`` = chunks' share + κ · decode steps' share
     queued_s: float = 0.0          # seconds of the prompts queued on the decode worker (its chunks)
     own_s: float = 0.0             # seconds of this prompt's chunks on the decode worker (local only)
-    ttft_parts: tuple[float, float] | None = None   # local, nothing queued: ``ttft_s`` = fixed + ρ · chunks
+    ttft_parts: tuple[float, float] | None = None   # local on an idle worker: ``ttft_s`` = fixed + ρ · chunks
 
 
 def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
@@ -218,7 +218,7 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
     return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
                           running_tpot(queued + own, after, req.max_tokens, k), b, e.cached_tokens, (0.0, after),
                           queued.total_s, own.total_s,
-                          None if queued.steps else (hop + e.load_s, own.total_s / rho))
+                          None if queued.steps or b else (hop + e.load_s, own.total_s / rho))
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,

@@ -103,4 +103,4 @@ class Decision:
     est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
     est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share
-    est_ttft_parts: tuple[float, float] | None = None   # local, nothing queued: est_ttft_s = fixed + ρ · chunks
+    est_ttft_parts: tuple[float, float] | None = None   # local on an idle worker: est_ttft_s = fixed + ρ · chunks
