@@ -5,11 +5,13 @@ Step model as in test_predict.py: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0
 (work units at prefill_tok_s, + the write-through's 2 ms; kv_bytes_per_token 0).
 """
 
+from dataclasses import replace
+
 import pytest
 
 from warmpath.bench.targets import Target
 from warmpath.engine.step_model import StepModel
-from warmpath.router.goodput import GoodputConfig, choose, paths, score
+from warmpath.router.goodput import GoodputConfig, choose, local_harm_s, paths, score
 from warmpath.router.model import RouterModel
 from warmpath.router.policy import GoodputPolicy
 from warmpath.router.route import RouteDecider
@@ -160,9 +162,16 @@ def test_a_document_with_slack_pays_for_the_decodes_its_local_chunks_stretch():
     calm = pol.route(rv, snap(fleet(running=0), arrivals={"cold": 0.1}, session_decode=None))
     # λ 0.1: 0.1·0.11·0.055 / (0.05·100) s in TPOT bounds, ×20 (its bound): 0.0024 s
     assert calm.path == "local" and "harm 0.002s" in calm.reason
-    busy = pol.route(rv, snap(fleet(running=0), arrivals={"cold": 50.0}, session_decode=None))
-    # λ 50: harm 1.21 s, so local costs 0.11 + 1.21 > 1.063: the warm tier
-    assert busy.path == "warm" and "harm 0.000s" in busy.reason
     sn = snap(fleet(running=0), arrivals={"cold": 50.0}, session_decode=None)
+    # λ 50: harm 1.21 s, so local costs 0.11 + 1.21 > 1.063: the warm tier
+    busy = pol.route(rv, sn)
+    assert busy.path == "warm" and "harm 0.000s" in busy.reason
     local = next(s for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg)) if s.pred.path == "local")
     assert local.harm_s == pytest.approx(50 * 0.11 * 0.055 / (0.05 * 100) * 20)
+    # queued prompts ahead (0.5 s): those arriving meanwhile pay all 0.11 s
+    assert local_harm_s(replace(local.pred, queued_s=0.5), sn, 0.05, 100) == \
+        pytest.approx(50 * 0.11 * (0.5 + 0.055) / (0.05 * 100))
+    # a bound no decode there meets, even alone (0.01 < 0.011 s): no one to harm, local again
+    assert policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.01").route(rv, sn).path == "local"
+    assert local_harm_s(local.pred, sn, None, 100) == 0.0
+    assert local_harm_s(local.pred, sn, 0.05, 100, lone_s=0.06) == 0.0

@@ -102,13 +102,15 @@ def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: boo
     return out
 
 
-def local_harm_s(p: PathPrediction, snap: Snapshot, tpot_bound: float | None, answer: int) -> float:
+def local_harm_s(p: PathPrediction, snap: Snapshot, tpot_bound: float | None, answer: int,
+                 lone_s: float = 0.0) -> float:
     """The decode time a local path's chunks (``s``, after ``q`` queued) add to the requests
     arriving on its decode worker meanwhile (λ: every class's arrivals per decode-type worker;
     those arriving while ``q`` drains pay all of ``s``, those during ``s`` half): λ·s·(q + s/2),
-    over their TPOT bound times ``answer`` tokens (a second spread over the answer, in bounds);
-    0 without a TPOT bound."""
-    if tpot_bound is None or p.path != "local":
+    over their TPOT bound times ``answer`` tokens (a second spread over the answer, in bounds).
+    0 without a TPOT bound, or when no decode there could meet it: a lone decode step there
+    (``lone_s``) above the bound."""
+    if tpot_bound is None or p.path != "local" or lone_s > tpot_bound:
         return 0.0
     lam = sum(snap.arrivals_s.values()) / max(1, len(snap.by_role("decode", "replica")))
     return lam * p.own_s * (p.queued_s + p.own_s / 2) / (tpot_bound * max(1, answer))
@@ -133,7 +135,8 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
         within = run_b is None or p.running_tpot_s <= run_b
-        h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens) * mine
+        lone = step_cost(snap, holders[p.decode]).step_s([(1, req.num_tokens)]) if p.path == "local" else 0.0
+        h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, lone) * mine
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
                           p.path == "local" and base.get(p.decode, 0) > 0 and not within))
     return out
