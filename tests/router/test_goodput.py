@@ -5,11 +5,13 @@ Step model as in test_predict.py: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0
 (work units at prefill_tok_s, + the write-through's 2 ms; kv_bytes_per_token 0).
 """
 
+from dataclasses import replace
+
 import pytest
 
 from warmpath.bench.targets import Target
 from warmpath.engine.step_model import StepModel
-from warmpath.router.goodput import GoodputConfig, choose, paths, score
+from warmpath.router.goodput import GoodputConfig, choose, local_harm_s, paths, score
 from warmpath.router.model import RouterModel
 from warmpath.router.policy import GoodputPolicy
 from warmpath.router.route import RouteDecider
@@ -72,6 +74,24 @@ def test_a_turn1_short_prompt_goes_local_on_an_idle_decode_worker():
     assert d.est_tpot_s == pytest.approx(0.011)
 
 
+def test_the_decider_learns_rho_and_kappa_from_a_local_answer():
+    rv = RequestView(200, (), 16, None, 1, max_tokens=100)
+    dec = RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05"))
+    sn = snap(fleet(running=0), session_decode=None)
+    dec.model = sn.model
+    d = dec.decide_route(rv, sn)
+    assert d.path == "local" and d.est_ttft_parts == (0.0, pytest.approx(0.025))
+    assert d.est_tpot_parts == (0.0, pytest.approx(0.011))
+    # measured 0.05 s to the first token, 0.022 s per token: κ = 2 at once, ρ = 2 from the third
+    dec.observe_outcome(d, 0.05, 0.022)
+    assert dec.model.params()["chunk_scale"] == {"d0": 1.0} and dec.model.params()["tpot_scale"] == {"d0": 2.0}
+    dec.observe_outcome(d, 0.05, 0.022)
+    dec.observe_outcome(d, 0.05, 0.022)
+    assert dec.model.params()["chunk_scale"] == {"d0": 2.0}
+    d = dec.decide_route(rv, sn)
+    assert (d.est_ttft_s, d.est_tpot_s) == (pytest.approx(0.05), pytest.approx(0.022))
+
+
 def test_a_request_with_slack_lends_it_and_one_at_risk_borrows():
     rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
     pol = policy("warm.ttft_p90=2,cold.ttft_p90=20", local=False)
@@ -111,3 +131,47 @@ def test_config_is_validated():
         GoodputConfig(target={"ttft": 2})
     assert GoodputConfig().bound(["warm"], "ttft") is None
     assert GoodputConfig(Target.parse("warm.tpot=0.05,cold.tpot=0.2")).running_tpot_bound() == 0.05
+
+
+def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_path_exists():
+    # d0 runs one decode (at 0.011 s, within 0.0129); p0 has a 3 s queue, so the remote path misses
+    # this turn's 2 s TTFT bound while local keeps it: each path keeps one request
+    rv, hits = follow_up()
+    ws = fleet(running=1, p_queue=3000)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")
+    sn = snap(ws, hits)
+    got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
+    # local: 511 + 481 tokens beside 1 decode (0.0621 + 0.0591): the running one at
+    # (0.1212 + 98·0.012) / 100 = 0.012972 > 0.0129: pushed over; remote leaves it at 0.012
+    assert got == {"local": (1, True), "warm": (1, False)}
+    d = pol.route(rv, sn)
+    assert d.path == "warm" and d.est_ttft_s > 2              # not the lower TTFT
+    assert pol.route(rv, snap([ws[0]], hits)).path == "local"   # no other path: it runs
+    # already past the bound (0.011 > 0.0105): lost on every path, so local pushes nobody over
+    late = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105")
+    got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, late.cfg, "warm", paths(rv, sn, late.cfg))}
+    assert got == {"local": (0, False), "warm": (0, False)}
+    assert late.route(rv, sn).path == "local"
+
+
+def test_a_document_with_slack_pays_for_the_decodes_its_local_chunks_stretch():
+    # 1000 new tokens, idle fleet: local in 512 + 488 tokens alone (0.0562 + 0.0538 = 0.11 s)
+    # vs the warm tier (1.063 s); no warm arrivals, so the tier's harm is 0
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05")
+    calm = pol.route(rv, snap(fleet(running=0), arrivals={"cold": 0.1}, session_decode=None))
+    # λ 0.1: 0.1·0.11·0.055 / (0.05·100) s in TPOT bounds, ×20 (its bound): 0.0024 s
+    assert calm.path == "local" and "harm 0.002s" in calm.reason
+    sn = snap(fleet(running=0), arrivals={"cold": 50.0}, session_decode=None)
+    # λ 50: harm 1.21 s, so local costs 0.11 + 1.21 > 1.063: the warm tier
+    busy = pol.route(rv, sn)
+    assert busy.path == "warm" and "harm 0.000s" in busy.reason
+    local = next(s for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg)) if s.pred.path == "local")
+    assert local.harm_s == pytest.approx(50 * 0.11 * 0.055 / (0.05 * 100) * 20)
+    # queued prompts ahead (0.5 s): those arriving meanwhile pay all 0.11 s
+    assert local_harm_s(replace(local.pred, queued_s=0.5), sn, 0.05, 100) == \
+        pytest.approx(50 * 0.11 * (0.5 + 0.055) / (0.05 * 100))
+    # a bound no decode there meets, even alone (0.01 < 0.011 s): no one to harm, local again
+    assert policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.01").route(rv, sn).path == "local"
+    assert local_harm_s(local.pred, sn, None, 100) == 0.0
+    assert local_harm_s(local.pred, sn, 0.05, 100, lone_s=0.06) == 0.0

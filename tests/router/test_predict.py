@@ -8,7 +8,7 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import (Chunks, LineSteps, chunked, current_tpot, predict_local,
+from warmpath.router.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, predict_local,
                                      predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -90,11 +90,11 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_
     assert m.observe_tpot("d0", 0.01, 0.02) == pytest.approx(0.5)
     assert tpot_scale(snap([w], model=m), w) == pytest.approx(2.0)
     assert tpot_scale(snap([w]), w) == 1.0
-    # it scales the TPOTs, never the TTFT
+    # it scales the decode steps of the TPOTs, never the chunks, never the TTFT
     dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw]), SM, k=2.0)
-    assert (p.ttft_s, p.tpot_s) == (pytest.approx(0.128), pytest.approx(0.030))
-    assert p.running_tpot_s == pytest.approx(2 * (0.128 + 98 * 0.015) / 100)
+    assert (p.ttft_s, p.tpot_s, p.tpot_parts) == (pytest.approx(0.128), pytest.approx(0.030), (0.0, pytest.approx(0.015)))
+    assert p.running_tpot_s == pytest.approx((0.128 + 2 * 98 * 0.015) / 100)
     assert m.params()["tpot_error_n"] == 1 and m.params()["tpot_scale"] == {"d0": 2.0}
     assert m.observe_tpot("d0", 0.0, 0.02) is None
 
@@ -123,3 +123,75 @@ def test_without_a_step_model_local_is_priced_as_remote_less_the_handoff():
     assert remote.ttft_s == pytest.approx(local.ttft_s + 0.002)              # + the write-through's overhead
     # in two chunks: the same work (work() sums over chunks exactly) and one more step's overhead (0 here)
     assert predict_local(dw, req(), sn, step_cost(sn, dw), chunk=500).ttft_s == pytest.approx(local.ttft_s)
+
+
+def test_chunks_after_drop_the_steps_done_by_then():
+    c = Chunks(4, 8.0)                      # 2 s each
+    assert c.after(0.0) == c and c.after(1.9) == c
+    assert c.after(2.5) == Chunks(3, 6.0)   # one done, the second under way: still to run
+    assert c.after(100.0) == Chunks(0, 0.0) and Chunks().after(3.0) == Chunks()
+
+
+def test_a_remote_request_pays_the_queued_chunks_left_when_its_first_token_comes():
+    # a document (1016 tokens) prefilling on d0 beside 4 decodes: 2 mixed steps of 0.0648
+    dw = WorkerView("d0", "decode", queued_prefill_tokens=1016, running=4, running_tokens=4000)
+    fast = WorkerView("p0", "prefill", prefill_tok_s=15000)
+    p = predict_remote(fast, dw, req(), snap([fast, dw]), SM)
+    # TTFT 1061.035 work units / 15000 + 2 ms = 0.072736 s: one step done, one left
+    assert p.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 15000 + 0.002)
+    assert p.tpot_parts == (pytest.approx(0.0648 / 100), pytest.approx(99 * 0.015 / 100))
+    assert p.tpot_s == pytest.approx((0.0648 + 99 * 0.015) / 100)           # 0.015498
+    assert p.running_tpot_s == pytest.approx((0.1296 + 98 * 0.015) / 100)   # both steps
+    # κ = 2 scales the decode steps only
+    assert predict_remote(fast, dw, req(), snap([fast, dw]), SM, k=2.0).tpot_s == \
+        pytest.approx((0.0648 + 2 * 99 * 0.015) / 100)
+    # a slow prefill (1.063 s): the document is done before the first token
+    slow = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    assert predict_remote(slow, dw, req(), snap([slow, dw]), SM).tpot_s == pytest.approx(0.015)
+
+
+def test_the_correction_learns_the_decode_steps_and_shrugs_off_a_stretched_answer():
+    m = RouterModel()
+    w = WorkerView("d0", "decode")
+    # predicted 0.02 = 0.005 of chunks + 0.015 of decode steps; measured 0.03: κ = 0.025 / 0.015
+    assert m.observe_tpot("d0", 0.02, 0.03, (0.005, 0.015)) == pytest.approx(1 / 3)
+    assert tpot_scale(snap([w], model=m), w) == pytest.approx(5 / 3)
+    m.observe_tpot("d0", 0.02, 0.02, (0.005, 0.015))      # κ sample 1
+    m.observe_tpot("d0", 0.02, 0.5, (0.005, 0.015))       # stretched by later prompts: 33, capped at 4
+    assert tpot_scale(snap([w], model=m), w) == pytest.approx(5 / 3)   # the median of (5/3, 1, 4)
+    for _ in range(16):                                   # the window holds the last 16
+        m.observe_tpot("d0", 0.02, 0.02, (0.005, 0.015))
+    assert tpot_scale(snap([w], model=m), w) == pytest.approx(1.0)
+    assert m.params()["tpot_scale"] == {"d0": 1.0} and m.params()["tpot_error_n"] == 19
+
+
+def test_rho_prices_the_prompt_steps_from_local_prefills_on_an_idle_decode_worker():
+    m = RouterModel(steps={None: SM})                 # hop prior 0.005 s
+    idle = WorkerView("d0", "decode")
+    # alone: 512 + 488 tokens on the prefill line, 0.0562 + 0.0538
+    p = predict_local(idle, req(), snap([idle], model=m), step_cost(snap([idle], model=m), idle))
+    assert p.ttft_s == pytest.approx(0.005 + 0.11) and p.ttft_parts == (0.005, pytest.approx(0.11))
+    # it took 0.06 s: ρ = (0.06 - 0.005) / 0.11 = 0.5, from the third sample on (the first, a
+    # cold engine's 1 s: 4, capped; the median of (4, 0.5, 0.5))
+    m.observe_local_ttft("d0", 0.005, 0.11, 1.0)
+    m.observe_local_ttft("d0", 0.005, 0.11, 0.06)
+    assert step_cost(snap([idle], model=m), idle) is SM
+    m.observe_local_ttft("d0", 0.005, 0.11, 0.06)
+    cost = step_cost(snap([idle], model=m), idle)
+    assert cost == ChunkScaled(SM, pytest.approx(0.5))
+    assert cost.step_s([(1, 0)] * 4) == pytest.approx(0.014)                 # decodes as they were
+    assert cost.step_s([(1, 0)] * 4 + [(508, 0)]) == pytest.approx(0.0324)   # a chunk at half price
+    p = predict_local(idle, req(), snap([idle], model=m), cost)
+    assert p.ttft_s == pytest.approx(0.06) and p.ttft_parts == (0.005, pytest.approx(0.11))   # before ρ
+    assert m.params()["chunk_scale"] == {"d0": 0.5}
+    # beside running decodes (a step in flight to wait for) or queued prompts (progress unknown):
+    # priced with ρ, no sample from it
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    p = predict_local(dw, req(), snap([dw], model=m), cost)
+    assert p.ttft_s == pytest.approx(0.005 + 0.064) and p.ttft_parts is None
+    assert p.running_tpot_s == pytest.approx((0.064 + 98 * 0.015) / 100)
+    busy = WorkerView("d0", "decode", queued_prefill_tokens=508)
+    assert predict_local(busy, req(), snap([busy], model=m), cost).ttft_parts is None
+    m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
+    m.observe_local_ttft("d0", 0.005, 0.04, 0.2)        # steps 0.04 of 0.045 < 90%: overhead-bound
+    assert m.chunk_scale["d0"].samples == 3

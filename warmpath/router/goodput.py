@@ -13,12 +13,17 @@ and TPOT within its class's bounds), and every decode worker's running requests 
 TPOT within the running bound; the path's decode worker at the TPOT the path leaves it,
 the others at their current). Requests queued for a prompt are not delayed by one that
 queues behind them. The most kept wins; a tie goes to the lowest predicted TTFT plus the
-harm the path does to later requests at a prefill tier (CPD's ``estimate.harm_s``, in units
-of this request's TTFT bound, so a request with slack (a cold one, 20 s) pays ten times
-what a warm one (2 s) pays for blocking the warm tier: it lends its slack); then the
-fewest running on the decode worker, then the ids. A request at risk borrows: it takes the
-path that keeps it within its bound even when that stretches others, as long as they stay
-within theirs.
+harm the path does to later requests (in units of this request's TTFT bound, so a request
+with slack (a cold one, 20 s) pays ten times what a warm one (2 s) pays for the same harm:
+it lends its slack): at a prefill tier the TTFT it adds to the tier's later arrivals (CPD's
+``estimate.harm_s``, over their TTFT bound); locally the decode time its chunks add to the
+later arrivals on that decode worker (:func:`local_harm_s`, over their TPOT bound times the
+answer); then the fewest running on the decode worker, then the ids. A request at risk
+borrows: it takes the path that keeps it within its bound even when that stretches others,
+as long as they stay within theirs — and never a local path that would push the decode
+worker's running requests past their TPOT bound, from within it, while another path exists
+(``Scored.over``: the chunks that stretch them are this request's own). Running requests
+already past it are lost on every path; a local path's harm to later arrivals still counts.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class Scored:
     kept: int
     cost_s: float
     harm_s: float
+    over: bool = False     # local, and its chunks push the running requests (within now) past their TPOT bound
 
 
 def request_classes(cls: str, turn: int) -> list[str]:
@@ -96,6 +102,20 @@ def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: boo
     return out
 
 
+def local_harm_s(p: PathPrediction, snap: Snapshot, tpot_bound: float | None, answer: int,
+                 lone_s: float = 0.0) -> float:
+    """The decode time a local path's chunks (``s``, after ``q`` queued) add to the requests
+    arriving on its decode worker meanwhile (λ: every class's arrivals per decode-type worker;
+    those arriving while ``q`` drains pay all of ``s``, those during ``s`` half): λ·s·(q + s/2),
+    over their TPOT bound times ``answer`` tokens (a second spread over the answer, in bounds).
+    0 without a TPOT bound, or when no decode there could meet it: a lone decode step there
+    (``lone_s``) above the bound."""
+    if tpot_bound is None or p.path != "local" or lone_s > tpot_bound:
+        return 0.0
+    lam = sum(snap.arrivals_s.values()) / max(1, len(snap.by_role("decode", "replica")))
+    return lam * p.own_s * (p.queued_s + p.own_s / 2) / (tpot_bound * max(1, answer))
+
+
 def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
           preds: list[PathPrediction]) -> list[Scored]:
     """Each path's requests kept within their targets and its tie-break cost."""
@@ -107,22 +127,25 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
             for wid, w in holders.items()}
     total = sum(base.values())
     harm = {}
-    for pw in snap.by_role("pre-prefill", "prefill"):   # in units of this request's TTFT bound
-        mine, theirs = cfg.bound([cls], "ttft") or 1.0, cfg.bound([tier_class(pw)], "ttft") or 1.0
+    mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
+    for pw in snap.by_role("pre-prefill", "prefill"):
+        theirs = cfg.bound([tier_class(pw)], "ttft") or 1.0
         harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
     out = []
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
-        run = p.running if run_b is None or p.running_tpot_s <= run_b else 0
-        h = harm.get(p.prefill, 0.0)
-        out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + run, p.ttft_s + h, h))
+        within = run_b is None or p.running_tpot_s <= run_b
+        lone = step_cost(snap, holders[p.decode]).step_s([(1, req.num_tokens)]) if p.path == "local" else 0.0
+        h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, lone) * mine
+        out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
+                          p.path == "local" and base.get(p.decode, 0) > 0 and not within))
     return out
 
 
 def choose(scored: list[Scored], session_decode: str | None = None) -> Scored:
-    """The most requests kept; then the lowest TTFT + harm; then the session's decode
-    worker, the fewest running there, the ids."""
+    """Of the paths not ``over`` (all, when every one is): the most requests kept; then the
+    lowest TTFT + harm; then the session's decode worker, the fewest running there, the ids."""
     if not scored:
         raise LookupError("no candidate path (no decode worker, or none with a prefill worker)")
-    return min(scored, key=lambda s: (-s.kept, round(s.cost_s, 9), s.pred.decode != session_decode,
+    return min(scored, key=lambda s: (s.over, -s.kept, round(s.cost_s, 9), s.pred.decode != session_decode,
                                       s.pred.running, s.pred.prefill or "", s.pred.decode))

@@ -23,8 +23,15 @@ then measured (``warmpath_router_ttft_error_ratio``; goal: median ≤ 15% at low
 
 Step costs (``steps``: worker id → a ``router/predict.StepCost``, ``None`` → the fleet's,
 from a calibration or the simulator) price decode and mixed steps for the TPOT predictions;
-each decode worker's measured / predicted TPOT (moving average, ``tpot_scale``) corrects
-them online (``warmpath_router_tpot_error_ratio``: the error before the correction).
+each decode worker's correction κ of its decode steps (``tpot_scale``) follows the answers
+online (``warmpath_router_tpot_error_ratio``: the error before the correction): from each
+answer, the κ that would have predicted its TPOT exactly — its measured TPOT less the chunks'
+share of the prediction, over the decode steps' share — and κ is the median of the last
+``TPOT_WINDOW`` of them, so the few answers stretched by prompts that came after their
+decision (which no prediction saw) do not move it as a mean would. Likewise ρ
+(``chunk_scale``) corrects the price of a decode worker's prompt steps from the TTFT of the
+prompts it computed while idle — nothing queued, no decode step to wait for
+(``observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ from dataclasses import dataclass, field
 
 from warmpath.kv.load_cost import Ema, TransferFit
 from warmpath.stats import percentile
+
+TPOT_WINDOW = 16
+RHO_MIN_SAMPLES = 3
+RHO_MIN_SHARE = 0.9
 
 SHRINK_N = 8             # observations at which a worker's own prefill line weighs as much as its peers'
 ATTN_TOKENS = 8192        # K: context tokens whose attention costs as much as a token's MLPs
@@ -108,6 +119,27 @@ def _mean_line(lines: list[TransferFit]) -> TransferFit:
 
 
 @dataclass
+class WindowMedian:
+    """The median of the last ``window`` samples once there are ``min_samples``; ``value``
+    before (no change: 1)."""
+
+    value: float = 1.0
+    window: int = TPOT_WINDOW
+    min_samples: int = 1
+    xs: list[float] = field(default_factory=list)
+    samples: int = 0
+
+    def update(self, x: float) -> None:
+        self.xs.append(x)
+        del self.xs[:-self.window]
+        self.samples += 1
+        s = sorted(self.xs)
+        n = len(s)
+        if n >= self.min_samples:
+            self.value = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+@dataclass
 class RouterModel:
     """Per-worker lines plus the router's own hop; ``kv_bytes_per_token`` from registration."""
 
@@ -117,7 +149,8 @@ class RouterModel:
     errors: list[float] = field(default_factory=list)     # |predicted - actual| / actual, recent
     max_errors: int = 512
     steps: dict = field(default_factory=dict)              # worker id (None: any) -> StepCost
-    tpot_scale: dict[str, Ema] = field(default_factory=dict)   # decode worker -> measured / predicted TPOT
+    tpot_scale: dict[str, "WindowMedian"] = field(default_factory=dict)   # decode worker -> κ of its decode steps
+    chunk_scale: dict[str, "WindowMedian"] = field(default_factory=dict)  # decode worker -> ρ of its prompt steps
     tpot_errors: list[float] = field(default_factory=list)
 
     def of(self, w) -> WorkerModel:
@@ -184,18 +217,33 @@ class RouterModel:
         del self.errors[:-self.max_errors]
         return err
 
-    def observe_tpot(self, worker: str, predicted_s: float, actual_s: float) -> float | None:
-        """A request's predicted vs measured TPOT on ``worker``: the relative error, and the
-        worker's correction (measured / predicted, within [0.25, 4]) follows."""
+    def observe_tpot(self, worker: str, predicted_s: float, actual_s: float,
+                     parts: tuple[float, float] | None = None) -> float | None:
+        """A request's predicted vs measured TPOT on ``worker``: the relative error; the
+        worker's κ takes the value that would have predicted it, within [0.25, 4]
+        (``parts``: the prediction's chunks' share and decode steps' share before κ,
+        ``PathPrediction.tpot_parts``; ``None``: all of it decode steps, at the current κ)."""
         if actual_s <= 0 or predicted_s <= 0:
             return None
-        k = self.tpot_scale.setdefault(worker, Ema(1.0, alpha=0.2))
-        raw = predicted_s / k.value          # the prediction before this worker's correction
-        k.update(min(4.0, max(0.25, actual_s / raw)))
+        k = self.tpot_scale.setdefault(worker, WindowMedian())
+        chunks, steps = parts if parts is not None and parts[1] > 0 else (0.0, predicted_s / k.value)
+        k.update(min(4.0, max(0.25, (actual_s - chunks) / steps)))
         err = abs(predicted_s - actual_s) / actual_s
         self.tpot_errors.append(err)
         del self.tpot_errors[:-self.max_errors]
         return err
+
+    def observe_local_ttft(self, worker: str, fixed_s: float, chunks_s: float, actual_s: float) -> None:
+        """A prompt ``worker`` computed itself while idle (nothing queued, nothing running):
+        predicted TTFT = ``fixed_s`` (hop, prefix load) + ρ · ``chunks_s`` (its steps before ρ);
+        ρ takes the value that would have predicted ``actual_s``, within [0.25, 4]; it applies
+        from the third (the median of three outlives one outlier: a cold engine's first prompt
+        is one). Only prompts whose steps are ``RHO_MIN_SHARE`` of the predicted TTFT or more
+        teach it: in a short one a per-request overhead no line prices would pass for slow
+        steps; beside running decodes, the wait for the step in flight would."""
+        if chunks_s > 0 and actual_s > 0 and chunks_s >= RHO_MIN_SHARE * (fixed_s + chunks_s):
+            self.chunk_scale.setdefault(worker, WindowMedian(min_samples=RHO_MIN_SAMPLES)).update(
+                min(4.0, max(0.25, (actual_s - fixed_s) / chunks_s)))
 
     def params(self) -> dict:
         """What the router believes now (``/v1/cluster``)."""
@@ -203,6 +251,7 @@ class RouterModel:
                 "ttft_error_p50": percentile(self.errors, 50), "ttft_error_n": len(self.errors),
                 "tpot_error_p50": percentile(self.tpot_errors, 50), "tpot_error_n": len(self.tpot_errors),
                 "tpot_scale": {w: round(k.value, 3) for w, k in self.tpot_scale.items()},
+                "chunk_scale": {w: round(k.value, 3) for w, k in self.chunk_scale.items()},
                 "workers": {w: m.params() for w, m in self.workers.items()}}
 
 

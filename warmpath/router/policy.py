@@ -186,7 +186,8 @@ class GoodputPolicy(RoutingPolicy):
         reason = (f"{cls}: {p.path} keeps {got.kept} (of {len(preds)} paths); TTFT {p.ttft_s:.3f}s, TPOT "
                   f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s")
         return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls, path=p.path,
-                        est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s)
+                        est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s, est_tpot_parts=p.tpot_parts,
+                        est_ttft_parts=p.ttft_parts)
 
 
 POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy, "goodput": GoodputPolicy}

@@ -10,15 +10,26 @@ A path is where a request's prompt is computed and where it decodes:
   learnt lines, handoff included) and hands it to the decode worker.
 
 TPOT comes from the decode worker's step cost (:class:`StepCost`: a calibration's
-``StepModel`` in the router, the simulated worker's own step time in the simulator, else
-:class:`LineSteps`, the learnt prefill line): this request decodes in a batch one larger (``decode(b + 1)``);
-the worker's running requests, over the next ``max_tokens`` of their steps, pay the mixed
-steps of every chunk computed there meanwhile (the queued ones, and this one's when local)
-and then ``decode(b + 1)``:
+``StepModel`` in the router — its ``decode_factor`` included —, the simulated worker's own step
+time in the simulator, else :class:`LineSteps`, the learnt prefill line). A decoding request
+pays, over ``R = max_tokens`` of its steps, the mixed steps of every chunk computed on its
+worker meanwhile and then ``decode(b + 1)`` (a batch one larger):
 
-    running TPOT = (Σ mixed steps among the first R + max(0, R − k) · decode(b + 1)) / R
+    TPOT = (Σ mixed steps among the first R + max(0, R − k) · κ · decode(b + 1)) / R
 
-with ``k`` chunks and ``R = max_tokens``.
+with ``k`` chunks and κ the worker's online correction of its decode steps (:func:`tpot_scale`;
+it does not scale the chunks: their price is the prefill's, which TTFT checks). The chunks:
+
+* the worker's **running requests** — the prompts queued there, and this one's when local;
+* **this request**, local — none: the queued prompts and its own are computed before its first
+  token (its TPOT is ``κ · decode(b + 1)``);
+* **this request**, remote — the queued prompts' chunks still left when its first token comes
+  back from the prefill worker (:meth:`Chunks.after` its TTFT): a document prefilling on the
+  decode worker stretches a warm turn handed off there.
+
+Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
+The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
+decode worker's online correction of its local prefills while idle (``model.RouterModel.observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -69,24 +80,40 @@ class LineSteps:
         return self.overhead_s + (pre + (max(dec, self.floor_tokens) if dec else 0)) / self.tok_s
 
 
+@dataclass(frozen=True)
+class ChunkScaled:
+    """``inner``'s step costs, those computing a prompt (any item of more than one token)
+    ``chunk_scale`` times (ρ: the worker's measured local prefills over the predicted ones)."""
+
+    inner: StepCost
+    chunk_scale: float
+
+    def step_s(self, items: list[tuple[int, int]]) -> float:
+        s = self.inner.step_s(items)
+        return s * self.chunk_scale if any(n > 1 for n, _ in items) else s
+
+
 def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
     """``w``'s step cost: the router model's for it, else :class:`LineSteps` from its learnt
     lines when it reported decode steps, else the fleet's, else :class:`LineSteps` from its
-    learnt prefill line."""
+    learnt prefill line; its prompt steps scaled by ρ once it has one (:class:`ChunkScaled`)."""
     steps = getattr(snap.model, "steps", {})
     m = worker_model(w, snap)
     line = m.compute
     if w.worker_id in steps:
-        return steps[w.worker_id]
-    if m.decode is not None:
-        return LineSteps(line.overhead_s, line.bytes_s, decode_s=m.decode.overhead_s,
+        cost = steps[w.worker_id]
+    elif m.decode is not None:
+        cost = LineSteps(line.overhead_s, line.bytes_s, decode_s=m.decode.overhead_s,
                          decode_per_seq_s=1.0 / m.decode.bytes_s)
-    return steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+    else:
+        cost = steps.get(None) or LineSteps(line.overhead_s, line.bytes_s)
+    rho = getattr(snap.model, "chunk_scale", {}).get(w.worker_id)
+    return ChunkScaled(cost, rho.value) if rho is not None and rho.samples and rho.value != 1.0 else cost
 
 
 def tpot_scale(snap: Snapshot, w: WorkerView) -> float:
-    """``w``'s online TPOT correction (measured / predicted, ``model.RouterModel.observe_tpot``;
-    1 before any): it scales the TPOT predictions, not the TTFT ones."""
+    """``w``'s online correction of its decode steps (``model.RouterModel.observe_tpot``; 1
+    before any): it scales the decode steps of the TPOT predictions, not the chunks, not TTFT."""
     k = getattr(snap.model, "tpot_scale", {}).get(w.worker_id)
     return k.value if k is not None and k.samples else 1.0
 
@@ -104,6 +131,13 @@ class Chunks:
 
     def __add__(self, o: "Chunks") -> "Chunks":
         return Chunks(self.steps + o.steps, self.total_s + o.total_s)
+
+    def after(self, t: float) -> "Chunks":
+        """The steps still to run ``t`` seconds from now (the ones wholly done by then dropped)."""
+        if not self.steps or t <= 0:
+            return self
+        done = min(self.steps, int(t * self.steps / self.total_s + 1e-9)) if self.total_s > 0 else self.steps
+        return Chunks(self.steps - done, self.total_s * (self.steps - done) / self.steps)
 
 
 def chunked(cost: StepCost, batch: int, decode_ctx: int, new: int, context: int, chunk: int) -> Chunks:
@@ -137,6 +171,10 @@ class PathPrediction:
     running_tpot_s: float
     running: int
     cached_tokens: int
+    tpot_parts: tuple[float, float] = (0.0, 0.0)   # ``tpot_s`` = chunks' share + κ · decode steps' share
+    queued_s: float = 0.0          # seconds of the prompts queued on the decode worker (its chunks)
+    own_s: float = 0.0             # seconds of this prompt's chunks on the decode worker (local only)
+    ttft_parts: tuple[float, float] | None = None   # local on an idle worker: ``ttft_s`` = fixed + ρ · chunks
 
 
 def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
@@ -146,11 +184,17 @@ def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
     return b, (dw.running_tokens + extra_tokens) // b
 
 
-def running_tpot(stretch: Chunks, after_s: float, answer: int) -> float:
-    """The running requests' TPOT over their next ``answer`` steps: ``stretch``'s mixed steps
-    first, then steps of ``after_s``."""
+def tpot_parts(stretch: Chunks, after_s: float, answer: int) -> tuple[float, float]:
+    """A decoding request's TPOT over its next ``answer`` steps, ``stretch``'s mixed steps
+    first, then steps of ``after_s``: (the chunks' share, the decode steps' share)."""
     r = max(1, answer)
-    return (stretch.first_s(r) + max(0, r - stretch.steps) * after_s) / r
+    return stretch.first_s(r) / r, max(0, r - stretch.steps) * after_s / r
+
+
+def running_tpot(stretch: Chunks, after_s: float, answer: int, k: float = 1.0) -> float:
+    """:func:`tpot_parts` summed, the decode steps scaled by ``k`` (the online correction)."""
+    chunks, steps = tpot_parts(stretch, after_s, answer)
+    return chunks + k * steps
 
 
 def queued_chunks(cost: StepCost, dw: WorkerView, chunk: int) -> Chunks:
@@ -170,8 +214,11 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
                   e.cached_tokens, chunk)
     hop = snap.model.hop_s.value if snap.model is not None else 0.0
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
+    rho = cost.chunk_scale if isinstance(cost, ChunkScaled) else 1.0
     return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
-                          k * running_tpot(queued + own, after, req.max_tokens), b, e.cached_tokens)
+                          running_tpot(queued + own, after, req.max_tokens, k), b, e.cached_tokens, (0.0, after),
+                          queued.total_s, own.total_s,
+                          None if queued.steps or b else (hop + e.load_s, own.total_s / rho))
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
@@ -182,8 +229,10 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
     b = dw.running
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     stretch = queued_chunks(cost, dw, chunk)
+    chunks, steps = tpot_parts(stretch.after(e.ttft_s), after, req.max_tokens)
     return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
-                          k * after, k * running_tpot(stretch, after, req.max_tokens), b, e.cached_tokens)
+                          chunks + k * steps, running_tpot(stretch, after, req.max_tokens, k), b, e.cached_tokens,
+                          (chunks, steps), stretch.total_s)
 
 
 def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:
@@ -191,5 +240,5 @@ def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAU
     if dw.running == 0:
         return 0.0
     after = cost.step_s([(1, dw.running_tokens // dw.running)] * dw.running)
-    return k * running_tpot(queued_chunks(cost, dw, chunk), after, answer)
+    return running_tpot(queued_chunks(cost, dw, chunk), after, answer, k)
 

@@ -162,7 +162,9 @@ class RouteDecider:
         if d.bucket is not None and d.ppd is not None:
             self.feedback.observe(d.bucket, d.ppd, ttft_s, tpot_s)
         ttft_err = self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
-        tpot_err = (self.model.observe_tpot(d.decode, d.est_tpot_s, tpot_s)
+        if ttft_s is not None and d.est_ttft_parts is not None and d.decode is not None:
+            self.model.observe_local_ttft(d.decode, *d.est_ttft_parts, ttft_s)
+        tpot_err = (self.model.observe_tpot(d.decode, d.est_tpot_s, tpot_s, d.est_tpot_parts)
                     if tpot_s is not None and d.est_tpot_s is not None and d.decode is not None else None)
         return ttft_err, tpot_err
 

@@ -102,3 +102,5 @@ class Decision:
     path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
     est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
+    est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share
+    est_ttft_parts: tuple[float, float] | None = None   # local on an idle worker: est_ttft_s = fixed + ρ · chunks
