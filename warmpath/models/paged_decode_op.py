@@ -1,0 +1,144 @@
+"""Decode attention over the paged KV cache as one torch op: ``torch.ops.warmpath.paged_decode``.
+
+For one layer and B decode tokens it writes this step's K/V rows into the caches at their
+slots, then attends each sequence's query over its first ``ctx[b]`` tokens (this token
+included), read in place through its block table::
+
+    out = paged_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, scale)
+    # q [B, H, D]; k, v [B, KVH, D]; caches [NB, bs, KVH, D] (contiguous, written at slots);
+    # slots [B] (block * bs + offset); tables [B, W] int32/int64 padded; ctx [B] → out [B, H, D]
+
+On CPU with float32 it runs the C kernel (``native/paged_decode.c``, ``warmpath.models._paged``,
+built by setup.py): one pass with an online softmax per (sequence, KV head), GQA heads
+together, on ``torch.get_num_threads()`` threads of its own small pool when the work is
+large enough; a sequence's output does not depend on the batch (bit for bit). Anything else
+(CUDA, other dtypes, the extension not built) runs ``torch_decode``: ``index_copy_`` and
+block-table index arithmetic (which inductor fuses; eager it materialises the lookups).
+
+The op (the caches mutated in its schema, a fake for shapes) is one opaque node for
+``torch.compile(fullgraph=True)``, dynamic batch included; ``decode`` is its body.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    from warmpath.models import _paged
+except ImportError:         # no C compiler at install: the torch formulation runs
+    _paged = None
+
+_F32 = torch.float32
+
+
+def available() -> bool:
+    """Whether the C kernel was built (CPU float32 calls use it)."""
+    return _paged is not None
+
+
+def native_for(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether a call with these tensors runs the C kernel."""
+    return (_paged is not None and q.device.type == "cpu" and q.dtype == _F32
+            and k_cache.dtype == _F32)
+
+
+def indexed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      tables: torch.Tensor, ctx: torch.Tensor, scale: float) -> torch.Tensor:
+    """One query per row, K/V looked up through the block table by index arithmetic:
+    q [B, H, D]; caches [NB, bs, KVH, D]; tables [B, W]; ctx [B] (≥ 1) → [B, H, D]
+    (computed in float32 at least)."""
+    b, h, d = q.shape
+    bs, kvh = k_cache.shape[1], k_cache.shape[2]
+    pos = torch.arange(tables.shape[1] * bs, device=q.device)
+    blk, off = tables.long()[:, pos // bs], (pos % bs)[None, :]           # [B, L], [1, L]
+    kk = k_cache[blk, off].permute(0, 2, 1, 3)                            # [B, KVH, L, D]
+    vv = v_cache[blk, off].permute(0, 2, 1, 3)
+    acc = torch.promote_types(q.dtype, torch.float32)          # float32, or float64 for float64
+    qq = q.view(b, kvh, 1, h // kvh, d).to(acc)
+    s = (qq * kk[:, :, :, None, :].to(acc)).sum(-1) * scale               # [B, KVH, L, G]
+    s = s.masked_fill((pos[None, :] >= ctx[:, None])[:, None, :, None], float("-inf"))
+    p = s.softmax(2)
+    o = (p[..., None] * vv[:, :, :, None, :].to(acc)).sum(2)              # [B, KVH, G, D]
+    return o.reshape(b, h, d).to(q.dtype)
+
+
+def torch_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, scale: float) -> torch.Tensor:
+    """The same op in torch (any device and dtype): writes K/V at ``slots``, then
+    ``indexed_attention``."""
+    kvh, d = k_cache.shape[2], k_cache.shape[3]
+    k_cache.view(-1, kvh, d).index_copy_(0, slots.long(), k.to(k_cache.dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, slots.long(), v.to(v_cache.dtype))
+    return indexed_attention(q, k_cache, v_cache, tables, ctx.long(), scale)
+
+
+def _rows(t: torch.Tensor, name: str, heads: int, d: int) -> tuple[torch.Tensor, int]:
+    """``t`` [B, heads, D] float32 with each row contiguous (copied if not), row stride in bytes."""
+    if t.dim() != 3 or t.shape[1] != heads or t.shape[2] != d:
+        raise ValueError(f"{name} must be [B, {heads}, {d}], got {list(t.shape)}")
+    if t.dtype != _F32:
+        raise ValueError(f"{name} must be float32 like the cache, got {t.dtype}")
+    if (heads > 1 and t.stride(1) != d) or (d > 1 and t.stride(2) != 1):
+        t = t.contiguous()
+    return t, t.stride(0) * 4
+
+
+def _native(q, k, v, k_cache, v_cache, slots, tables, ctx, scale, out) -> int:
+    """Fills ``out`` with the C kernel; returns the threads it used."""
+    if k_cache.dim() != 4 or v_cache.shape != k_cache.shape or v_cache.dtype != _F32:
+        raise ValueError(f"caches must both be [NB, bs, KVH, D] float32, got {list(k_cache.shape)}"
+                         f" and {list(v_cache.shape)} {v_cache.dtype}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("caches must be contiguous [NB, bs, KVH, D] (they are written in place)")
+    nb, bs, kvh, d = k_cache.shape
+    if q.dim() != 3 or q.shape[2] != d or q.shape[1] % kvh:
+        raise ValueError(f"q must be [B, H, {d}] with H a multiple of {kvh}, got {list(q.shape)}")
+    b, h = q.shape[0], q.shape[1]
+    q, qs = _rows(q, "q", h, d)
+    k, ks = _rows(k, "k", kvh, d)
+    v, vs = _rows(v, "v", kvh, d)
+    if tables.dim() != 2 or tables.dtype not in (torch.int32, torch.int64) or tables.shape[1] < 1:
+        raise ValueError(f"tables must be [B, W] int32 or int64, got {list(tables.shape)} {tables.dtype}")
+    if tables.stride(1) != 1:
+        tables = tables.contiguous()
+    slots, ctx = slots.to(torch.int64).contiguous(), ctx.to(torch.int64).contiguous()
+    if not (k.shape[0] == v.shape[0] == slots.numel() == tables.shape[0] == ctx.numel() == b):
+        raise ValueError(f"q, k, v, slots, tables and ctx must have the same batch {b}: "
+                         f"{k.shape[0]}, {v.shape[0]}, {slots.numel()}, {tables.shape[0]}, {ctx.numel()}")
+    if out.shape != (b, h, d) or out.dtype != _F32 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous float32 [{b}, {h}, {d}] tensor")
+    return _paged.decode(q.data_ptr(), qs, k.data_ptr(), ks, v.data_ptr(), vs, k_cache.data_ptr(),
+                  v_cache.data_ptr(), out.data_ptr(), slots.data_ptr(), tables.data_ptr(),
+                  tables.dtype == torch.int64, tables.stride(0), ctx.data_ptr(), b, h, kvh, d, bs,
+                  nb, tables.shape[1], float(scale), torch.get_num_threads())
+
+
+def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+           v_cache: torch.Tensor, slots: torch.Tensor, tables: torch.Tensor, ctx: torch.Tensor,
+           scale: float) -> torch.Tensor:
+    """The op's body (callable without the dispatcher). Bad shapes, dtypes or indices (a slot,
+    block or ctx outside the cache or table) raise ``ValueError`` before anything is written
+    (C kernel)."""
+    if not native_for(q, k_cache):
+        return torch_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, scale)
+    out = q.new_empty(q.shape)
+    _native(q, k, v, k_cache, v_cache, slots, tables, ctx, scale, out)
+    return out
+
+
+# NOTE: registered with the low-level ``torch.library.Library`` rather than
+# ``torch.library.custom_op``: the same schema (the caches mutated, ``Tensor(a!)``), the same
+# fake, the same graphs (reinplaced, no cache copy), but ~25 µs less per call (measured:
+# custom_op's Python wrapper around the kernel), which at 30 layers is ~1 ms per step.
+_LIB = torch.library.Library("warmpath", "FRAGMENT")
+_LIB.define("paged_decode(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+            "Tensor slots, Tensor tables, Tensor ctx, float scale) -> Tensor")
+_LIB.impl("paged_decode", decode, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("warmpath::paged_decode")
+def _(q, k, v, k_cache, v_cache, slots, tables, ctx, scale):
+    return q.new_empty(q.shape)
+
+
+paged_decode = torch.ops.warmpath.paged_decode
+"""The op, ``torch.ops.warmpath.paged_decode`` (see the module docstring)."""
