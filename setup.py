@@ -17,6 +17,6 @@ setup(ext_modules=[
     Extension("warmpath.kv._blockhash", sources=["native/blockhash.c", "native/keyset.c", "native/keyruns.c"], include_dirs=["native"],
               depends=["native/xxhash.h", "native/keyset.h"], extra_compile_args=["-O3"], optional=True),
     Extension("warmpath.models._paged", sources=["native/paged_decode.c", "native/taskpool.c"], include_dirs=["native"],
-              depends=["native/taskpool.h"], extra_compile_args=["-O3", "-pthread", "-Wno-psabi"], extra_link_args=["-pthread"],
+              depends=["native/taskpool.h", "native/vecmath.h"], extra_compile_args=["-O3", "-pthread", "-Wno-psabi"], extra_link_args=["-pthread"],
               optional=True),
 ])

@@ -1,95 +1,35 @@
 /* warmpath.models._paged: decode attention over the paged KV cache, read in place.
  *
  * For one layer and B decode tokens (float32 throughout, raw pointers from tensor.data_ptr()):
- *   1. k[b], v[b] ([KVH, D] each) are written into the caches at slots[b] (slot = block*bs + offset);
+ *   1. k[b], v[b] ([KVH, D] each) are written into the caches at slots[b] (block*bs + offset; -1: not written);
  *   2. out[b] ([H, D]) = softmax(q[b]·Kᵀ·scale)·V over the sequence's first ctx[b] tokens, read
  *      through its block table where they lie (caches [NB, bs, KVH, D], contiguous).
- * One pass per (sequence, KV head) with an online softmax: one KV block at a time, the G = H/KVH
- * query heads of the KV head together (each K/V row read once), a running max, sum and float32
- * accumulator per query head. A (sequence, KV head) pair is one task of the pool (taskpool.c);
- * its arithmetic depends only on its own inputs, never on the batch or the thread that runs it,
- * so a sequence alone and in a batch gets bit-identical output. The D loops run on GCC vector
- * extensions (16 lanes, fixed reduction order), cloned for AVX-512 / AVX2 / baseline. */
+ * One pass per (sequence, KV head, chunk of SPLIT_TOKENS) with an online softmax: one KV block
+ * at a time, the G = H/KVH query heads of the KV head together (each K/V row read once), a
+ * running max, sum and float32 accumulator per query head; chunks merged by log-sum-exp. Each
+ * is one task of the pool (taskpool.c); its arithmetic depends only on its own inputs, never
+ * on the batch or the thread that runs it, so a sequence alone and in a batch gets
+ * bit-identical output. D loops: vecmath.h, cloned for AVX-512 / AVX2 / baseline. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "taskpool.h"
+#include "vecmath.h"
 
-#define VL 16
-typedef float vf __attribute__((vector_size(VL * 4)));
-typedef float vfu __attribute__((vector_size(VL * 4), aligned(4), may_alias));   /* unaligned */
-typedef int32_t vi __attribute__((vector_size(VL * 4)));
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf4 __attribute__((vector_size(16)));
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
+/* A sequence's tokens are cut into chunks of SPLIT_TOKENS (whole blocks), one task each, merged
+ * after by log-sum-exp: the cut depends on ctx alone, so a batch of one long sequence still
+ * spreads over the threads and stays bit-identical to the same sequence in any batch. */
+#ifndef SPLIT_TOKENS
+#define SPLIT_TOKENS 512
 #endif
-#define INL static inline __attribute__((always_inline))
 
-INL vf ld(const float *p) { return *(const vfu *)p; }
-INL void st(float *p, vf x) { *(vfu *)p = x; }
-INL vf splat(float x) { return (vf){0} + x; }
-
-INL float hsum(vf a) {          /* 16 lanes → 1 in a fixed tree order */
-    vf8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-            __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-    vf4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-INL float dot(const float *a, const float *b, long d) {
-    vf acc = {0};
-    long i = 0;
-    for (; i + VL <= d; i += VL)
-        acc += ld(a + i) * ld(b + i);
-    float s = hsum(acc);
-    for (; i < d; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-INL void axpy(float *y, float a, const float *x, long d) {     /* y += a * x */
-    long i = 0;
-    vf va = splat(a);
-    for (; i + VL <= d; i += VL)
-        st(y + i, ld(y + i) + va * ld(x + i));
-    for (; i < d; i++)
-        y[i] += a * x[i];
-}
-
-INL void scal(float *y, float a, long d) {
-    long i = 0;
-    for (; i + VL <= d; i += VL)
-        st(y + i, ld(y + i) * a);
-    for (; i < d; i++)
-        y[i] *= a;
-}
-
-/* e^x lane-wise for x <= 0 (Cephes expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial,
- * ~1 ulp); below -87 the result is ~1e-38 rather than 0, which no softmax weight notices. */
-INL vf vexp(vf x) {
-    vi low = x < -87.0f;                                  /* lanes: -1 where true */
-    x = (vf)(((vi)x & ~low) | ((vi)splat(-87.0f) & low));
-    vf n = x * 1.44269504088896341f + 12582912.0f;       /* round to nearest via 1.5·2^23 */
-    n -= 12582912.0f;
-    vf r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    vf p = splat(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    return p * (vf)e;
-}
+typedef struct {
+    int32_t b, kvh, c, nc;              /* sequence, KV head, chunk c of nc */
+} Task;
 
 typedef struct {
     const char *q, *k, *v;              /* [B, ...] rows, row strides in bytes below */
@@ -102,6 +42,9 @@ typedef struct {
     long B, H, KVH, D, bs, W, NB;
     float scale;
     long bsp;                           /* bs rounded up to VL: the scores' row */
+    long chunk;                         /* blocks per chunk */
+    Task *tasks;
+    float *part;                        /* per task of a cut sequence: max [G], sum [G], acc [G][D] */
 } Args;
 
 INL long table_at(const Args *a, long b, long i) {
@@ -115,58 +58,21 @@ static size_t scratch_bytes(const Args *a) {
     return sizeof(float) * (size_t)(g * a->D + g * a->bsp + 2 * g) + 64;
 }
 
-#define RV 8      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
-
-/* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
-INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,
-                long bsp, float scale, const long D) {
-    if (D % VL == 0 && D <= RV * VL) {
-        vf kr[RV];
-        for (long c = 0; c < D / VL; c++)
-            kr[c] = ld(k + c * VL);
-        for (long g = 0; g < G; g++) {
-            vf acc = {0};
-            for (long c = 0; c < D / VL; c++)
-                acc += ld(q + g * D + c * VL) * kr[c];
-            s[g * bsp] = hsum(acc) * scale;
-        }
-        return;
-    }
-    for (long g = 0; g < G; g++)
-        s[g * bsp] = dot(q + g * D, k, D) * scale;
-}
-
-/* acc += Σ_j p[j] · v_j over the n rows of a block (row stride ``row``). */
-INL void accumulate(float *restrict acc, const float *restrict p, const float *restrict v, long n,
-                    long row, const long D) {
-    if (D % VL == 0 && D <= RV * VL) {
-        vf r[RV];
-        for (long c = 0; c < D / VL; c++)
-            r[c] = ld(acc + c * VL);
-        for (long j = 0; j < n; j++) {
-            vf pj = splat(p[j]);
-            for (long c = 0; c < D / VL; c++)
-                r[c] += pj * ld(v + j * row + c * VL);
-        }
-        for (long c = 0; c < D / VL; c++)
-            st(acc + c * VL, r[c]);
-        return;
-    }
-    for (long j = 0; j < n; j++)
-        axpy(acc, p[j], v + j * row, D);
-}
-
-/* Task (b, kvh): the G query heads of KV head kvh of sequence b over its ctx[b] tokens. */
+/* A task: the G query heads of KV head kvh of sequence b over chunk c of its ctx[b] tokens;
+ * the output (a chunk alone), else the chunk's max, sum and accumulator into a->part. */
 INL void attend_d(const Args *a, long task, float *scratch, const long D) {
-    long b = task / a->KVH, kvh = task % a->KVH, bs = a->bs, G = a->H / a->KVH, bsp = a->bsp;
-    long n_ctx = a->ctx[b], row = a->KVH * D;
+    Task t = a->tasks[task];
+    long b = t.b, kvh = t.kvh, bs = a->bs, G = a->H / a->KVH, bsp = a->bsp;
+    long n_ctx = a->ctx[b], row = a->KVH * D, blk0 = t.c * a->chunk;
+    if (n_ctx > (blk0 + a->chunk) * bs)
+        n_ctx = (blk0 + a->chunk) * bs;
     float scale = a->scale;
     const float *q = (const float *)(a->q + b * a->q_sb) + kvh * G * D;
     float *acc = scratch, *s = acc + G * D, *m = s + G * bsp, *l = m + G;
     memset(acc, 0, sizeof(float) * (size_t)(G * D + G * bsp));   /* acc and the scores */
     for (long g = 0; g < G; g++)
         m[g] = -INFINITY, l[g] = 0.0f;
-    for (long blk = 0; blk * bs < n_ctx; blk++) {
+    for (long blk = blk0; blk * bs < n_ctx; blk++) {
         long n = n_ctx - blk * bs < bs ? n_ctx - blk * bs : bs;
         long base = table_at(a, b, blk) * bs * row + kvh * D;
         const float *kb = a->kc + base, *vb = a->vc + base;
@@ -192,10 +98,42 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
             accumulate(acc + g * D, sg, vb, n, row, D);
         }
     }
+    if (t.nc > 1) {
+        float *p = a->part + task * (2 * G + G * D);
+        memcpy(p, m, sizeof(float) * 2 * G);                  /* m and l lie back to back */
+        memcpy(p + 2 * G, acc, sizeof(float) * G * D);
+        return;
+    }
     float *o = a->out + (b * a->H + kvh * G) * D;
     for (long g = 0; g < G; g++)
         for (long i = 0; i < D; i++)
             o[g * D + i] = acc[g * D + i] / l[g];
+}
+
+/* The chunks of each cut (sequence, KV head), in chunk order: o = Σ_c e^(m_c - M) acc_c / L. */
+static void merge(const Args *a, long ntasks) {
+    long G = a->H / a->KVH, D = a->D, len = 2 * G + G * D;
+    for (long i = 0; i < ntasks; i++) {
+        Task t = a->tasks[i];
+        if (t.nc == 1 || t.c != 0)
+            continue;
+        const float *p = a->part + i * len;
+        float *o = a->out + (t.b * a->H + t.kvh * G) * D;
+        for (long g = 0; g < G; g++) {
+            float mx = -INFINITY, sum = 0.0f, *og = o + g * D;
+            for (long c = 0; c < t.nc; c++)
+                mx = p[c * len + g] > mx ? p[c * len + g] : mx;
+            memset(og, 0, sizeof(float) * D);
+            for (long c = 0; c < t.nc; c++) {
+                float w = expf(p[c * len + g] - mx);
+                sum += w * p[c * len + G + g];
+                for (long d = 0; d < D; d++)
+                    og[d] += w * p[c * len + 2 * G + g * D + d];
+            }
+            for (long d = 0; d < D; d++)
+                og[d] /= sum;
+        }
+    }
 }
 
 /* The pool's task: D = 64 and 128 compiled with D constant (loops unrolled, registers). */
@@ -212,6 +150,8 @@ CLONES static void attend(void *args, long task, void *scratch) {
 static void write_rows(const Args *a) {
     size_t bytes = sizeof(float) * (size_t)(a->KVH * a->D);
     for (long b = 0; b < a->B; b++) {
+        if (a->slots[b] == -1)          /* a padding row: nothing to keep */
+            continue;
         memcpy(a->kc + a->slots[b] * a->KVH * a->D, a->k + b * a->k_sb, bytes);
         memcpy(a->vc + a->slots[b] * a->KVH * a->D, a->v + b * a->v_sb, bytes);
     }
@@ -220,8 +160,8 @@ static void write_rows(const Args *a) {
 /* Every index in range (before anything is written): slots, ctx and the blocks it uses. */
 static int check(const Args *a) {
     for (long b = 0; b < a->B; b++) {
-        if (a->slots && (a->slots[b] < 0 || a->slots[b] >= a->NB * a->bs)) {
-            PyErr_Format(PyExc_ValueError, "slot %lld of row %ld is outside the cache's %ld slots",
+        if (a->slots && (a->slots[b] < -1 || a->slots[b] >= a->NB * a->bs)) {
+            PyErr_Format(PyExc_ValueError, "slot %lld of row %ld is outside the cache's %ld slots (-1: none)",
                          (long long)a->slots[b], b, a->NB * a->bs);
             return -1;
         }
@@ -268,19 +208,39 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     a.bsp = (a.bs + VL - 1) / VL * VL;
     if (check(&a) < 0)
         return NULL;
-    long work = 0;
-    for (long b = 0; b < a.B; b++)
+    long work = 0, ntasks = 0, cut = 0;
+    a.chunk = SPLIT_TOKENS / a.bs > 0 ? SPLIT_TOKENS / a.bs : 1;
+    for (long b = 0; b < a.B; b++) {
+        long nc = ((a.ctx[b] + a.bs - 1) / a.bs + a.chunk - 1) / a.chunk;
         work += a.ctx[b] * a.KVH;
+        ntasks += nc * a.KVH;
+        cut += nc > 1 ? nc * a.KVH : 0;
+    }
     if (work < PARALLEL_MIN_WORK || nthreads < 1)
         nthreads = 1;
-    if (nthreads > a.B * a.KVH)
-        nthreads = a.B * a.KVH > 0 ? (int)(a.B * a.KVH) : 1;
+    if (nthreads > ntasks)
+        nthreads = ntasks > 0 ? (int)ntasks : 1;
+    a.tasks = malloc(sizeof(Task) * (size_t)(ntasks + 1));
+    a.part = cut ? malloc(sizeof(float) * (size_t)(ntasks * (2 * a.H / a.KVH + a.H / a.KVH * a.D))) : NULL;
+    if (a.tasks == NULL || (cut && a.part == NULL)) {
+        free(a.tasks), free(a.part);
+        return PyErr_NoMemory();
+    }
+    for (long b = 0, i = 0; b < a.B; b++) {
+        int32_t nc = (int32_t)(((a.ctx[b] + a.bs - 1) / a.bs + a.chunk - 1) / a.chunk);
+        for (int32_t h = 0; h < a.KVH; h++)
+            for (int32_t c = 0; c < nc; c++)
+                a.tasks[i++] = (Task){(int32_t)b, h, c, nc};
+    }
     int rc;
     Py_BEGIN_ALLOW_THREADS
     if (a.slots)
         write_rows(&a);
-    rc = pool_run(attend, &a, a.B * a.KVH, nthreads, scratch_bytes(&a));
+    rc = pool_run(attend, &a, ntasks, nthreads, scratch_bytes(&a));
+    if (rc == 0 && cut)
+        merge(&a, ntasks);
     Py_END_ALLOW_THREADS
+    free(a.tasks), free(a.part);
     if (rc < 0)
         return PyErr_NoMemory();
     return PyLong_FromLong(nthreads);

@@ -77,6 +77,13 @@ def test_ragged_shuffled_gqa_equals_float64_softmax(d, int64):
     assert torch.equal(out[0, 3], v[0, 1]) and torch.equal(out[0, 0], v[0, 0])
 
 
+def test_sequences_cut_into_chunks_merge_to_the_float64_softmax():
+    lens = [512, 513, 1100, 2048]          # chunks of 512 tokens: 1, 2, 3 and 4 of them
+    q, k, v, kc, vc, slots, tab, ctx, tables = _case(lens, bs=16, d=64, nb=300, seed=7)
+    out = op.decode(q, k, v, kc, vc, slots, tab, ctx, 0.125)
+    assert (out.double() - _reference(q, kc, vc, tables, lens, 0.125)).abs().max().item() < 2e-6
+
+
 def test_writes_land_at_the_slots_and_nothing_else_changes():
     q, k, v, kc, vc, slots, tab, ctx, _ = _case([2, 9, 16], nb=16)
     before_k, before_v = kc.clone(), vc.clone()
@@ -84,6 +91,19 @@ def test_writes_land_at_the_slots_and_nothing_else_changes():
     before_k.view(-1, 2, 8)[slots] = k
     before_v.view(-1, 2, 8)[slots] = v
     assert torch.equal(kc, before_k) and torch.equal(vc, before_v)
+
+
+def test_padding_rows_with_slot_minus_one_write_nothing():
+    q, k, v, kc, vc, slots, tab, ctx, _ = _case([2, 9, 16], nb=16)
+    slots[1] = -1
+    before_k, before_v = kc.clone(), vc.clone()
+    kc2, vc2 = kc.clone(), vc.clone()
+    native = op.decode(q, k, v, kc, vc, slots, tab, ctx, 0.3)
+    fallback = op.torch_decode(q, k, v, kc2, vc2, slots, tab, ctx, 0.3)
+    for i in (0, 2):
+        before_k.view(-1, 2, 8)[slots[i]], before_v.view(-1, 2, 8)[slots[i]] = k[i], v[i]
+    assert torch.equal(kc, before_k) and torch.equal(vc, before_v)
+    assert torch.equal(kc2, before_k) and (native - fallback).abs().max().item() < 2e-6
 
 
 def test_strided_q_and_v_rows_are_read_as_they_lie():
@@ -95,13 +115,17 @@ def test_strided_q_and_v_rows_are_read_as_they_lie():
 
 
 def test_a_sequence_alone_and_in_any_batch_or_thread_split_is_bit_identical():
-    lens = [700, 1, 333, 1024, 48, 900]      # 2 KV heads: 6,012 token-heads, split over threads
-    q, k, v, kc, vc, slots, tab, ctx, _ = _case(lens, nb=1024, seed=3)
+    lens = [700, 1, 333, 2048, 48, 900]      # 2 KV heads: 8,060 token-heads, split over threads
+    q, k, v, kc, vc, slots, tab, ctx, _ = _case(lens, nb=1100, seed=3)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         out = torch.empty(q.shape)
         assert op._native(q, k, v, kc, vc, slots, tab, ctx, 0.125, out) == 2
+        alone = torch.empty(1, *q.shape[1:])           # 2,048 tokens alone: 2 threads too
+        assert op._native(q[3:4], k[3:4], v[3:4], kc, vc, slots[3:4], tab[3:4], ctx[3:4], 0.125,
+                          alone) == 2
+        assert torch.equal(alone[0], out[3])
         torch.set_num_threads(1)
         for b in (0, 3, 5):
             alone = op.decode(q[b:b + 1], k[b:b + 1], v[b:b + 1], kc, vc, slots[b:b + 1],
@@ -115,6 +139,7 @@ def test_a_sequence_alone_and_in_any_batch_or_thread_split_is_bit_identical():
 
 @pytest.mark.parametrize("bad, message", [
     ({"slots": torch.tensor([0, 64 * 4])}, "slot 256 of row 1 is outside the cache's 256 slots"),
+    ({"slots": torch.tensor([-2, 3])}, "slot -2 of row 0 is outside"),
     ({"ctx": torch.tensor([2, 0])}, r"ctx 0 of row 1 is not in \[1, 16\]"),
     ({"ctx": torch.tensor([2, 17])}, r"ctx 17 of row 1 is not in \[1, 16\]"),
     ({"tab": torch.tensor([[0, 1, 2, 3], [64, 1, 2, 3]], dtype=torch.int32)},

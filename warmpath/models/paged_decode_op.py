@@ -6,7 +6,11 @@ included), read in place through its block table::
 
     out = paged_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, scale)
     # q [B, H, D]; k, v [B, KVH, D]; caches [NB, bs, KVH, D] (contiguous, written at slots);
-    # slots [B] (block * bs + offset); tables [B, W] int32/int64 padded; ctx [B] → out [B, H, D]
+    # slots [B] (block * bs + offset, -1: row not written); tables [B, W] int32/int64 padded;
+    # ctx [B] (≥ 1) → out [B, H, D]
+
+A padded batch (a compiled step's bucket) gives its padding rows slot -1 (nothing written),
+ctx 1 and any valid block (their output is garbage to drop).
 
 On CPU with float32 it runs the C kernel (``native/paged_decode.c``, ``warmpath.models._paged``,
 built by setup.py): one pass with an online softmax per (sequence, KV head), GQA heads
@@ -63,11 +67,13 @@ def indexed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 
 def torch_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, scale: float) -> torch.Tensor:
-    """The same op in torch (any device and dtype): writes K/V at ``slots``, then
-    ``indexed_attention``."""
+    """The same op in torch (any device and dtype): writes K/V at ``slots`` (not at -1), then
+    ``indexed_attention``. NOTE: the -1 rows are dropped by a boolean mask (a host sync on CUDA)."""
     kvh, d = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, kvh, d).index_copy_(0, slots.long(), k.to(k_cache.dtype))
-    v_cache.view(-1, kvh, d).index_copy_(0, slots.long(), v.to(v_cache.dtype))
+    keep = slots >= 0
+    slots, k, v = slots[keep].long(), k[keep], v[keep]
+    k_cache.view(-1, kvh, d).index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, slots, v.to(v_cache.dtype))
     return indexed_attention(q, k_cache, v_cache, tables, ctx.long(), scale)
 
 
