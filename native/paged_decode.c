@@ -4,12 +4,13 @@
  *   1. k[b], v[b] ([KVH, D] each) are written into the caches at slots[b] (block*bs + offset; -1: not written);
  *   2. out[b] ([H, D]) = softmax(q[b]·Kᵀ·scale)·V over the sequence's first ctx[b] tokens, read
  *      through its block table where they lie (caches [NB, bs, KVH, D], contiguous).
- * One pass per (sequence, KV head, chunk of SPLIT_TOKENS) with an online softmax: one KV block
- * at a time, the G = H/KVH query heads of the KV head together (each K/V row read once), a
- * running max, sum and float32 accumulator per query head; chunks merged by log-sum-exp. Each
- * is one task of the pool (taskpool.c); its arithmetic depends only on its own inputs, never
- * on the batch or the thread that runs it, so a sequence alone and in a batch gets
- * bit-identical output. D loops: vecmath.h, cloned for AVX-512 / AVX2 / baseline. */
+ * One pass per (sequence, chunk of SPLIT_TOKENS) with an online softmax: one KV block at a time
+ * (its rows read whole, KV head after KV head), the G = H/KVH query heads of a KV head together
+ * (each K/V row read once), a running max, sum and float32 accumulator per query head; chunks
+ * merged by log-sum-exp. Each is one task of the pool (taskpool.c); a head's arithmetic
+ * depends only on its own inputs, never on the batch or the thread that runs it, so a sequence
+ * alone and in a batch gets bit-identical output. D loops: vecmath.h, cloned for AVX-512 /
+ * AVX2 / baseline. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -28,7 +29,7 @@
 #endif
 
 typedef struct {
-    int32_t b, kvh, c, nc;              /* sequence, KV head, chunk c of nc */
+    int32_t b, c, nc;                   /* sequence, chunk c of nc */
 } Task;
 
 typedef struct {
@@ -44,7 +45,7 @@ typedef struct {
     long bsp;                           /* bs rounded up to VL: the scores' row */
     long chunk;                         /* blocks per chunk */
     Task *tasks;
-    float *part;                        /* per task of a cut sequence: max [G], sum [G], acc [G][D] */
+    float *part;                        /* per task of a cut sequence: max [H], sum [H], acc [H][D] */
 } Args;
 
 INL long table_at(const Args *a, long b, long i) {
@@ -52,86 +53,100 @@ INL long table_at(const Args *a, long b, long i) {
                     : ((const int32_t *)a->tables)[b * a->tab_sb + i];
 }
 
-/* Scratch of one participant: acc [G][D], scores [G][bsp], max [G], sum [G]. */
+/* Scratch of one participant: acc [H][D], scores [G][bsp], max [H], sum [H]. */
 static size_t scratch_bytes(const Args *a) {
-    long g = a->H / a->KVH;
-    return sizeof(float) * (size_t)(g * a->D + g * a->bsp + 2 * g) + 64;
+    return sizeof(float) * (size_t)(a->H * a->D + a->H / a->KVH * a->bsp + 2 * a->H) + 64;
 }
 
-/* A task: the G query heads of KV head kvh of sequence b over chunk c of its ctx[b] tokens;
- * the output (a chunk alone), else the chunk's max, sum and accumulator into a->part. */
+/* The next block's K and V rows, fetched while this block is computed (the hardware
+ * prefetchers follow consecutive blocks, not a jump). */
+INL void prefetch_block(const Args *a, long base, long floats) {
+    for (long i = 0; i < floats; i += 16) {
+        __builtin_prefetch(a->kc + base + i);
+        __builtin_prefetch(a->vc + base + i);
+    }
+}
+
+/* A task: every query head of sequence b over chunk c of its ctx[b] tokens, block by block
+ * (a block's rows read whole: every KV head, each with its G query heads); the output (a chunk
+ * alone), else the chunk's max, sum and accumulator per head into a->part. */
 INL void attend_d(const Args *a, long task, float *scratch, const long D) {
     Task t = a->tasks[task];
-    long b = t.b, kvh = t.kvh, bs = a->bs, G = a->H / a->KVH, bsp = a->bsp;
-    long n_ctx = a->ctx[b], row = a->KVH * D, blk0 = t.c * a->chunk;
+    long b = t.b, bs = a->bs, H = a->H, KVH = a->KVH, G = H / KVH, bsp = a->bsp;
+    long n_ctx = a->ctx[b], row = KVH * D, blk0 = t.c * a->chunk;
     if (n_ctx > (blk0 + a->chunk) * bs)
         n_ctx = (blk0 + a->chunk) * bs;
     float scale = a->scale;
-    const float *q = (const float *)(a->q + b * a->q_sb) + kvh * G * D;
-    float *acc = scratch, *s = acc + G * D, *m = s + G * bsp, *l = m + G;
-    memset(acc, 0, sizeof(float) * (size_t)(G * D + G * bsp));   /* acc and the scores */
-    for (long g = 0; g < G; g++)
-        m[g] = -INFINITY, l[g] = 0.0f;
+    const float *q = (const float *)(a->q + b * a->q_sb);
+    float *acc = scratch, *s = acc + H * D, *m = s + G * bsp, *l = m + H;
+    memset(acc, 0, sizeof(float) * (size_t)(H * D + G * bsp));   /* acc and the scores */
+    for (long h = 0; h < H; h++)
+        m[h] = -INFINITY, l[h] = 0.0f;
     for (long blk = blk0; blk * bs < n_ctx; blk++) {
         long n = n_ctx - blk * bs < bs ? n_ctx - blk * bs : bs;
-        long base = table_at(a, b, blk) * bs * row + kvh * D;
-        const float *kb = a->kc + base, *vb = a->vc + base;
-        for (long j = 0; j < n; j++)
-            scores(q, kb + j * row, s + j, G, bsp, scale, D);
-        for (long g = 0; g < G; g++) {
-            float *sg = s + g * bsp, mx = m[g];
+        long id = table_at(a, b, blk), base = id * bs * row;
+        if ((blk + 1) * bs < n_ctx && table_at(a, b, blk + 1) != id + 1)
+            prefetch_block(a, table_at(a, b, blk + 1) * bs * row, bs * row);   /* a jump */
+        for (long kvh = 0; kvh < KVH; kvh++) {
+            const float *kb = a->kc + base + kvh * D, *vb = a->vc + base + kvh * D;
+            const float *qh = q + kvh * G * D;
+            float *ah = acc + kvh * G * D, *mh = m + kvh * G, *lh = l + kvh * G;
             for (long j = 0; j < n; j++)
-                mx = sg[j] > mx ? sg[j] : mx;
-            if (mx > m[g]) {            /* a new maximum: rescale what came before */
-                float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx);
-                scal(acc + g * D, alpha, D);
-                l[g] *= alpha;
-                m[g] = mx;
+                scores(qh, kb + j * row, s + j, G, bsp, scale, D);
+            for (long g = 0; g < G; g++) {
+                float *sg = s + g * bsp, mx = mh[g];
+                for (long j = 0; j < n; j++)
+                    mx = sg[j] > mx ? sg[j] : mx;
+                if (mx > mh[g]) {       /* a new maximum: rescale what came before */
+                    float alpha = mh[g] == -INFINITY ? 0.0f : expf(mh[g] - mx);
+                    scal(ah + g * D, alpha, D);
+                    lh[g] *= alpha;
+                    mh[g] = mx;
+                }
+                float sum = 0.0f;
+                for (long j = 0; j < n; j += VL) {
+                    st(sg + j, vexp(ld(sg + j) - mx));
+                    for (long i = j; i < j + VL && i < n; i++)
+                        sum += sg[i];
+                }
+                lh[g] += sum;
+                accumulate(ah + g * D, sg, vb, n, row, D);
             }
-            float sum = 0.0f;
-            for (long j = 0; j < n; j += VL) {
-                st(sg + j, vexp(ld(sg + j) - mx));
-                for (long i = j; i < j + VL && i < n; i++)
-                    sum += sg[i];
-            }
-            l[g] += sum;
-            accumulate(acc + g * D, sg, vb, n, row, D);
         }
     }
     if (t.nc > 1) {
-        float *p = a->part + task * (2 * G + G * D);
-        memcpy(p, m, sizeof(float) * 2 * G);                  /* m and l lie back to back */
-        memcpy(p + 2 * G, acc, sizeof(float) * G * D);
+        float *p = a->part + task * (2 * H + H * D);
+        memcpy(p, m, sizeof(float) * 2 * H);                  /* m and l lie back to back */
+        memcpy(p + 2 * H, acc, sizeof(float) * H * D);
         return;
     }
-    float *o = a->out + (b * a->H + kvh * G) * D;
-    for (long g = 0; g < G; g++)
+    float *o = a->out + b * H * D;
+    for (long h = 0; h < H; h++)
         for (long i = 0; i < D; i++)
-            o[g * D + i] = acc[g * D + i] / l[g];
+            o[h * D + i] = acc[h * D + i] / l[h];
 }
 
-/* The chunks of each cut (sequence, KV head), in chunk order: o = Σ_c e^(m_c - M) acc_c / L. */
+/* The chunks of each cut sequence, in chunk order, per head: o = Σ_c e^(m_c - M) acc_c / L. */
 static void merge(const Args *a, long ntasks) {
-    long G = a->H / a->KVH, D = a->D, len = 2 * G + G * D;
+    long H = a->H, D = a->D, len = 2 * H + H * D;
     for (long i = 0; i < ntasks; i++) {
         Task t = a->tasks[i];
         if (t.nc == 1 || t.c != 0)
             continue;
         const float *p = a->part + i * len;
-        float *o = a->out + (t.b * a->H + t.kvh * G) * D;
-        for (long g = 0; g < G; g++) {
-            float mx = -INFINITY, sum = 0.0f, *og = o + g * D;
+        for (long h = 0; h < H; h++) {
+            float mx = -INFINITY, sum = 0.0f, *o = a->out + (t.b * H + h) * D;
             for (long c = 0; c < t.nc; c++)
-                mx = p[c * len + g] > mx ? p[c * len + g] : mx;
-            memset(og, 0, sizeof(float) * D);
+                mx = p[c * len + h] > mx ? p[c * len + h] : mx;
+            memset(o, 0, sizeof(float) * D);
             for (long c = 0; c < t.nc; c++) {
-                float w = expf(p[c * len + g] - mx);
-                sum += w * p[c * len + G + g];
+                float w = expf(p[c * len + h] - mx);
+                sum += w * p[c * len + H + h];
                 for (long d = 0; d < D; d++)
-                    og[d] += w * p[c * len + 2 * G + g * D + d];
+                    o[d] += w * p[c * len + 2 * H + h * D + d];
             }
             for (long d = 0; d < D; d++)
-                og[d] /= sum;
+                o[d] /= sum;
         }
     }
 }
@@ -213,24 +228,23 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     for (long b = 0; b < a.B; b++) {
         long nc = ((a.ctx[b] + a.bs - 1) / a.bs + a.chunk - 1) / a.chunk;
         work += a.ctx[b] * a.KVH;
-        ntasks += nc * a.KVH;
-        cut += nc > 1 ? nc * a.KVH : 0;
+        ntasks += nc;
+        cut += nc > 1 ? nc : 0;
     }
     if (work < PARALLEL_MIN_WORK || nthreads < 1)
         nthreads = 1;
     if (nthreads > ntasks)
         nthreads = ntasks > 0 ? (int)ntasks : 1;
     a.tasks = malloc(sizeof(Task) * (size_t)(ntasks + 1));
-    a.part = cut ? malloc(sizeof(float) * (size_t)(ntasks * (2 * a.H / a.KVH + a.H / a.KVH * a.D))) : NULL;
+    a.part = cut ? malloc(sizeof(float) * (size_t)(ntasks * (2 * a.H + a.H * a.D))) : NULL;
     if (a.tasks == NULL || (cut && a.part == NULL)) {
         free(a.tasks), free(a.part);
         return PyErr_NoMemory();
     }
     for (long b = 0, i = 0; b < a.B; b++) {
         int32_t nc = (int32_t)(((a.ctx[b] + a.bs - 1) / a.bs + a.chunk - 1) / a.chunk);
-        for (int32_t h = 0; h < a.KVH; h++)
-            for (int32_t c = 0; c < nc; c++)
-                a.tasks[i++] = (Task){(int32_t)b, h, c, nc};
+        for (int32_t c = 0; c < nc; c++)
+            a.tasks[i++] = (Task){(int32_t)b, c, nc};
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
