@@ -80,7 +80,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     g.add_argument("--decode-threads", type=_count(1), default=None,
-                   help="threads of decode-only steps (CPU default: --threads - 1, at least 1)")
+                   help="threads of decode-only steps of < 4 sequences (CPU default: --threads - 1, ≥ 1)")
     g.add_argument("--attention", default="paged", choices=("paged", "gather"), help="gather: copy KV per layer")
     g.add_argument("--compile", default="off", choices=("off", "on"), help="on: compile the decode step at start")
     t = p.add_argument_group("KV tiers")

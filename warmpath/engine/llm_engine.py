@@ -50,7 +50,7 @@ class EngineConfig:
     step_trace: str | None = None        # append one JSON line per step with work to this file
     attention: str = "paged"             # paged | gather (engine/model_runner.py)
     compile: str = "off"                 # off | on: the compiled decode step (models/compiled_step.py)
-    decode_threads: int | None = None    # threads of decode-only steps (None: model_runner.decode_threads_default)
+    decode_threads: int | None = None    # small decode-only steps' threads (model_runner.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -24,14 +24,18 @@ class StepResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+SMALL_DECODE = 4     # a decode-only step of fewer sequences runs on ``decode_threads``
+
+
 def decode_threads_default(threads: int, device: torch.device) -> int:
-    """Torch threads for a step made only of decodes: on CPU one fewer than the worker's (at
-    least 1). A decode step is a few milliseconds of small operators; with every core in its
-    OpenMP team the worker's HTTP, streaming and tokenizer threads (and, on a shared machine,
-    the router) preempt a team member at each token and the team waits at its barriers —
-    measured through HTTP on 2 cores (``benchmarks/peers/vs_llamacpp.py``): batch-1 TPOT
-    28.3 ms with 2 threads vs 19.4 ms with 1 (docs/benchmarks/engine.md). Prefill steps,
-    compute-bound, keep every thread."""
+    """Torch threads for a small decode-only step (fewer than ``SMALL_DECODE`` sequences): on
+    CPU one fewer than the worker's, at least 1. Such a step is a few milliseconds of small
+    operators; with every core in the OpenMP team, the worker's HTTP, streaming and tokenizer
+    threads (and the router, on a shared machine) preempt a team member at each token and the
+    team waits at its barriers. Measured through HTTP on 2 cores (``benchmarks/peers/vs_llamacpp.py``,
+    docs/benchmarks/engine.md): batch-1 TPOT 28.3 ms with 2 threads vs 19.4–21.3 ms with 1,
+    while 16 streams decode faster on 2 (337 vs 250–309 tok/s). Larger decode steps and every
+    step with a prefill chunk keep all threads."""
     return max(1, threads - 1) if device.type == "cpu" else threads
 
 
@@ -42,7 +46,7 @@ class ModelRunner:
     ``attention``: ``paged`` (K/V read in place) or ``gather`` (the former copy, for
     debugging); ``compile`` ``on``: decode-only steps run the compiled step
     (``models/compiled_step.py``), compiled here for batches up to ``max_batch``.
-    ``decode_threads``: torch threads for decode-only steps (None: ``decode_threads_default``).
+    ``decode_threads``: torch threads of small decode-only steps (None: ``decode_threads_default``).
     """
 
     def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int,
@@ -108,7 +112,7 @@ class ModelRunner:
             [(s.num_tokens, s.seq.num_computed_tokens + s.num_tokens, table(s)) for s in prefills],
             slots, self.device, impl=self.attention)
         step = self.compiled.forward if self.compiled and not prefills else self.model
-        threads = self.threads if prefills else self.decode_threads
+        threads = self.threads if prefills or len(decodes) >= SMALL_DECODE else self.decode_threads
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         hidden = step(torch.tensor(ids, dtype=torch.long, device=self.device),
