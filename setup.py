@@ -1,12 +1,22 @@
-"""The one compiled part: ``warmpath.kv._blockhash``, the block hash chain in C (native/blockhash.c)
-and a set of block keys (native/keyset.c, native/keyruns.c).
+"""The compiled parts, each optional (where no C compiler exists the install still succeeds
+and a Python path runs; a test fails there, so CI notices):
 
-Everything else is in pyproject.toml. ``optional``: where no C compiler exists the install
-still succeeds and ``kv/hashing.py`` hashes in Python (same keys, ~10x slower);
-tests/kv/test_native_hashing.py fails there, so CI notices.
+* ``warmpath.kv._blockhash``: the block hash chain in C (native/blockhash.c) and a set of
+  block keys (native/keyset.c, native/keyruns.c); without it ``kv/hashing.py`` hashes in
+  Python (same keys, ~10x slower; tests/kv/test_native_hashing.py fails).
+* ``warmpath.models._paged``: decode attention over the paged KV cache, read in place
+  (native/paged_decode.c on a small pthread pool, native/taskpool.c); without it
+  ``models/paged_decode_op.py`` runs torch code (tests/models/test_paged_decode_op.py fails).
+
+Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("warmpath.kv._blockhash", sources=["native/blockhash.c", "native/keyset.c", "native/keyruns.c"], include_dirs=["native"],
-                             depends=["native/xxhash.h", "native/keyset.h"], extra_compile_args=["-O3"], optional=True)])
+setup(ext_modules=[
+    Extension("warmpath.kv._blockhash", sources=["native/blockhash.c", "native/keyset.c", "native/keyruns.c"], include_dirs=["native"],
+              depends=["native/xxhash.h", "native/keyset.h"], extra_compile_args=["-O3"], optional=True),
+    Extension("warmpath.models._paged", sources=["native/paged_decode.c", "native/taskpool.c"], include_dirs=["native"],
+              depends=["native/taskpool.h", "native/vecmath.h"], extra_compile_args=["-O3", "-pthread", "-Wno-psabi"], extra_link_args=["-pthread"],
+              optional=True),
+])

@@ -75,11 +75,12 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--no-prefix-caching", action="store_true")
-    g.add_argument("--schedule-order", "--policy", dest="schedule_order", default="decode-first",
-                   choices=("decode-first", "prefill-first"),
-                   help="which work a step takes first (--policy: its former name)")
+    g.add_argument("--schedule-order", "--policy", dest="schedule_order", default="decode-first", choices=(
+        "decode-first", "prefill-first"), help="which work a step takes first (--policy: its former name)")
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument("--decode-threads", type=_count(1), default=None,
+                   help="threads of decode-only steps of < 4 sequences (CPU default: --threads - 1, ≥ 1)")
     g.add_argument("--attention", default="paged", choices=("paged", "gather"), help="gather: copy KV per layer")
     g.add_argument("--compile", default="off", choices=("off", "on"), help="on: compile the decode step at start")
     t = p.add_argument_group("KV tiers")
@@ -168,7 +169,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
         block_size=a.block_size,
         kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
-        attention=a.attention, compile=a.compile,
+        attention=a.attention, compile=a.compile, decode_threads=a.decode_threads,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))
@@ -267,8 +268,7 @@ def add_serve_parser(sub, fn=None) -> None:
     s.add_argument("--pin", action="append", default=None, metavar="NAME=CPUS",
                    help="pin a process (worker id, role or router) to CPUs, e.g. --pin prefill-0=0 --pin decode=1; "
                         "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
-    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output for PPD dynamic "
-                   "(and the goodput policy's step model)")
+    s.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD dynamic, goodput)")
     s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
                    "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),

@@ -32,7 +32,7 @@ GROUPS = [  # (group, substrings of operator names), first match wins
     # --compile on: inductor's graphs (norms, RoPE, attention, residuals fused; not split further)
     ("compiled graphs", ("compiledfxgraph", "torch-compiled region", "dynamo")),
     ("linear", ("linear", "addmm", "aten::mm", "matmul", "aten::bmm")),
-    ("attention", ("scaled_dot_product", "_flash_attention", "softmax")),
+    ("attention", ("scaled_dot_product", "_flash_attention", "softmax", "paged_decode")),
     ("kv scatter/gather", ("index_copy", "index", "gather", "flatten", "copy_")),
     ("embedding", ("embedding",)),
     ("sampling", ("argmax", "topk", "sort", "multinomial")),

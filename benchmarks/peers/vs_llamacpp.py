@@ -77,6 +77,30 @@ def llama_server_cmd(a: argparse.Namespace, port: int) -> list[str]:
             "--cache-reuse", str(a.cache_reuse), "--alias", MODEL_ALIAS, "--metrics", "--no-webui"]
 
 
+POLICIES = ("passive", "active", "default")
+
+
+def policy_of(spec: str, server: str) -> str:
+    """The OMP_WAIT_POLICY ``spec`` gives ``server``: one policy for both (``passive``) or one
+    each (``warmpath=passive,llama-server=default``; a server not named gets ``default``).
+
+    >>> policy_of("warmpath=passive,llama-server=default", "llama-server")
+    'default'
+    """
+    if "=" not in spec:
+        return spec
+    return dict(part.split("=", 1) for part in spec.split(",")).get(server, "default")
+
+
+def _policies(spec: str) -> str:
+    names = [spec] if "=" not in spec else [p.partition("=")[2] for p in spec.split(",")]
+    servers = [] if "=" not in spec else [p.partition("=")[0] for p in spec.split(",")]
+    if any(n not in POLICIES for n in names) or any(s not in SERVERS for s in servers):
+        raise argparse.ArgumentTypeError(f"expected one of {POLICIES}, or SERVER=POLICY,... over "
+                                         f"{SERVERS}; got {spec!r}")
+    return spec
+
+
 def start(name: str, a: argparse.Namespace, log: Path) -> tuple[subprocess.Popen, str, list[str]]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -86,8 +110,8 @@ def start(name: str, a: argparse.Namespace, log: Path) -> tuple[subprocess.Popen
     else:
         cmd = llama_server_cmd(a, port)
     env = dict(os.environ)
-    if a.omp_wait_policy != "default":
-        env["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
+    if policy_of(a.omp_wait_policy, name) != "default":
+        env["OMP_WAIT_POLICY"] = policy_of(a.omp_wait_policy, name).upper()
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -111,7 +135,7 @@ def run_workloads(server: str, base: str, a: argparse.Namespace) -> dict:
 def run_server(server: str, a: argparse.Namespace) -> tuple[dict, dict, dict]:
     """Start one server, run what was asked, stop it: (workload summaries, micro, info)."""
     proc, base, cmd = start(server, a, a.out / "logs" / f"{server}.log")
-    info: dict = {"command": cmd, "omp_wait_policy": a.omp_wait_policy}
+    info: dict = {"command": cmd, "omp_wait_policy": policy_of(a.omp_wait_policy, server)}
     try:
         if server == "llama-server":
             info["props"] = {k: v for k, v in httpx.get(base + "/props", timeout=5).json().items()
@@ -145,9 +169,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=30.0, help="a workload request failing")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmpath-args", default="", help="more flags for warmpath serve, e.g. '--compile on'")
-    ap.add_argument("--omp-wait-policy", choices=("passive", "active", "default"), default="passive",
-                    help="OMP_WAIT_POLICY for both servers (both use OpenMP threads): passive = no spinning "
-                         "at barriers, which a shared machine punishes (default: %(default)s)")
+    ap.add_argument("--omp-wait-policy", type=_policies, default="passive",
+                    help="OMP_WAIT_POLICY (both servers use OpenMP threads): one for both, or one each, "
+                         "e.g. warmpath=passive,llama-server=default; passive = no spinning at barriers, "
+                         "which a shared machine punishes (default: %(default)s)")
     ap.add_argument("--micro-repeats", type=int, default=5)
     ap.add_argument("--streams", type=int, default=16, help="concurrent decode streams (≤ --parallel)")
     ap.add_argument("--decode-tokens", type=int, default=128)

@@ -50,6 +50,7 @@ class EngineConfig:
     step_trace: str | None = None        # append one JSON line per step with work to this file
     attention: str = "paged"             # paged | gather (engine/model_runner.py)
     compile: str = "off"                 # off | on: the compiled decode step (models/compiled_step.py)
+    decode_threads: int | None = None    # small decode-only steps' threads (model_runner.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -90,7 +91,7 @@ class LLMEngine:
             config.kv_cache_gib, mcfg.kv_bytes_per_token(kv_itemsize) * config.block_size,
             self.max_model_len, config.block_size, config.scheduler.max_num_seqs)
         self.runner = ModelRunner(self.loaded, nblocks, config.block_size, config.attention,
-                                  config.compile, config.scheduler.max_num_seqs)
+                                  config.compile, config.scheduler.max_num_seqs, config.decode_threads)
         self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
         self.block_manager = BlockManager(self.pool, config.block_size)
         sched_cfg = config.scheduler
@@ -109,8 +110,7 @@ class LLMEngine:
         self.outputs = OutputAssembler(self.tokenizer, self.eos_ids)
         self._ids = itertools.count()
         self._initial: dict[str, RequestOutput] = {}
-        self.num_steps = 0
-        self.busy_seconds = 0.0     # wall time inside step() with work to do (loads and puts included)
+        self.num_steps, self.busy_seconds = 0, 0.0
         self._trace = StepTraceWriter(config.step_trace) if config.step_trace else None
 
     # -- requests ----------------------------------------------------------

@@ -24,6 +24,21 @@ class StepResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+SMALL_DECODE = 4     # a decode-only step of fewer sequences runs on ``decode_threads``
+
+
+def decode_threads_default(threads: int, device: torch.device) -> int:
+    """Torch threads for a small decode-only step (fewer than ``SMALL_DECODE`` sequences): on
+    CPU one fewer than the worker's, at least 1. Such a step is a few milliseconds of small
+    operators; with every core in the OpenMP team, the worker's HTTP, streaming and tokenizer
+    threads (and the router, on a shared machine) preempt a team member at each token and the
+    team waits at its barriers. Measured through HTTP on 2 cores (``benchmarks/peers/vs_llamacpp.py``,
+    docs/benchmarks/engine.md): batch-1 TPOT 28.3 ms with 2 threads vs 19.4–21.3 ms with 1,
+    while 16 streams decode faster on 2 (337 vs 250–309 tok/s). Larger decode steps and every
+    step with a prefill chunk keep all threads."""
+    return max(1, threads - 1) if device.type == "cpu" else threads
+
+
 class ModelRunner:
     """Owns the model and the L1 KV tensors of one worker.
 
@@ -31,10 +46,12 @@ class ModelRunner:
     ``attention``: ``paged`` (K/V read in place) or ``gather`` (the former copy, for
     debugging); ``compile`` ``on``: decode-only steps run the compiled step
     (``models/compiled_step.py``), compiled here for batches up to ``max_batch``.
+    ``decode_threads``: torch threads of small decode-only steps (None: ``decode_threads_default``).
     """
 
     def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int,
-                 attention: str = "paged", compile: str = "off", max_batch: int = 64) -> None:
+                 attention: str = "paged", compile: str = "off", max_batch: int = 64,
+                 decode_threads: int | None = None) -> None:
         if attention not in ATTENTION_IMPLS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.model = loaded.model
@@ -42,6 +59,10 @@ class ModelRunner:
         p = next(self.model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.block_size = block_size
+        self.threads = torch.get_num_threads()
+        if decode_threads is not None and decode_threads <= 0:
+            raise ValueError(f"decode_threads must be > 0, got {decode_threads}")
+        self.decode_threads = decode_threads or decode_threads_default(self.threads, self.device)
         self.num_blocks = num_blocks
         # NOTE: on CPU the pages are committed as blocks are first written (lazy_zeros).
         self.kv_caches = lazy_zeros(
@@ -91,6 +112,9 @@ class ModelRunner:
             [(s.num_tokens, s.seq.num_computed_tokens + s.num_tokens, table(s)) for s in prefills],
             slots, self.device, impl=self.attention)
         step = self.compiled.forward if self.compiled and not prefills else self.model
+        threads = self.threads if prefills or len(decodes) >= SMALL_DECODE else self.decode_threads
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
         hidden = step(torch.tensor(ids, dtype=torch.long, device=self.device),
                       torch.tensor(pos, dtype=torch.long, device=self.device), self.kv_caches, meta)
         rows, sample_seqs, offset = [], [], 0

@@ -5,8 +5,10 @@ Each prefill chunk is attended on its own (it may continue a cached or chunked p
 
 Two implementations (``AttentionMetadata.impl``):
 
-* ``paged`` (default): K/V blocks are read where they lie, as views of runs of consecutive
-  blocks merged by log-sum-exp (``paged_views.py``); decodes sequence by sequence.
+* ``paged`` (default): K/V blocks are read where they lie. Decodes: on CPU float32 one call
+  per layer of the C kernel (``paged_decode_op.py``: writes the decode rows' K/V and attends
+  through the block tables), else sequence by sequence over views of runs of consecutive
+  blocks merged by log-sum-exp (``paged_views.py``), as prefill chunks over a cached prefix.
 * ``gather``: the former path, kept for debugging: every layer copies each sequence's
   blocks into a padded tensor (``cache[table]``) and decodes attend as one padded batch.
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from warmpath.models import paged_views
+from warmpath.models import paged_decode_op, paged_views
 from warmpath.models.paged_views import Run
 
 ATTENTION_IMPLS = ("paged", "gather")
@@ -51,9 +53,20 @@ class DecodeBatch:
     n: int
     tables: list[list[int]]
     ctx: list[int]              # tokens attended per sequence (this step's included)
-    runs: list[list[Run]] = field(default_factory=list)   # paged
+    block_size: int = 0
     block_tables: torch.Tensor | None = None  # gather: [n, max_blocks] long, padded with 0
     mask: torch.Tensor | None = None          # gather: [n, 1, 1, max_blocks*block_size] bool
+    table_tensor: torch.Tensor | None = None  # paged: [n, max_blocks] int32, padded with 0
+    ctx_tensor: torch.Tensor | None = None    # paged: [n] long
+    _runs: list[list[Run]] | None = field(default=None, repr=False)
+
+    @property
+    def runs(self) -> list[list[Run]]:
+        """Each table's runs of consecutive blocks (``paged`` without the C kernel; made once)."""
+        if self._runs is None:
+            self._runs = [paged_views.block_runs(t, c, self.block_size)
+                          for t, c in zip(self.tables, self.ctx)]
+        return self._runs
 
 
 @dataclass
@@ -81,11 +94,15 @@ class AttentionMetadata:
             raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
         meta = cls(torch.tensor(slot_mapping, dtype=torch.long, device=device), impl=impl)
         if decode_tables and impl == "paged":
-            meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx, [
-                paged_views.block_runs(t, c, block_size) for t, c in zip(decode_tables, decode_ctx)])
+            width = max(len(t) for t in decode_tables)
+            meta.decode = DecodeBatch(
+                len(decode_tables), decode_tables, decode_ctx, block_size,
+                table_tensor=torch.tensor([t + [0] * (width - len(t)) for t in decode_tables],
+                                          dtype=torch.int32, device=device),
+                ctx_tensor=torch.tensor(decode_ctx, dtype=torch.long, device=device))
         elif decode_tables:
             tables, mask = paged_views.padded_tables(decode_tables, decode_ctx, block_size, device)
-            meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx,
+            meta.decode = DecodeBatch(len(decode_tables), decode_tables, decode_ctx, block_size,
                                       block_tables=tables, mask=mask)
         start = len(decode_tables)
         for q_len, ctx_len, table in prefill:
@@ -121,6 +138,9 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     kvh, d = k.shape[1], k.shape[2]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
+    dec = meta.decode
+    if meta.impl == "paged" and dec is not None and paged_decode_op.native_for(q, k_cache):
+        return _native_step(q, k, v, k_cache, v_cache, meta, scale)
     k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, v)
     out = torch.empty_like(q)
@@ -147,10 +167,30 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out
 
 
+def _native_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """The op (C kernel) writes the decode rows' K/V and attends them; prefill rows as before.
+    Called through the dispatcher (~5 µs) so that profiles count it as attention."""
+    dec, t = meta.decode, q.shape[0]
+    n = dec.n
+    if t == n:      # decodes only: one call, its output is the step's
+        return paged_decode_op.paged_decode(q, k, v, k_cache, v_cache, meta.slot_mapping,
+                                            dec.table_tensor, dec.ctx_tensor, scale)
+    kvh, d = k.shape[1], k.shape[2]
+    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], k[n:])
+    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], v[n:])
+    out = torch.empty_like(q)
+    out[:n] = paged_decode_op.paged_decode(q[:n], k[:n], v[:n], k_cache, v_cache,
+                                           meta.slot_mapping[:n], dec.table_tensor,
+                                           dec.ctx_tensor, scale)
+    _attend_paged(q, k, v, k_cache, v_cache, meta, scale, out, decodes=False)
+    return out
+
+
 def _attend_paged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                  out: torch.Tensor) -> None:
-    if meta.decode is not None:
+                  out: torch.Tensor, decodes: bool = True) -> None:
+    if decodes and meta.decode is not None:
         dec = meta.decode
         paged_views.decode_inplace(q[:dec.n], k_cache, v_cache, dec.tables, dec.ctx, dec.runs,
                                    scale, out)

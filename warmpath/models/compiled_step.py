@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from warmpath.models import paged_decode_op
 from warmpath.models.attention import AttentionMetadata
 from warmpath.models.llama import LlamaForCausalLM, RotaryEmbedding
 
@@ -90,6 +91,15 @@ def _post(layer, x, q, k_cache, v_cache, tables, ctx):
     return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
+def _layer(layer, x, cos, sin, k_cache, v_cache, slots, tables, ctx):
+    """A whole layer as one graph: the step's K/V written and attended by the native op."""
+    a = layer.self_attn
+    q, k, v = _pre(layer, x, cos, sin)
+    o = paged_decode_op.paged_decode(q, k, v, k_cache, v_cache, slots, tables, ctx, a.scale)
+    x = x + a.o_proj(o.reshape(x.shape[0], a.q_size))
+    return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
 class CompiledDecode:
     """Runs a decode-only step through the compiled per-layer functions."""
 
@@ -98,8 +108,15 @@ class CompiledDecode:
         self.cuda = device.type == "cuda"
         self.cache_dir = cache_dir()
         opts = {"mode": "reduce-overhead", "dynamic": False} if self.cuda else {}
-        self.pre = torch.compile(_pre, **opts)
-        self.post = torch.compile(_post, **opts)
+        # CPU float32 with the C kernel: one graph per layer (the kernel writes the K/V rows);
+        # otherwise two, the rows written eagerly between them
+        self.native = paged_decode_op.native_for(next(model.parameters()),
+                                                 next(model.parameters()))
+        if self.native:
+            self.layer = torch.compile(_layer, **opts)
+        else:
+            self.pre = torch.compile(_pre, **opts)
+            self.post = torch.compile(_post, **opts)
         self.compile_seconds = 0.0          # wall time of warm-up (compiles, or cache loads)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: torch.Tensor,
@@ -124,6 +141,13 @@ class CompiledDecode:
             dyn(t)
         if not self.cuda:
             torch._dynamo.maybe_mark_dynamic(tables, 1)
+        if self.native:
+            slots = torch.cat([slots, torch.full((bb - n,), -1, dtype=torch.long, device=self.device)])
+            dyn(slots)
+            for i, layer in enumerate(m.layers):
+                dyn(x)
+                x = self.layer(layer, x, cos, sin, kv_caches[i][0], kv_caches[i][1], slots, tables, ctx)
+            return m.norm(x[:n])
         for i, layer in enumerate(m.layers):
             kc, vc = kv_caches[i][0], kv_caches[i][1]
             dyn(x)

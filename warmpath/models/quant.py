@@ -25,7 +25,9 @@ and agreement with the reference is measured in ``benchmarks/engine/engine.py``.
 
 from __future__ import annotations
 
+import itertools
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -101,6 +103,19 @@ class Int8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x * self.inv_s, self._packed, False)
 
 
+# fbgemm's packed fp16 weights are TorchScript objects, which a torch.compile graph cannot take
+# (dynamo breaks the graph at each such call). Inside a graph a layer's weight is named by a
+# one-element tensor key into this table, and ``warmpath::linear_fp16`` (one opaque node, the
+# same fbgemm kernel as eager) looks it up: a tensor, so one graph serves every layer.
+_PACKED: dict[int, object] = {}
+_KEYS = itertools.count()
+_LIB = torch.library.Library("warmpath", "FRAGMENT")
+_LIB.define("linear_fp16(Tensor x, Tensor key, int out_features) -> Tensor")
+_LIB.impl("linear_fp16", lambda x, key, out: torch.ops.quantized.linear_dynamic_fp16(
+    x, _PACKED[int(key)]), "CPU")
+_LIB.impl("linear_fp16", lambda x, key, out: x.new_empty(*x.shape[:-1], out), "Meta")
+
+
 class Fp16Linear(nn.Module):
     """``y = x · W^T + b`` with W stored as float16 (fbgemm), computed in float32."""
 
@@ -108,8 +123,15 @@ class Fp16Linear(nn.Module):
         super().__init__()
         b = None if bias is None else bias.detach().float().contiguous()
         self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), b)
+        self.out_features = weight.shape[0]
+        key = next(_KEYS)
+        _PACKED[key] = self._packed
+        self.register_buffer("packed_key", torch.tensor(key), persistent=False)
+        weakref.finalize(self, _PACKED.pop, key, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return torch.ops.warmpath.linear_fp16(x, self.packed_key, self.out_features)
         return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
 
 

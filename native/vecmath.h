@@ -1,0 +1,166 @@
+/* 16-lane float vectors (GCC vector extensions) for native/paged_decode.c: loads and stores at
+ * any alignment, a horizontal sum in a fixed tree order, dot / axpy / scale over D with a
+ * scalar tail, e^x, and the kernel's two inner loops (a K row's scores for G query heads, a
+ * block's weighted V rows), with D's vectors in registers when D is a constant <= 128. Everything is inlined into the kernel, whose clones (AVX-512, AVX2,
+ * baseline) compile the same operations in the same order for their vector width. */
+#ifndef WARMPATH_VECMATH_H
+#define WARMPATH_VECMATH_H
+
+#include <stdint.h>
+
+#define VL 16
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef float vfu __attribute__((vector_size(VL * 4), aligned(4), may_alias));   /* unaligned */
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#define RV 8      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
+
+/* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
+INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,
+                long bsp, float scale, const long D) {
+    if (D % VL == 0 && D <= RV * VL) {
+        vf kr[RV];
+        for (long c = 0; c < D / VL; c++)
+            kr[c] = ld(k + c * VL);
+        for (long g = 0; g < G; g++) {
+            vf acc = {0};
+            for (long c = 0; c < D / VL; c++)
+                acc += ld(q + g * D + c * VL) * kr[c];
+            s[g * bsp] = hsum(acc) * scale;
+        }
+        return;
+    }
+    for (long g = 0; g < G; g++)
+        s[g * bsp] = dot(q + g * D, k, D) * scale;
+}
+
+/* acc += Σ_j p[j] · v_j over the n rows of a block (row stride ``row``). */
+INL void accumulate(float *restrict acc, const float *restrict p, const float *restrict v, long n,
+                    long row, const long D) {
+    if (D % VL == 0 && D <= RV * VL) {
+        vf r[RV];
+        for (long c = 0; c < D / VL; c++)
+            r[c] = ld(acc + c * VL);
+        for (long j = 0; j < n; j++) {
+            vf pj = splat(p[j]);
+            for (long c = 0; c < D / VL; c++)
+                r[c] += pj * ld(v + j * row + c * VL);
+        }
+        for (long c = 0; c < D / VL; c++)
+            st(acc + c * VL, r[c]);
+        return;
+    }
+    for (long j = 0; j < n; j++)
+        axpy(acc, p[j], v + j * row, D);
+}
+
+#endif
+#define INL static inline __attribute__((always_inline))
+
+INL vf ld(const float *p) { return *(const vfu *)p; }
+INL void st(float *p, vf x) { *(vfu *)p = x; }
+INL vf splat(float x) { return (vf){0} + x; }
+
+INL float hsum(vf a) {          /* 16 lanes → 1 in a fixed tree order */
+    vf8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+            __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    vf4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+INL float dot(const float *a, const float *b, long d) {
+    vf acc = {0};
+    long i = 0;
+    for (; i + VL <= d; i += VL)
+        acc += ld(a + i) * ld(b + i);
+    float s = hsum(acc);
+    for (; i < d; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+INL void axpy(float *y, float a, const float *x, long d) {     /* y += a * x */
+    long i = 0;
+    vf va = splat(a);
+    for (; i + VL <= d; i += VL)
+        st(y + i, ld(y + i) + va * ld(x + i));
+    for (; i < d; i++)
+        y[i] += a * x[i];
+}
+
+INL void scal(float *y, float a, long d) {
+    long i = 0;
+    for (; i + VL <= d; i += VL)
+        st(y + i, ld(y + i) * a);
+    for (; i < d; i++)
+        y[i] *= a;
+}
+
+/* e^x lane-wise for x <= 0 (Cephes expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial,
+ * ~1 ulp); below -87 the result is ~1e-38 rather than 0, which no softmax weight notices. */
+INL vf vexp(vf x) {
+    vi low = x < -87.0f;                                  /* lanes: -1 where true */
+    x = (vf)(((vi)x & ~low) | ((vi)splat(-87.0f) & low));
+    vf n = x * 1.44269504088896341f + 12582912.0f;       /* round to nearest via 1.5·2^23 */
+    n -= 12582912.0f;
+    vf r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    vf p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    return p * (vf)e;
+}
+
+#define RV 8      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
+
+/* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
+INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,
+                long bsp, float scale, const long D) {
+    if (D % VL == 0 && D <= RV * VL) {
+        vf kr[RV];
+        for (long c = 0; c < D / VL; c++)
+            kr[c] = ld(k + c * VL);
+        for (long g = 0; g < G; g++) {
+            vf acc = {0};
+            for (long c = 0; c < D / VL; c++)
+                acc += ld(q + g * D + c * VL) * kr[c];
+            s[g * bsp] = hsum(acc) * scale;
+        }
+        return;
+    }
+    for (long g = 0; g < G; g++)
+        s[g * bsp] = dot(q + g * D, k, D) * scale;
+}
+
+/* acc += Σ_j p[j] · v_j over the n rows of a block (row stride ``row``). */
+INL void accumulate(float *restrict acc, const float *restrict p, const float *restrict v, long n,
+                    long row, const long D) {
+    if (D % VL == 0 && D <= RV * VL) {
+        vf r[RV];
+        for (long c = 0; c < D / VL; c++)
+            r[c] = ld(acc + c * VL);
+        for (long j = 0; j < n; j++) {
+            vf pj = splat(p[j]);
+            for (long c = 0; c < D / VL; c++)
+                r[c] += pj * ld(v + j * row + c * VL);
+        }
+        for (long c = 0; c < D / VL; c++)
+            st(acc + c * VL, r[c]);
+        return;
+    }
+    for (long j = 0; j < n; j++)
+        axpy(acc, p[j], v + j * row, D);
+}
+
+#endif
