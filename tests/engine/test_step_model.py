@@ -129,3 +129,14 @@ def test_decode_factor_prices_decodes_and_only_them():
     assert StepModel.from_json({"prefill_coef": [0, 0, 0], "decode_coef": [0, 1, 0]}).decode_factor == 1.0
     with pytest.raises(ValueError, match="decode_factor"):
         StepModel((0.05, 0.001, 0.0), (0.01, 0.003, 0.0), decode_factor=0.0)
+
+
+def test_fit_linear_never_returns_a_negative_term():
+    from warmpath.engine.step_model import fit_linear
+
+    # s = 0.010 + 0.002·a exactly (c = 0): both terms found, no a·c term
+    assert [round(v, 9) for v in fit_linear([(1, 0, 0.012), (2, 0, 0.014), (4, 0, 0.018)])] == [0.01, 0.002, 0.0]
+    # batch 4 a little faster than batch 1: least squares would give a negative per-sequence term;
+    # constrained, the line is flat at the mean, 0.0115 s
+    k = fit_linear([(1, 0, 0.012), (1, 0, 0.012), (4, 0, 0.011), (4, 0, 0.011)])
+    assert [round(v, 9) for v in k] == [0.0115, 0.0, 0.0]

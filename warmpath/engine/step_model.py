@@ -17,12 +17,24 @@ MIXED_MIN_ROWS = 10   # fewer timed mixed steps than this: the mixed step stays 
 
 
 def fit_linear(rows: list[tuple]) -> tuple[float, float, float]:
-    """Least squares of ``s = k0 + k1·a + k2·a·c`` over rows ``(a, c, s)``."""
+    """Least squares of ``s = k0 + k1·a + k2·a·c`` over rows ``(a, c, s)``, every ``k ≥ 0``
+    (no step gets cheaper with more work: with the C decode kernel a sequence costs so little
+    that noise made the unconstrained per-sequence term negative at batches 1 and 4)."""
     if len(rows) < 3:
         raise ValueError(f"need at least 3 measurements to fit, got {len(rows)}")
     x = np.array([[1.0, a, a * c] for a, c, _ in rows])
     y = np.array([s for _, _, s in rows])
-    return tuple(float(v) for v in np.linalg.lstsq(x, y, rcond=None)[0])
+    best, best_err = np.zeros(3), float(np.sum(y * y))
+    for terms in itertools.product((True, False), repeat=3):   # 3 terms: every subset, exactly
+        cols = np.array(terms)
+        if not cols.any():
+            continue
+        k = np.zeros(3)
+        k[cols] = np.linalg.lstsq(x[:, cols], y, rcond=None)[0]
+        err = float(np.sum((x @ k - y) ** 2))
+        if (k >= 0).all() and err < best_err - 1e-18:
+            best, best_err = k, err
+    return tuple(float(v) for v in best)
 
 
 def nnls(a: np.ndarray, y: np.ndarray, tol: float = 1e-12) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
 from warmpath.engine.step_model import StepProfile
@@ -31,7 +32,11 @@ def _tokens(seed: int, n: int, vocab: int) -> list[int]:
 
 def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256), batches=(1, 4, 16),
                    decode_steps: int = 4, block_size: int = 16) -> StepProfile:
-    """Time prefill, decode and mixed steps on ``loaded`` (a few seconds on the tiny model)."""
+    """Time prefill, decode and mixed steps on ``loaded`` (a few seconds on the tiny model).
+
+    Every step runs on all the process's threads (small decode steps too, which a served
+    worker runs on ``decode_threads``: the step model is linear in the batch, and the thread
+    switch is a serving-side remedy for contention that a step timed alone does not have)."""
     vocab = loaded.config.vocab_size
     max_ctx = max(contexts) + max(tokens) + decode_steps + 8
     blocks = (max(batches) + 2) * (-(-max_ctx // block_size) + 1)
@@ -39,7 +44,8 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
     prof = StepProfile()
     seed = 0
     for c in contexts:
-        eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, block_size=block_size), loaded=loaded)
+        eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, block_size=block_size,
+                                     decode_threads=torch.get_num_threads()), loaded=loaded)
         ctx = _tokens(seed := seed + 1, c, vocab)
         eng.generate([ctx], _ONE)                       # the context is now cached
         for t in tokens:

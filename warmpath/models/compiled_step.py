@@ -1,9 +1,12 @@
 """A compiled decode step: ``torch.compile`` (inductor) of each layer's work.
 
-Used for steps made only of decodes (steps with a prefill chunk run eager). Per layer two
-compiled functions run: ``_pre`` (RMSNorm, fused QKV projection, RoPE) and ``_post``
-(attention over the paged cache, output projection, residuals, RMSNorm, MLP); between
-them the step's K/V rows are written into the cache eagerly. The same two graphs serve
+Used for steps made only of decodes (steps with a prefill chunk run eager). On CPU with
+float32 caches a whole layer is one compiled function (``_layer``): its attention is the C
+kernel's op (``paged_decode_op``: one opaque node that writes the step's K/V rows and attends
+in place; padding rows get slot −1). Elsewhere two compiled functions run per layer:
+``_pre`` (RMSNorm, fused QKV projection, RoPE) and ``_post`` (attention as index arithmetic,
+output projection, residuals, RMSNorm, MLP), the K/V rows written eagerly between them.
+fbgemm's fp16 linears enter the graph as ``warmpath::linear_fp16`` (``quant.py``). The same two graphs serve
 all layers (parameters, and the fp16 linears' packed weights, are graph inputs: one
 graph, no recompilation per layer — checked with dynamo's compile counter).
 
@@ -58,22 +61,9 @@ def cache_dir() -> str:
     return d
 
 
-def decode_attention_indexed(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                             tables: torch.Tensor, ctx: torch.Tensor, scale: float) -> torch.Tensor:
-    """One query per row: q [B, H, D]; caches [NB, bs, KVH, D]; tables [B, W]; ctx [B] (≥ 1)
-    → [B, H, D]. Eager it materialises the lookups (slow: for tests); compiled it does not."""
-    b, h, d = q.shape
-    bs, kvh = k_cache.shape[1], k_cache.shape[2]
-    pos = torch.arange(tables.shape[1] * bs, device=q.device)
-    blk, off = tables[:, pos // bs], (pos % bs)[None, :]                  # [B, L], [1, L]
-    kk = k_cache[blk, off].permute(0, 2, 1, 3)                            # [B, KVH, L, D]
-    vv = v_cache[blk, off].permute(0, 2, 1, 3)
-    qq = q.view(b, kvh, 1, h // kvh, d).float()
-    s = (qq * kk[:, :, :, None, :].float()).sum(-1) * scale               # [B, KVH, L, G]
-    s = s.masked_fill((pos[None, :] >= ctx[:, None])[:, None, :, None], float("-inf"))
-    p = s.softmax(2)
-    o = (p[..., None] * vv[:, :, :, None, :].float()).sum(2)              # [B, KVH, G, D]
-    return o.reshape(b, h, d).to(q.dtype)
+# One query per row through the block table by index arithmetic (eager it materialises the
+# lookups; compiled, inductor fuses them into the reductions): the CUDA path's attention.
+decode_attention_indexed = paged_decode_op.indexed_attention
 
 
 def _pre(layer, x, cos, sin):
