@@ -33,8 +33,9 @@ def decode_threads_default(threads: int, device: torch.device) -> int:
     operators; with every core in the OpenMP team, the worker's HTTP, streaming and tokenizer
     threads (and the router, on a shared machine) preempt a team member at each token and the
     team waits at its barriers. Measured through HTTP on 2 cores (``benchmarks/peers/vs_llamacpp.py``,
-    docs/benchmarks/engine.md): batch-1 TPOT 28.3 ms with 2 threads vs 19.4–21.3 ms with 1,
-    while 16 streams decode faster on 2 (337 vs 250–309 tok/s). Larger decode steps and every
+    docs/benchmarks/engine.md): batch-1 TPOT 28.3 ms with 2 threads, 22.1–25.4 ms with small
+    decodes on 1 (19.4–21.3 ms with the whole worker on 1), while 16 streams decoded faster on 2
+    in the best run (337 vs 250–309 tok/s; runs of one setting spread 195–338). Larger decode steps and every
     step with a prefill chunk keep all threads."""
     return max(1, threads - 1) if device.type == "cpu" else threads
 
