@@ -1,8 +1,9 @@
 /* 16-lane float vectors (GCC vector extensions) for native/paged_decode.c: loads and stores at
  * any alignment, a horizontal sum in a fixed tree order, dot / axpy / scale over D with a
  * scalar tail, e^x, and the kernel's two inner loops (a K row's scores for G query heads, a
- * block's weighted V rows), with D's vectors in registers when D is a constant <= 128. Everything is inlined into the kernel, whose clones (AVX-512, AVX2,
- * baseline) compile the same operations in the same order for their vector width. */
+ * block's weighted V rows), with D's vectors in registers when D is a constant <= 128.
+ * Everything is inlined into the kernel, whose clones (AVX-512, AVX2, baseline) compile the
+ * same operations in the same order for their vector width. */
 #ifndef WARMPATH_VECMATH_H
 #define WARMPATH_VECMATH_H
 
@@ -19,47 +20,6 @@ typedef float vf4 __attribute__((vector_size(16)));
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES
-#define RV 8      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
-
-/* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
-INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,
-                long bsp, float scale, const long D) {
-    if (D % VL == 0 && D <= RV * VL) {
-        vf kr[RV];
-        for (long c = 0; c < D / VL; c++)
-            kr[c] = ld(k + c * VL);
-        for (long g = 0; g < G; g++) {
-            vf acc = {0};
-            for (long c = 0; c < D / VL; c++)
-                acc += ld(q + g * D + c * VL) * kr[c];
-            s[g * bsp] = hsum(acc) * scale;
-        }
-        return;
-    }
-    for (long g = 0; g < G; g++)
-        s[g * bsp] = dot(q + g * D, k, D) * scale;
-}
-
-/* acc += Σ_j p[j] · v_j over the n rows of a block (row stride ``row``). */
-INL void accumulate(float *restrict acc, const float *restrict p, const float *restrict v, long n,
-                    long row, const long D) {
-    if (D % VL == 0 && D <= RV * VL) {
-        vf r[RV];
-        for (long c = 0; c < D / VL; c++)
-            r[c] = ld(acc + c * VL);
-        for (long j = 0; j < n; j++) {
-            vf pj = splat(p[j]);
-            for (long c = 0; c < D / VL; c++)
-                r[c] += pj * ld(v + j * row + c * VL);
-        }
-        for (long c = 0; c < D / VL; c++)
-            st(acc + c * VL, r[c]);
-        return;
-    }
-    for (long j = 0; j < n; j++)
-        axpy(acc, p[j], v + j * row, D);
-}
-
 #endif
 #define INL static inline __attribute__((always_inline))
 
