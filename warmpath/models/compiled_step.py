@@ -100,8 +100,8 @@ class CompiledDecode:
         opts = {"mode": "reduce-overhead", "dynamic": False} if self.cuda else {}
         # CPU float32 with the C kernel: one graph per layer (the kernel writes the K/V rows);
         # otherwise two, the rows written eagerly between them
-        self.native = paged_decode_op.native_for(next(model.parameters()),
-                                                 next(model.parameters()))
+        self.native = (paged_decode_op.available() and device.type == "cpu"
+                       and next(model.parameters()).dtype == torch.float32)
         if self.native:
             self.layer = torch.compile(_layer, **opts)
         else:
