@@ -118,9 +118,13 @@ class CompiledDecode:
         if self.cuda:       # a new step: the graphs' previous outputs are dead
             torch.compiler.cudagraph_mark_step_begin()
             w = 1 << (w - 1).bit_length()
-        tables = torch.tensor([t + [0] * (w - len(t)) for t in dec.tables] + [[0] * w] * (bb - n),
-                              dtype=torch.long, device=self.device)
-        ctx = torch.tensor(dec.ctx + [1] * (bb - n), dtype=torch.long, device=self.device)
+        if dec.table_tensor is not None and not self.cuda:   # the step's tensors, padded to the bucket
+            tables = torch.nn.functional.pad(dec.table_tensor, (0, 0, 0, bb - n))
+            ctx = torch.nn.functional.pad(dec.ctx_tensor, (0, bb - n), value=1)
+        else:
+            tables = torch.tensor([t + [0] * (w - len(t)) for t in dec.tables] + [[0] * w] * (bb - n),
+                                  dtype=torch.long, device=self.device)
+            ctx = torch.tensor(dec.ctx + [1] * (bb - n), dtype=torch.long, device=self.device)
         pad = torch.zeros(bb - n, dtype=torch.long, device=self.device)
         x = m.embed_tokens(torch.cat([input_ids, pad]))
         cos, sin = m.rope(torch.cat([positions, pad]), x.dtype)
