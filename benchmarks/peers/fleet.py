@@ -51,13 +51,21 @@ def topology(engine: str, workers: int, cpus: dict | None = None) -> dict:
     return {"policy": "replica", "workers": {"replica": workers}, "engine": engine, **({"cpus": cpus} if cpus else {})}
 
 
+def pd_topology(engine: str, ppd: str, cpus: dict | None = None) -> dict:
+    """One prefill and one decode worker of ``engine`` under the ``pd`` policy with PPD ``ppd``."""
+    return {"policy": "pd", "ppd": ppd, "workers": {"prefill": 1, "decode": 1}, "engine": engine,
+            **({"cpus": cpus} if cpus else {})}
+
+
 def start_fleet(engine: str, workers: int, serve_args: list[str], logs: Path, startup_s: float,
-                cpus: dict | None = None) -> Fleet:
-    """Start ``warmpath serve`` with ``workers`` replicas of ``engine`` (more flags:
-    ``serve_args``; its output: ``logs/fleet.log``) and wait until every worker registered."""
-    topo = topology(engine, workers, cpus)
+                cpus: dict | None = None, topo: dict | None = None) -> Fleet:
+    """Start ``warmpath serve`` with ``workers`` replicas of ``engine`` (or the topology ``topo``,
+    e.g. :func:`pd_topology`; more flags: ``serve_args``; its output: ``logs/fleet.log``) and
+    wait until every worker registered."""
+    topo = topo or topology(engine, workers, cpus)
+    workers = sum(topo["workers"].values())
     logs.mkdir(parents=True, exist_ok=True)
-    path = logs / f"{engine}-replica-{workers}.json"
+    path = logs / f"{engine}-{topo['policy']}-{workers}.json"
     path.write_text(json.dumps(topo) + "\n")
     port = free_port()
     cmd = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", str(path),

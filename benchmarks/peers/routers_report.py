@@ -50,8 +50,8 @@ def median_or_none(xs: list) -> float | None:
 
 
 def report(out: Path, more: tuple[Path, ...] = ()) -> dict:
-    """Goodput per router, seed and target, the medians, the hit rates and warmpath's ratio to
-    the better peer under each target. ``more``: folders of later runs (e.g. warmpath alone
+    """Goodput per router, seed and target, the medians, the hit rates and each warmpath arm's
+    (``warmpath``, ``warmpath-pd``) ratio to the better peer under each target. ``more``: folders of later runs (e.g. warmpath alone
     after a change) whose runs replace ``out``'s runs of the same routers; the target is
     ``out``'s (its unloaded TPOT)."""
     meta = json.loads((out / "routers.json").read_text())
@@ -72,14 +72,16 @@ def report(out: Path, more: tuple[Path, ...] = ()) -> dict:
     for r in per.values():
         r["median_goodput"] = {t: median_or_none([s["goodput"][t] for s in r["seeds"].values()]) for t in tgs}
         r["median_hit_rate"] = median_or_none(r["hit_rate"])
-    ratio = {}
+    ratio, arms = {}, {}
     for t in tgs:
-        peers = [v["median_goodput"][t] for k, v in per.items() if k != "warmpath"]
+        peers = [v["median_goodput"][t] for k, v in per.items() if not k.startswith("warmpath")]
         best = max(peers, default=None)
-        mine = per.get("warmpath", {}).get("median_goodput", {}).get(t)
-        ratio[t] = mine / best if mine is not None and best else None
+        for arm in (k for k in per if k.startswith("warmpath")):   # warmpath over replicas, over P/D
+            mine = per[arm]["median_goodput"][t]
+            arms.setdefault(arm, {})[t] = mine / best if mine is not None and best else None
+        ratio[t] = arms.get("warmpath", {}).get(t)
     return {"targets": {k: v.spec() for k, v in tgs.items()}, "unloaded_tpot_s": meta["unloaded_tpot_s"],
-            "routers": per, "warmpath_vs_best_peer": ratio}
+            "routers": per, "warmpath_vs_best_peer": ratio, "warmpath_arms_vs_best_peer": arms}
 
 
 def main() -> None:
@@ -94,7 +96,8 @@ def main() -> None:
         per_seed = {s: v["goodput"] for s, v in r["seeds"].items()}
         print(f"{name:12s} median goodput {r['median_goodput']}  hit rate median {r['median_hit_rate']:.3f}  "
               f"per seed {per_seed}")
-    print(f"warmpath / best peer: {rep['warmpath_vs_best_peer']}")
+    for arm, r in rep["warmpath_arms_vs_best_peer"].items():
+        print(f"{arm} / best peer: {r}")
 
 
 if __name__ == "__main__":

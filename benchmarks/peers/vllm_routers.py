@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.peers.fleet import bench_cmd, start_fleet, stop_fleet, unloaded_tpot
+from benchmarks.peers.fleet import bench_cmd, pd_topology, start_fleet, stop_fleet, unloaded_tpot
 from benchmarks.peers.peers import PEERS, Stack, default_root, install as install_peer
 from benchmarks.peers.vllm_cpu import install as install_vllm
 from benchmarks.peers.vllm_fidelity import FidelitySampler
@@ -74,12 +74,12 @@ def run_router(a, name: str, base: str, vllm: list[str], out: Path, seed: int, p
         httpx.post(u + "/reset_prefix_cache", timeout=30).raise_for_status()
     with Stack(0, 1, out / "logs", []) as st:
         url = base
-        if name != "warmpath":
+        if not name.startswith("warmpath"):
             st.workers, st.n = list(vllm), len(vllm)
             url = st.start_peer(PEERS[name], peers_root)
         before = prefix_counters(vllm)
         cmd = bench_args(a, url, out, seed)
-        sampler = FidelitySampler(base, token, a.fidelity_every).start() if a.fidelity and name == "warmpath" else None
+        sampler = FidelitySampler(base, token, a.fidelity_every).start() if a.fidelity and name.startswith("warmpath") else None
         t0 = time.time()
         try:
             code = subprocess.run(cmd, check=False).returncode
@@ -121,6 +121,10 @@ def main() -> int:
     ap.add_argument("--worker-args", default="", help="more `warmpath serve` flags for the vLLM workers")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="let every vLLM use every CPU (default: each pinned to its own CPU, round robin)")
+    ap.add_argument("--fleet", choices=("replica", "pd"), default="replica",
+                    help="pd: one prefill + one vLLM decode worker (NIXL, CPU buffer), each on its own CPU, "
+                         "driven by warmpath's router only (router name warmpath-pd)")
+    ap.add_argument("--ppd", default="x1", help="--fleet pd: PPD mode of the decode worker's follow-up turns")
     ap.add_argument("--startup-s", type=float, default=1200)
     ap.add_argument("--smoke", action="store_true", help="one seed, a few requests per router (checks the wiring)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/peers/vllm_routers"))
@@ -128,17 +132,24 @@ def main() -> int:
     routers = a.routers.split(",")
     if bad := [r for r in routers if r != "warmpath" and r not in PEERS]:
         ap.error(f"unknown routers {bad}; known: warmpath, {', '.join(PEERS)}")
+    if a.fleet == "pd":
+        if routers != ["warmpath"]:
+            ap.error("--fleet pd: only warmpath's router drives a P/D fleet (--routers warmpath)")
+        routers = ["warmpath-pd"]
     seeds = [0] if a.smoke else [int(s) for s in a.seeds.split(",")]
     install_vllm()
     peers_root = default_root()
     for r in routers:
-        if r != "warmpath":
+        if not r.startswith("warmpath"):
             install_peer(PEERS[r], peers_root)
     cpus = sorted(os.sched_getaffinity(0))   # --pin: each vLLM on its own CPU, round robin
-    pins = {f"replica-{i}": str(cpus[i % len(cpus)]) for i in range(a.workers)} if a.pin else None
+    names = ["prefill-0", "decode-0"] if a.fleet == "pd" else [f"replica-{i}" for i in range(a.workers)]
+    pins = {n: str(cpus[i % len(cpus)]) for i, n in enumerate(names)} if a.pin else None
+    pd = ["--vllm-kv-connector", "nixl", "--vllm-kv-buffer-device", "cpu"] if a.fleet == "pd" else []
     fleet = start_fleet("vllm", a.workers, ["--kv-cache-gib", str(a.kv_cache_gib), "--max-model-len",
-                                            str(a.max_model_len), *shlex.split(a.worker_args)],
-                        a.out / "logs", a.startup_s, pins)
+                                            str(a.max_model_len), *pd, *shlex.split(a.worker_args)],
+                        a.out / "logs", a.startup_s, pins,
+                        pd_topology("vllm", a.ppd, pins) if a.fleet == "pd" else None)
     base, vllm = fleet.url, fleet.engine_urls
     records, unloaded = [], None
     try:

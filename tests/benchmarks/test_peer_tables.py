@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benchmarks.peers.fleet import median_tpot, processes, topology
+from benchmarks.peers.fleet import median_tpot, pd_topology, processes, topology
 from benchmarks.peers.http_micro import micro_rows
 from benchmarks.peers.tables import compare_table, ratio, sustained_rows
 from benchmarks.peers.vs_vllm import goodput_under, parse_args, threads_note
@@ -61,6 +61,9 @@ def test_topology_pins_as_given_and_names_the_engine():
     assert topology("vllm", 1, {"replica-0": "0-1"}) == {"policy": "replica", "workers": {"replica": 1},
                                                          "engine": "vllm", "cpus": {"replica-0": "0-1"}}
     assert topology("warmpath", 2) == {"policy": "replica", "workers": {"replica": 2}, "engine": "warmpath"}
+    assert pd_topology("vllm", "x1", {"prefill-0": "0", "decode-0": "1"}) == {
+        "policy": "pd", "ppd": "x1", "workers": {"prefill": 1, "decode": 1}, "engine": "vllm",
+        "cpus": {"prefill-0": "0", "decode-0": "1"}}
 
 
 def test_processes_reads_this_process_from_proc():

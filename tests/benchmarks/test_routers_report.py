@@ -40,3 +40,16 @@ def test_goodput_per_target_and_ratio_to_the_better_peer(tmp_path):
     assert rep["routers"]["smg"]["median_goodput"] == {"joint": 0.0, "joint-3x": 0.1, "ttft": 0.1}
     assert rep["warmpath_vs_best_peer"] == {"joint": None, "joint-3x": 2.0, "ttft": 2.0}
     assert rep["routers"]["warmpath"]["median_hit_rate"] == 0.6
+
+
+def test_each_warmpath_arm_against_the_better_peer(tmp_path):
+    # warmpath (replicas): joint 0.1; warmpath-pd: joint 0.2 (both rates met); smg: joint 0.1
+    _run(tmp_path, "warmpath", {0.1: (0.5, 0.025), 0.2: (0.5, 0.05)})
+    _run(tmp_path, "warmpath-pd", {0.1: (0.5, 0.025), 0.2: (0.5, 0.025)})
+    _run(tmp_path, "smg", {0.1: (0.5, 0.025), 0.2: (3.0, 0.05)})
+    runs = [{"router": r, "seed": 0, "prefix_cache": {"hit_rate": 0.5}} for r in ("warmpath", "warmpath-pd", "smg")]
+    (tmp_path / "routers.json").write_text(json.dumps({"unloaded_tpot_s": 0.02, "runs": runs}))
+    rep = report(tmp_path)
+    assert rep["warmpath_arms_vs_best_peer"] == {"warmpath": {"joint": 1.0, "joint-3x": 2.0, "ttft": 2.0},
+                                                 "warmpath-pd": {"joint": 2.0, "joint-3x": 2.0, "ttft": 2.0}}
+    assert rep["warmpath_vs_best_peer"] == {"joint": 1.0, "joint-3x": 2.0, "ttft": 2.0}

@@ -65,3 +65,25 @@ def test_launched_workers_run_on_the_cpus_the_topology_names():
         assert os.sched_getaffinity(c.procs["router"].pid) == os.sched_getaffinity(0)     # not pinned
     finally:
         c.stop()
+
+
+def test_unpinned_vllm_workers_get_disjoint_cpus():
+    """Each unpinned vLLM worker gets its own contiguous share of the CPUs no worker pin holds;
+    the first ones get the remainder; a router pin is not a worker's; too few CPUs: unchanged."""
+    from warmpath.launch.topology import spread_pins, spread_vllm
+
+    t = Topology("t", "pd", {"prefill": 1, "decode": 1})
+    assert spread_pins(t, ["prefill-0", "decode-0"], available={0, 1}).cpus == {"prefill-0": "0", "decode-0": "1"}
+    assert spread_pins(t, ["prefill-0", "decode-0"], available={0, 1, 2, 3, 4}).cpus == \
+        {"prefill-0": "0,1,2", "decode-0": "3,4"}
+    pinned = Topology("t", "pd", {"prefill": 2, "decode": 1}, cpus={"prefill-1": "1", "router": "2"})
+    assert spread_pins(pinned, ["prefill-0", "prefill-1", "decode-0"], available={0, 1, 2, 3}).cpus == \
+        {"prefill-1": "1", "router": "2", "prefill-0": "0,2", "decode-0": "3"}
+    three = Topology("t", "replica", {"replica": 3})
+    assert spread_pins(three, ["replica-0", "replica-1", "replica-2"], available={0, 1}) is three
+    assert spread_pins(t, [], available={0, 1}) is t
+    # the launcher's rule: only the vLLM workers (per role, else the --engine default) are spread
+    mixed = Topology("t", "pd", {"prefill": 1, "decode": 1}, engines={"decode": "vllm"})
+    got = spread_pins(mixed, ["decode-0"], available={0, 1})
+    assert got.cpus == {"decode-0": "0,1"}
+    assert spread_vllm(Topology("t", "pd", {"prefill": 1, "decode": 1}), "warmpath").cpus == {}

@@ -250,6 +250,10 @@ def start_from_args(a) -> Cluster:
 
     topo = with_pins(resolve(a.topology, a.ppd, getattr(a, "route_policy", None)), getattr(a, "pin", None))
     topo.check_handoff(a.engine, getattr(a, "vllm_kv_connector", None))
+    if not getattr(a, "vllm_cpus", None):
+        from warmpath.launch.topology import spread_vllm
+
+        topo = spread_vllm(topo, a.engine)
     router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
                    "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
                    "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]

@@ -4,11 +4,14 @@ optionally which CPUs each process is pinned to (pure)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from warmpath.router.views import ROLES
+
+log = logging.getLogger(__name__)
 
 PPD_MODES = ("off", "x0", "x1", "dynamic")
 ENGINES = ("warmpath", "vllm")
@@ -143,6 +146,44 @@ def with_pins(topo: Topology, pins: list[str] | None) -> Topology:
             raise ValueError(f"--pin: expected NAME=CPUS (e.g. decode-0=1), got {item!r}")
         extra[name.strip()] = cpus.strip()
     return replace(topo, cpus={**topo.cpus, **extra}) if extra else topo
+
+
+def spread_pins(topo: Topology, names: list[str], available=None) -> Topology:
+    """Give each of ``names`` (workers whose engine binds its own OpenMP threads to every CPU it
+    may use: vLLM) that no pin names a disjoint share, consecutive in CPU order, of the CPUs no
+    worker pin holds (``available``, default ``os.sched_getaffinity(0)``); the first
+    ``len(free) % len(names)`` get one CPU more. Two vLLM servers left on the same CPUs each
+    bind a team of ``len(CPUs)`` spinning threads there and starve each other (a P/D pair on
+    2 cores decoded at ~11 s per token, pinned at ~0.05 s). Unchanged when fewer free CPUs
+    than such workers are left."""
+    avail = sorted(os.sched_getaffinity(0) if available is None else available)
+    pinned = pinning(topo, avail)
+    todo = [n for n in names if n not in pinned]
+    taken = set().union(*[pinned[n] for n in pinned if n != "router"]) if pinned else set()
+    free = [c for c in avail if c not in taken]
+    if not todo or len(free) < len(todo):
+        return topo
+    per, extra = divmod(len(free), len(todo))
+    cpus, at = dict(topo.cpus), 0
+    for i, name in enumerate(todo):
+        n = per + (i < extra)
+        cpus[name] = ",".join(map(str, free[at:at + n]))
+        at += n
+    return replace(topo, cpus=cpus)
+
+
+def spread_vllm(topo: Topology, engine: str) -> Topology:
+    """``topo`` with its unpinned vLLM workers each pinned to a share of the free CPUs
+    (``topology.spread_pins``), said in the log; a warning when too few CPUs are left for that."""
+    names = [wid for wid, role in topo.roles() if topo.engines.get(role, engine) == "vllm"]
+    out = spread_pins(topo, names)
+    if out is not topo:
+        log.warning("vLLM workers pinned to their own CPUs (--pin NAME=CPUS or --vllm-cpus to choose): %s",
+                    ", ".join(f"{n}={out.cpus[n]}" for n in names if n not in topo.cpus))
+    elif len([n for n in names if n not in pinning(topo)]) > 1:
+        log.warning("%d vLLM workers share CPUs: each binds an OpenMP team to all of them (slow); "
+                    "pin them with --pin NAME=CPUS", len(names))
+    return out
 
 
 def resolve(spec: str, ppd: str | None = None, policy: str | None = None) -> Topology:
