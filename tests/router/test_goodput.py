@@ -147,7 +147,8 @@ def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_pa
     d = pol.route(rv, sn)
     assert d.path == "warm" and d.est_ttft_s > 2              # not the lower TTFT
     assert pol.route(rv, snap([ws[0]], hits)).path == "local"   # no other path: it runs
-    # already past the bound (0.011 > 0.0105): lost on every path, so local pushes nobody over
+    # already past the bound (0.011 > 0.0105): at risk on every path here (d0 is the only decode
+    # worker), and local pushes nobody over who was within it
     late = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105")
     got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, late.cfg, "warm", paths(rv, sn, late.cfg))}
     assert got == {"local": (0, False), "warm": (0, False)}
@@ -175,3 +176,18 @@ def test_a_document_with_slack_pays_for_the_decodes_its_local_chunks_stretch():
     assert policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.01").route(rv, sn).path == "local"
     assert local_harm_s(local.pred, sn, None, 100) == 0.0
     assert local_harm_s(local.pred, sn, 0.05, 100, lone_s=0.06) == 0.0
+
+
+def test_a_decode_worker_past_its_bound_is_not_where_the_next_request_goes():
+    # d0 decodes 3 (0.013 s per token, past the 0.0115 bound), d1 decodes 1 (0.011, within): a
+    # turn 1 that misses the bound on either (0.014 on d0, 0.012 on d1) goes to d1 and risks its
+    # one request, not to d0 and its three (at risk, not lost: their TPOT is their whole answer's)
+    ws = [WorkerView("d0", "decode", running=3, running_tokens=3000),
+          WorkerView("d1", "decode", running=1, running_tokens=1000),
+          WorkerView("p0", "prefill", prefill_tok_s=1000)]
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0115", local=False)
+    sn = snap(ws, session_decode=None)
+    got = {s.pred.decode: s.kept for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg))}
+    assert got == {"d0": 4 - 3, "d1": 4 - 1}
+    assert pol.route(rv, sn).decode == "d1"

@@ -23,7 +23,13 @@ borrows: it takes the path that keeps it within its bound even when that stretch
 as long as they stay within theirs — and never a local path that would push the decode
 worker's running requests past their TPOT bound, from within it, while another path exists
 (``Scored.over``: the chunks that stretch them are this request's own). Running requests
-already past it are lost on every path; a local path's harm to later arrivals still counts.
+already past it are at risk, not lost: a request's TPOT is its whole answer's, and a decode
+worker over the bound now recovers as its requests finish unless more are sent there — so a
+path to it loses them as a path that pushes a worker past the bound does (counting them lost
+on every path made the worker over its bound the cheapest place for every next request: in the
+simulated B200 map, 2P1D / 20% cold / 16K at 0.4 sessions/s and 2× the unloaded TPOT, one
+decoder took the warm requests at 25–26 ms per token for a 15 ms bound, attainment 0.66 → 0.85
+with this rule). A local path's harm to later arrivals still counts.
 """
 
 from __future__ import annotations
@@ -122,9 +128,9 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     classes = request_classes(cls, req.turn)
     ttft_b, tpot_b, run_b = cfg.bound(classes, "ttft"), cfg.bound(classes, "tpot"), cfg.running_tpot_bound()
     holders = {w.worker_id: w for w in snap.by_role("decode", "replica")}
-    base = {wid: w.running if run_b is None or current_tpot(step_cost(snap, w), w, req.max_tokens,
-                                                             cfg.chunk_tokens, tpot_scale(snap, w)) <= run_b else 0
-            for wid, w in holders.items()}
+    base = {wid: w.running for wid, w in holders.items()}   # past the bound now: at risk, not lost
+    now_within = {wid: run_b is None or current_tpot(step_cost(snap, w), w, req.max_tokens, cfg.chunk_tokens,
+                                                     tpot_scale(snap, w)) <= run_b for wid, w in holders.items()}
     total = sum(base.values())
     harm = {}
     mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
@@ -138,7 +144,7 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         lone = step_cost(snap, holders[p.decode]).step_s([(1, req.num_tokens)]) if p.path == "local" else 0.0
         h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, lone) * mine
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
-                          p.path == "local" and base.get(p.decode, 0) > 0 and not within))
+                          p.path == "local" and base.get(p.decode, 0) > 0 and now_within[p.decode] and not within))
     return out
 
 
