@@ -50,7 +50,11 @@ def test_calibrate_cli_quick(tmp_path):
     d = json.loads(out.read_text())
     assert d["model"] == "SmolLM2-135M-Instruct" and len(d["ppd_table"]) == 36
     assert d["kv_bytes_per_token"] == 46080
-    assert d["step_model"]["decode_coef"][1] > 0   # each sequence costs something
+    # every term >= 0, and a sequence at 128 cached tokens costs something: whether the fit puts it
+    # in the per-sequence or the per-context term varies run to run (a fresh clone's CI-sized run
+    # fitted the per-sequence term 0.0, the context term taking all of it)
+    a0, per_seq, per_ctx = d["step_model"]["decode_coef"]
+    assert min(a0, per_seq, per_ctx) >= 0 and per_seq + 128 * per_ctx > 0
 
 
 @pytest.mark.parametrize("contexts", ["a,b", "0,512", ""])
