@@ -195,3 +195,22 @@ def test_rho_prices_the_prompt_steps_from_local_prefills_on_an_idle_decode_worke
     m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
     m.observe_local_ttft("d0", 0.005, 0.04, 0.2)        # steps 0.04 of 0.045 < 90%: overhead-bound
     assert m.chunk_scale["d0"].samples == 3
+
+
+def test_a_handed_off_prompt_stalls_its_decode_worker_while_it_loads_what_that_worker_lacks():
+    # 1000 tokens = 62 whole blocks (992 tokens) in the store; d0 holds 20 of them (320 tokens):
+    # 672 tokens x 1000 bytes = 672 KB at the prior L3 line (2 ms + bytes / 4e8 B/s) = 0.00368 s,
+    # over the answer's 100 tokens: +0.0000368 s per token for it and for the 4 running decodes
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    hits = {"d0": PrefixHit(local_blocks=20)}
+    sn = Snapshot([pw, dw], hits, kv_bytes_per_token=1000)
+    p = predict_remote(pw, dw, req(), sn, SM)
+    stall = (0.002 + 672_000 / 4e8) / 100
+    assert p.tpot_s == pytest.approx(0.015 + stall) and p.running_tpot_s == pytest.approx(0.015 + stall)
+    assert p.tpot_parts == (pytest.approx(stall), pytest.approx(0.015))
+    # d0 holding the whole prompt: nothing to load, as before
+    full = Snapshot([pw, dw], {"d0": PrefixHit(local_blocks=63)}, kv_bytes_per_token=1000)
+    assert predict_remote(pw, dw, req(), full, SM).tpot_s == pytest.approx(0.015)
+    # a local path loads nothing from a handoff
+    assert predict_local(dw, req(), Snapshot([dw], hits, kv_bytes_per_token=1000), SM).tpot_s == pytest.approx(0.015)

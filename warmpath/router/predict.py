@@ -25,7 +25,9 @@ it does not scale the chunks: their price is the prefill's, which TTFT checks). 
   token (its TPOT is ``κ · decode(b + 1)``);
 * **this request**, remote — the queued prompts' chunks still left when its first token comes
   back from the prefill worker (:meth:`Chunks.after` its TTFT): a document prefilling on the
-  decode worker stretches a warm turn handed off there.
+  decode worker stretches a warm turn handed off there; and the decode worker's load of the
+  handed-off KV it does not hold (:func:`handoff_load_s`), a stall for it and its running
+  decodes alike.
 
 Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
 The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
@@ -39,7 +41,7 @@ from typing import Protocol
 
 from warmpath.router.estimate import Estimate, estimate, worker_model
 from warmpath.router.model import work
-from warmpath.router.views import RequestView, Snapshot, WorkerView
+from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
 
@@ -230,9 +232,23 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     stretch = queued_chunks(cost, dw, chunk)
     chunks, steps = tpot_parts(stretch.after(e.ttft_s), after, req.max_tokens)
+    stall = handoff_load_s(dw, req, snap) / max(1, req.max_tokens)
     return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
-                          chunks + k * steps, running_tpot(stretch, after, req.max_tokens, k), b, e.cached_tokens,
-                          (chunks, steps), stretch.total_s)
+                          chunks + stall + k * steps, running_tpot(stretch, after, req.max_tokens, k) + stall, b,
+                          e.cached_tokens, (chunks + stall, steps), stretch.total_s)
+
+
+def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
+    """Seconds ``dw`` spends loading a handed-off prompt's KV that it does not hold (its own
+    L1/L2 prefix excepted; the store keeps whole blocks) at its learnt L3 read line. The
+    engine loads before the step that needs the blocks, so the stall lands in this request's
+    TPOT (after its first token, which came from the prefill worker) and in every running
+    decode's: a 2,048-token document handed to a pinned CPU decode worker stretched its own
+    TPOT 36–64 ms for 29–33 predicted without it (``docs/benchmarks/policies.md``)."""
+    hit = snap.hits.get(dw.worker_id, PrefixHit())
+    held = min(hit.local_blocks * req.block_size, req.num_tokens)
+    moved = max(0, (req.num_tokens // req.block_size) * req.block_size - held) * snap.kv_bytes_per_token
+    return worker_model(dw, snap).l3_read.seconds(moved) if moved > 0 else 0.0
 
 
 def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:
