@@ -108,9 +108,20 @@ def test_admission_and_failures_in_a_disaggregated_cluster():
             r = httpx.post(base + "/v1/completions", json=body, timeout=30)
             assert r.status_code == 200 and r.headers["x-warmpath-worker"] == "prefill-0"
             assert r.json()["choices"][0]["text"] == text
+            # ... and with no prefill worker left, the decode worker computes the prompt itself
+            p0 = worker(base, "prefill-0")["pid"]
+            os.kill(p0, signal.SIGSTOP)
+            try:
+                wait_for(lambda: worker(base, "prefill-0") is None, timeout=30)
+                r = httpx.post(base + "/v1/completions", json=body, timeout=30)
+                assert r.status_code == 200, r.text
+                assert (r.headers["x-warmpath-worker"], r.headers["x-warmpath-route"]) == ("decode-0", "local")
+                assert r.json()["choices"][0]["text"] == text
+            finally:
+                os.kill(p0, signal.SIGCONT)
         finally:
             os.kill(p1, signal.SIGCONT)
-        wait_for(lambda: worker(base, "prefill-1") is not None, timeout=30)
+        wait_for(lambda: worker(base, "prefill-1") is not None and worker(base, "prefill-0") is not None, timeout=30)
 
         # the decode worker killed after the first token: a clean error event, router stays up
         long = {**body, "max_tokens": 400, "stream": True}

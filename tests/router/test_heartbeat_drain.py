@@ -1,6 +1,6 @@
 """A worker's draining heartbeat (SIGTERM, ``worker/drain.py``) at a real router: it stays
 registered but leaves the routable set at once (here the only prefill worker, so the router
-is not ready and admission forgets its slots); its last heartbeat (``healthy=False,
+computes prompts on the decode worker, and admission forgets its slots); its last heartbeat (``healthy=False,
 draining=True``) removes it as ``drained``, not ``unhealthy``."""
 
 import httpx
@@ -23,10 +23,10 @@ def test_a_draining_heartbeat_takes_the_worker_out_of_routing_and_its_last_one_r
         def cluster():
             return httpx.get(router + "/v1/cluster", headers=AUTH, timeout=5).json()
 
-        assert httpx.get(router + "/ready", timeout=5).status_code == 200
+        assert path(router) == ["p", "d"]
         assert beat(draining=False) == (200, {"ok": True, "role": "prefill"}) and cluster()["admission"]["slots"] == {"p": 4, "d": 4}
         assert beat(draining=True, running=1) == (200, {"ok": True, "role": "prefill", "in_flight": 0})   # nothing routed to it
-        assert httpx.get(router + "/ready", timeout=5).status_code == 503    # no prefill worker to route to
+        assert path(router) == ["d"]      # out of every path: with no prefill worker, d computes prompts
         ws = {w["worker_id"]: w for w in cluster()["workers"]}
         assert (ws["p"]["draining"], ws["d"]["draining"]) == (True, False)
         assert cluster()["admission"]["slots"] == {"d": 4}
@@ -36,3 +36,10 @@ def test_a_draining_heartbeat_takes_the_worker_out_of_routing_and_its_last_one_r
         assert metric(router, "warmpath_router_workers_dropped_total", reason="drained") == 1
         assert metric(router, "warmpath_router_workers_dropped_total", reason="unhealthy") in (None, 0)
         assert beat(draining=True)[0] == 404                                 # unknown now
+
+
+def path(router):
+    """``/ready``'s path for a probe request (the workers that would compute and decode it)."""
+    r = httpx.get(router + "/ready", timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()["path"]

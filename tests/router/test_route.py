@@ -4,7 +4,7 @@ import pytest
 
 from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.route import RouteDecider
-from warmpath.router.policy import CPDPolicy, PDPolicy
+from warmpath.router.policy import CPDPolicy, PDKVPolicy, PDPolicy
 from warmpath.router.ppd import PPDConfig
 from warmpath.router.sessions import SessionState
 from warmpath.router.views import PrefixHit, RequestView, WorkerView
@@ -91,3 +91,30 @@ def test_decode_for_keeps_the_session_else_least_loaded():
     decider = RouteDecider(CPDPolicy())
     assert decider.decode_for(snapshot(decider, {}, "d1")) == "d1"
     assert decider.decode_for(snapshot(decider, {}, None)) == "d2"
+
+
+def test_with_no_prefill_worker_the_prompt_runs_on_a_decode_worker():
+    """Every prefill-type worker dropped or draining: the request is computed on a decode
+    worker (the session's, else the least loaded) with the prefix it holds, not refused; a
+    retry (``allow_local=False``) and a fleet without decode workers still get the error."""
+    decode_only = [w("d1", "decode", running=2), w("d2", "decode", running=1)]
+    rv = RequestView(1600, HASHES, 16, "s", turn=2, new_tokens=100, max_tokens=64)
+    hits = {"d1": PrefixHit(60, 0), "d2": PrefixHit(5, 0)}
+    for policy in (CPDPolicy(), PDPolicy(), PDKVPolicy()):
+        decider = RouteDecider(policy, PPDConfig("x0"))
+        asked = []
+        snap = decider.snapshot(decode_only, lambda wid: asked.append(wid) or hits[wid], "d1", 1000)
+        assert asked == ["d1", "d2"]                 # with no prefill worker, every decode worker is looked up
+        d = decider.decide_route(rv, snap)
+        # 60 of 100 blocks on the session's d1: 960 cached tokens, 0.6 reused -> warm; PPD x0 does not apply
+        assert (d.prefill, d.decode, d.tier, d.path, d.cached_tokens, d.cls, d.ppd) == \
+            (None, "d1", "local", "local", 960, "warm", None)
+        assert "no healthy prefill worker" in d.reason
+        # no session: the least loaded decode worker (1 running), with its own 5 blocks; the
+        # class is the request's reuse in the fleet (d1's 60 blocks), not the chosen worker's
+        d = decider.decide_route(RequestView(1600, HASHES, 16), snapshot(decider, hits, None, decode_only))
+        assert (d.prefill, d.decode, d.cached_tokens, d.cls) == (None, "d2", 80, "warm")
+        with pytest.raises(LookupError, match="no healthy prefill worker"):
+            decider.decide_route(rv, snap, allow_local=False)
+        with pytest.raises(LookupError, match="no healthy prefill worker"):
+            decider.decide_route(rv, snapshot(decider, {}, None, []))

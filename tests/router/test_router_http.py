@@ -185,7 +185,7 @@ def test_admission_limit_follows_the_registered_workers():
 
 def test_a_drained_worker_gets_nothing_new_then_is_removed():
     """``/internal/drain``: a draining worker stays registered but leaves the routable set
-    (here the only prefill worker, so the cluster is not ready), ``resume`` undoes it,
+    (here the only prefill worker: the router then computes prompts on the decode worker), ``resume`` undoes it,
     ``remove`` forgets it."""
     from tests.conftest import CLUSTER_TOKEN
     auth = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
@@ -200,9 +200,9 @@ def test_a_drained_worker_gets_nothing_new_then_is_removed():
             return httpx.post(router + "/internal/drain", json={"worker_id": "p", "action": action},
                               headers=auth, timeout=5)
 
-        assert httpx.get(router + "/ready", timeout=5).status_code == 200
+        assert path(router) == ["p", "d"]
         assert drain("drain").json() == {"worker_id": "p", "registered": True, "draining": True, "in_flight": 0}
-        assert httpx.get(router + "/ready", timeout=5).status_code == 503      # no prefill worker to route to
+        assert path(router) == ["d"]      # out of every path: with no prefill worker, d computes prompts
         p = {w["worker_id"]: w for w in cluster(router)["workers"]}["p"]
         assert (p["draining"], p["in_flight"]) == (True, 0)
         assert cluster(router)["admission"]["slots"] == {"d": 4}
@@ -211,3 +211,10 @@ def test_a_drained_worker_gets_nothing_new_then_is_removed():
         assert drain("remove").json() == {"worker_id": "p", "registered": False, "draining": False, "in_flight": 0}
         assert drain("drain").status_code == 404
         assert httpx.post(router + "/internal/drain", json={"worker_id": "d"}, timeout=5).status_code == 401
+
+
+def path(router):
+    """``/ready``'s path for a probe request (the workers that would compute and decode it)."""
+    r = httpx.get(router + "/ready", timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()["path"]

@@ -16,6 +16,14 @@ from warmpath.router.goodput import GoodputConfig, choose, paths, score
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 
+class NoPrefillWorker(LookupError):
+    """No healthy worker of a prefill-type role: the router may still prefill on a decode
+    worker (``RouteDecider``'s fallback) rather than refuse the request."""
+
+    def __init__(self) -> None:
+        super().__init__("no healthy prefill worker")
+
+
 class RoutingPolicy(ABC):
     """Picks the prefill and decode workers for one request."""
 
@@ -80,7 +88,7 @@ class CPDPolicy(RoutingPolicy):
         cold_tier, warm_tier = snap.by_role("pre-prefill"), snap.by_role("prefill")
         pool = cold_tier + warm_tier
         if not pool:
-            raise LookupError("no healthy prefill worker")
+            raise NoPrefillWorker()
         ests = [estimate(w, req, snap) for w in pool]        # once each, for reuse and the scores
         cached = reuse(req, snap, pool, ests)
         cls = self.cold_rule.label(cached, req.num_tokens)
@@ -104,7 +112,7 @@ class PDPolicy(RoutingPolicy):
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
         pool = snap.by_role("prefill", "pre-prefill")
         if not pool:
-            raise LookupError("no healthy prefill worker")
+            raise NoPrefillWorker()
         w = min(pool, key=lambda x: (x.queued_prefill_tokens, x.worker_id))
         e = estimate(w, req, snap)
         return Decision(w.worker_id, self.decode_for(snap).worker_id, "pd", e.ttft_s, e.cached_tokens,
@@ -158,7 +166,7 @@ class PDKVPolicy(RoutingPolicy):
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
         pool = snap.by_role("prefill", "pre-prefill")
         if not pool:
-            raise LookupError("no healthy prefill worker")
+            raise NoPrefillWorker()
         c, _, w = min((self.cost(w, req, snap), w.worker_id, w) for w in pool)
         e = estimate(w, req, snap)
         return Decision(w.worker_id, self.decode_for(snap).worker_id, "pd", e.ttft_s, e.cached_tokens,

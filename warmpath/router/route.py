@@ -7,8 +7,9 @@ The steps every request takes before it runs, in one place:
 2. :meth:`RouteDecider.snapshot` — workers with their load, and the prefix each one holds
    (looked up only where a prompt may be computed: prefill-type workers, replicas, and
    the session's own decode worker for a PPD-local turn; every decode worker for a policy
-   that picks local paths itself, ``goodput``);
-3. :meth:`RouteDecider.decide_route` — the routing policy, then the PPD switch for turn 2+ (the
+   that picks local paths itself, ``goodput``, or when no prefill-type worker is healthy);
+3. :meth:`RouteDecider.decide_route` — the routing policy (with no healthy prefill-type worker,
+   the prompt runs on a decode worker instead of being refused), then the PPD switch for turn 2+ (the
    append-prefill runs on the session's decode worker, or not; not for ``goodput``, whose
    paths include local ones for every turn), and the request's class
    (cold / warm, :mod:`warmpath.router.classify`);
@@ -40,7 +41,7 @@ from warmpath.router.elastic import (
 )
 from warmpath.router.estimate import estimate
 from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel
-from warmpath.router.policy import RoutingPolicy
+from warmpath.router.policy import NoPrefillWorker, RoutingPolicy
 from warmpath.router.predict import (
     DEFAULT_CHUNK,
     current_tpot,
@@ -93,8 +94,9 @@ class RouteDecider:
                  kv_bytes_per_token: int, now: float = 0.0) -> Snapshot:
         """What the policies see: ``views`` (with load), the prefix hits where they matter,
         the learnt model and the recent arrival rates per class."""
+        every = self.policy.decides_local or not any(v.role in ("prefill", "pre-prefill") for v in views)
         hits = {v.worker_id: lookup(v.worker_id) for v in views
-                if v.role != "decode" or v.worker_id == session_decode or self.policy.decides_local}
+                if v.role != "decode" or v.worker_id == session_decode or every}
         self.model.kv_bytes_per_token = kv_bytes_per_token
         return Snapshot(views, hits, session_decode, kv_bytes_per_token, self.network_bytes_s,
                         self.model, self.rates.rates(now), now)
@@ -112,7 +114,12 @@ class RouteDecider:
 
     def _decide(self, rv: RequestView, snap: Snapshot, allow_local: bool, arrival: bool) -> Decision:
         local_paths = self.policy.decides_local
-        d = self.policy.route(rv, snap, allow_local) if local_paths else self.policy.route(rv, snap)
+        try:
+            d = self.policy.route(rv, snap, allow_local) if local_paths else self.policy.route(rv, snap)
+        except NoPrefillWorker:
+            if not allow_local:
+                raise
+            d = self._on_decode(rv, snap)
         cls = d.cls or (d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens))
         if d.cls != cls:            # NOTE: a policy that set it already (cpd) skips the copy (~6 us)
             d = replace(d, cls=cls)
@@ -132,6 +139,20 @@ class RouteDecider:
             return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}")
         return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,
                         ppd="local", cls=cls, bucket=choice.bucket)
+
+    def _on_decode(self, rv: RequestView, snap: Snapshot) -> Decision:
+        """No prefill-type worker is healthy (all dropped, draining or not yet registered):
+        the prompt is computed on a decode worker — the session's when alive — as an
+        aggregated replica would, rather than refused (Dynamo's decode workers do the same
+        when no prefill worker is registered). Raises the original ``NoPrefillWorker``
+        when no decode worker is healthy either."""
+        try:
+            dw = self.policy.decode_for(snap)
+        except LookupError:
+            raise NoPrefillWorker() from None
+        e = estimate(dw, rv, snap, handoff=False)
+        return Decision(None, dw.worker_id, "local", e.ttft_s, e.cached_tokens,
+                        f"no healthy prefill worker: the prompt runs on {dw.worker_id}", path="local")
 
     def observe_prefill(self, obs: PrefillObservation, view: WorkerView | None) -> None:
         """A prefill reply: refit that worker's lines."""
