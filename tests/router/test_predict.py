@@ -4,6 +4,8 @@ The step model: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t + 0.001·b;
 = 0.005 + 0.0001·t (no context terms, so every number below is worked by hand).
 """
 
+from dataclasses import replace
+
 import pytest
 
 from warmpath.engine.step_model import StepModel
@@ -105,7 +107,7 @@ def test_the_load_book_tracks_running_contexts_for_the_views():
     book = LoadBook()
     book.add("d0", running=1, context=1064)
     book.add("d0", running=1, context=2032)
-    (v,) = book.views([WorkerView("d0", "decode", running=9, running_tokens=5)])
+    (v,) = book.views([WorkerView("d0", "decode", running=9, running_tokens=5)], 0.0)
     assert (v.running, v.running_tokens) == (2, 3096)     # the router's own count, not the heartbeat's
     book.add("d0", running=-1, context=-1064)
     assert book.of("d0").context_tokens == 2032
@@ -214,3 +216,32 @@ def test_a_handed_off_prompt_stalls_its_decode_worker_while_it_loads_what_that_w
     assert predict_remote(pw, dw, req(), full, SM).tpot_s == pytest.approx(0.015)
     # a local path loads nothing from a handoff
     assert predict_local(dw, req(), Snapshot([dw], hits, kv_bytes_per_token=1000), SM).tpot_s == pytest.approx(0.015)
+
+
+def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_land_in():
+    # d0: 4 decodes at 1000 tokens (a step of 5 decodes: 0.015 s). Locally the 1000-token prompt
+    # takes 0.0648 + 0.0632 = 0.128 s (two chunks beside the 4 decodes), then 100 decode steps:
+    # its answer spans 0.128 .. 1.628 s from now. Handoffs bound for d0 land at 0.05 s (before its
+    # first token: no stall), 0.5 s (0.3 s of KV load: +0.003 s per token) and 2.0 s (after it).
+    dw = WorkerView("d0", "decode", running=4, running_tokens=4000,
+                    incoming=((0.05, 0.2), (0.5, 0.3), (2.0, 0.4)))
+    sn = Snapshot([dw], {"d0": PrefixHit()}, kv_bytes_per_token=1000)
+    p = predict_local(dw, req(), sn, SM)
+    assert p.ttft_s == pytest.approx(0.128)
+    assert p.tpot_s == pytest.approx(0.015 + 0.003) and p.tpot_parts == (pytest.approx(0.003), pytest.approx(0.015))
+    assert p.running_tpot_s == pytest.approx(predict_local(replace(dw, incoming=()), req(), sn, SM).running_tpot_s)
+    # a landing predicted within 10% before its first token may come after it: counted
+    near = replace(dw, incoming=((0.9 * 0.128 + 1e-6, 0.2),))
+    assert predict_local(near, req(), sn, SM).tpot_s == pytest.approx(0.015 + 0.002)
+    # handed off instead (d0 holds the whole prompt: no load of its own): its first token comes
+    # back at the prefill worker's TTFT t; handoffs landing at 0.95 t and t + 0.1 stall it, one at 0.8 t not
+    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    full = {"d0": PrefixHit(local_blocks=63)}
+    t = predict_remote(pw, replace(dw, incoming=()), req(), Snapshot([pw, dw], full, kv_bytes_per_token=1000), SM).ttft_s
+    dw2 = replace(dw, incoming=((0.8 * t, 0.5), (0.95 * t, 0.1), (t + 0.1, 0.3)))
+    p = predict_remote(pw, dw2, req(), Snapshot([pw, dw2], full, kv_bytes_per_token=1000), SM)
+    assert p.tpot_s == pytest.approx(0.015 + 0.004) and p.handoff_s == 0.0
+    assert p.running_tpot_s == pytest.approx(0.015)   # the same whichever path: not this request's harm
+    # lacking 672 tokens of it (20 of 62 blocks held): its own load is what it hands d0 to pay
+    part = Snapshot([pw, dw2], {"d0": PrefixHit(local_blocks=20)}, kv_bytes_per_token=1000)
+    assert predict_remote(pw, dw2, req(), part, SM).handoff_s == pytest.approx(0.002 + 672_000 / 4e8)

@@ -31,7 +31,16 @@ def test_goodput_runs_end_to_end_with_its_predictions_recorded():
     sim = build(setup())
     assert type(sim.decider.policy) is GoodputPolicy and sim.decider.policy.cfg.chunk_tokens == 8192
     assert type(sim.decider.model.steps["decode-0"]) is Roofline      # the simulated worker's own steps
+    seen, snapshot = [], sim.decider.snapshot
+
+    def spy(views, *args, **kw):   # the handoffs bound for each decode worker, as the decisions saw them
+        seen.extend(v.incoming for v in views if v.incoming)
+        return snapshot(views, *args, **kw)
+
+    sim.decider.snapshot = spy
     recs = sim.run(sessions())
+    assert seen and all(at >= 0 and load > 0 for inc in seen for at, load in inc)
+    assert sim.bound.bound == {}     # every handoff landed (or was abandoned): none left bound
     assert len(recs) == 68 and all(r.ok for r in recs)
     paths = Counter((r.turn == 1, r.route["path"]) for r in recs)
     assert set(p for _, p in paths) <= {"local", "warm", "cold"}

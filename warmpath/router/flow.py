@@ -107,7 +107,8 @@ class RequestFlow:
                         w = d.prefill or d.decode
                         s.index.note_routed(w, s.hashes_for(w, t.rv), time.monotonic())
                     if d.prefill not in (None, d.decode):
-                        with s.load.holding(d.prefill, d.decode):   # a drain of either waits
+                        with s.load.holding(d.prefill, d.decode), s.load.bound_for(   # a drain of either waits
+                                d.decode, str(id(t)), time.monotonic() + d.est_ttft_s, d.est_handoff_load_s):
                             await self._prefill(t, d.prefill)
                 return await self._decode(t, sess)
             except WorkerUnreachable as e:

@@ -25,6 +25,9 @@ class LoadBook:
     """Router-tracked load per worker."""
 
     load: dict[str, WorkerLoad] = field(default_factory=dict)
+    # decode worker -> request key -> (monotonic time its first token is predicted back, the
+    # seconds of KV load its handoff will cost that worker)
+    bound: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
 
     def of(self, worker: str) -> WorkerLoad:
         return self.load.get(worker, WorkerLoad())
@@ -58,13 +61,42 @@ class LoadBook:
             for w in workers:
                 self.add(w, pending=-1)
 
+    def expect(self, worker: str, key: str, at: float, load_s: float) -> None:
+        """A handoff bound for ``worker`` (its prompt computing elsewhere): its first token
+        predicted back at ``at``, then ``load_s`` seconds of KV load there (none: not recorded)."""
+        if load_s > 0:
+            self.bound.setdefault(worker, {})[key] = (at, load_s)
+
+    def landed(self, worker: str, key: str) -> None:
+        """The handoff ``key`` reached ``worker`` (or failed): no longer bound there."""
+        mine = self.bound.get(worker, {})
+        mine.pop(key, None)
+        if not mine:
+            self.bound.pop(worker, None)
+
+    @contextmanager
+    def bound_for(self, worker: str, key: str, at: float, load_s: float):
+        """:meth:`expect` for the duration of the block (the prefill), then :meth:`landed`."""
+        self.expect(worker, key, at, load_s)
+        try:
+            yield
+        finally:
+            self.landed(worker, key)
+
+    def incoming(self, worker: str, now: float) -> tuple[tuple[float, float], ...]:
+        """The handoffs bound for ``worker``: (seconds from ``now`` until each lands, at least 0;
+        its load seconds), soonest first."""
+        return tuple(sorted((max(0.0, at - now), s) for at, s in list(self.bound.get(worker, {}).values())))
+
     def in_flight(self, worker: str) -> int:
         """Requests the router has on ``worker`` and has not seen end (what a drain waits for)."""
         x = self.of(worker)
         return x.running + x.pending
 
-    def views(self, views: list[WorkerView]) -> list[WorkerView]:
-        """``views`` with the queue, running counts and contexts this router knows of."""
+    def views(self, views: list[WorkerView], now: float) -> list[WorkerView]:
+        """``views`` with the queue, running counts, contexts and handoffs bound there this
+        router knows of (``now``: the monotonic clock of :meth:`bound_for`'s times)."""
         return [replace(v, queued_prefill_tokens=self.of(v.worker_id).prefill_tokens,
                         running=self.of(v.worker_id).running,
-                        running_tokens=self.of(v.worker_id).context_tokens) for v in views]
+                        running_tokens=self.of(v.worker_id).context_tokens,
+                        incoming=self.incoming(v.worker_id, now)) for v in views]

@@ -195,7 +195,7 @@ class GoodputPolicy(RoutingPolicy):
                   f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s")
         return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls, path=p.path,
                         est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s, est_tpot_parts=p.tpot_parts,
-                        est_ttft_parts=p.ttft_parts)
+                        est_ttft_parts=p.ttft_parts, est_handoff_load_s=p.handoff_s)
 
 
 POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy, "goodput": GoodputPolicy}

@@ -28,6 +28,8 @@ it does not scale the chunks: their price is the prefill's, which TTFT checks). 
   decode worker stretches a warm turn handed off there; and the decode worker's load of the
   handed-off KV it does not hold (:func:`handoff_load_s`), a stall for it and its running
   decodes alike.
+* **handoffs already bound for the decode worker** (their prompts computing on a prefill worker
+  now) that land while this request decodes: their KV loads stall it too (:func:`incoming_load_s`).
 
 Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
 The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
@@ -177,6 +179,7 @@ class PathPrediction:
     queued_s: float = 0.0          # seconds of the prompts queued on the decode worker (its chunks)
     own_s: float = 0.0             # seconds of this prompt's chunks on the decode worker (local only)
     ttft_parts: tuple[float, float] | None = None   # local on an idle worker: ``ttft_s`` = fixed + ρ · chunks
+    handoff_s: float = 0.0         # remote: the KV load its handoff makes the decode worker pay
 
 
 def decode_state(dw: WorkerView, extra_tokens: int = 0) -> tuple[int, int]:
@@ -217,8 +220,11 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
     hop = snap.model.hop_s.value if snap.model is not None else 0.0
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     rho = cost.chunk_scale if isinstance(cost, ChunkScaled) else 1.0
-    return PathPrediction("local", None, dw.worker_id, hop + e.load_s + queued.total_s + own.total_s, k * after,
-                          running_tpot(queued + own, after, req.max_tokens, k), b, e.cached_tokens, (0.0, after),
+    ttft = hop + e.load_s + queued.total_s + own.total_s
+    r = max(1, req.max_tokens)
+    bound = incoming_load_s(dw, ttft, r * k * after) / r
+    return PathPrediction("local", None, dw.worker_id, ttft, bound + k * after,
+                          running_tpot(queued + own, after, req.max_tokens, k), b, e.cached_tokens, (bound, after),
                           queued.total_s, own.total_s,
                           None if queued.steps or b else (hop + e.load_s, own.total_s / rho))
 
@@ -232,10 +238,13 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
     after = cost.step_s([(1, decode_state(dw, req.num_tokens)[1])] * (b + 1))
     stretch = queued_chunks(cost, dw, chunk)
     chunks, steps = tpot_parts(stretch.after(e.ttft_s), after, req.max_tokens)
-    stall = handoff_load_s(dw, req, snap) / max(1, req.max_tokens)
+    r = max(1, req.max_tokens)
+    load = handoff_load_s(dw, req, snap)
+    stall = load / r
+    stall += incoming_load_s(dw, e.ttft_s, r * (chunks + stall + k * steps)) / r
     return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
-                          chunks + stall + k * steps, running_tpot(stretch, after, req.max_tokens, k) + stall, b,
-                          e.cached_tokens, (chunks + stall, steps), stretch.total_s)
+                          chunks + stall + k * steps, running_tpot(stretch, after, req.max_tokens, k) + load / r, b,
+                          e.cached_tokens, (chunks + stall, steps), stretch.total_s, handoff_s=load)
 
 
 def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
@@ -249,6 +258,23 @@ def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
     held = min(hit.local_blocks * req.block_size, req.num_tokens)
     moved = max(0, (req.num_tokens // req.block_size) * req.block_size - held) * snap.kv_bytes_per_token
     return worker_model(dw, snap).l3_read.seconds(moved) if moved > 0 else 0.0
+
+
+LANDING_SLACK = 0.1   # a landing predicted this share of the first token's time before it may come after it
+
+
+def incoming_load_s(dw: WorkerView, first_s: float, answer_s: float) -> float:
+    """Seconds of KV load that handoffs already bound for ``dw`` (:attr:`WorkerView.incoming`,
+    prompts computing elsewhere) make it pay while a request decodes there, its first token
+    ``first_s`` from now and its answer ``answer_s`` long: each landing in that window stalls
+    the worker's step, this request's decode with it. Both times are predictions (TTFT's median
+    error 4–9% at low load, ``docs/benchmarks/policies.md``): a landing predicted up to
+    :data:`LANDING_SLACK` of ``first_s`` before the first token counts too — two documents
+    decided a moment apart, one handed off and one computed on the decode worker, land
+    together and stall each other. (Their own decodes then join the batch, which the decode
+    steps' batch of the moment does not see.)"""
+    lo = first_s * (1.0 - LANDING_SLACK)
+    return sum(load for at, load in dw.incoming if lo <= at < first_s + answer_s)
 
 
 def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:

@@ -87,7 +87,7 @@ class RouterState:
         their prefix hits from the KV index."""
         now = time.monotonic()
         with self.lock:
-            return self.decider.snapshot(self.load.views(self.routable()),
+            return self.decider.snapshot(self.load.views(self.routable(), now),
                                          lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
 
@@ -109,7 +109,7 @@ class RouterState:
         of the old one finishes there (``elastic.py``). Logged, counted per role and shown in
         the dashboard's role log with its reason."""
         with self.lock:
-            views = self.load.views(self.routable())
+            views = self.load.views(self.routable(), time.monotonic())
         ch = self.decider.rebalance(views, now)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()

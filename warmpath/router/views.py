@@ -26,6 +26,9 @@ class WorkerView:
     max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
     running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
+    # handoffs bound here, their prompts computing elsewhere: (seconds until their first token is
+    # predicted back, seconds of the KV load each will make this worker pay), soonest first
+    incoming: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -104,3 +107,4 @@ class Decision:
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
     est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share
     est_ttft_parts: tuple[float, float] | None = None   # local on an idle worker: est_ttft_s = fixed + ρ · chunks
+    est_handoff_load_s: float = 0.0    # handed off: the KV load it makes its decode worker pay (predicted)

@@ -14,7 +14,7 @@ from warmpath.sim.client import Req
 
 class Endings:
     """Mixed into :class:`~warmpath.sim.simulation.Simulation`, which owns the state used here
-    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``,
+    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``, ``bound``,
     ``workers``, histories) and the plan / dispatch / kick steps."""
 
     def _finish(self, req: Req) -> None:
@@ -50,6 +50,7 @@ class Endings:
             self.admission.cancel(req.rid)
             return
         d = req.decision
+        self.bound.landed(d.decode, req.rid)
         for sid, wid in ((req.rid + "/p", d.prefill), (req.rid, d.decode)):
             if self._by_seq.pop(sid, None) is not None:
                 self.workers[wid].abort(sid)

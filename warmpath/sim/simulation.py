@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.workload import Session
@@ -23,6 +23,7 @@ from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
 from warmpath.router import ppd
 from warmpath.router.admission import Admission, AdmissionConfig
 from warmpath.router.index import GlobalKVIndex
+from warmpath.router.load import LoadBook
 from warmpath.router.policy import RoutingPolicy
 from warmpath.router.sessions import SessionTable
 from warmpath.router.elastic import ElasticConfig
@@ -84,6 +85,7 @@ class Simulation(Endings):
         self._queued: dict[str, Req] = {}
         self._history: dict[str, list[int]] = {}
         self._hashes: dict[str, list[bytes]] = {}    # session -> block hashes of its history
+        self.bound = LoadBook()   # handoffs bound for each decode worker, as the router's book keeps them
         self.now = 0.0
         self.stopped = False
 
@@ -146,7 +148,9 @@ class Simulation(Endings):
                 self.workers[ch.worker].set_role(ch.new)
                 self.stats.role_changes.append((ch.at, ch.worker, ch.new))
         sess = self.sessions.sessions.get(req.session.sid)
-        snap = self.decider.snapshot([w.view() for w in self.workers.values()],
+        views = [replace(w.view(), incoming=self.bound.incoming(wid, self.now)) if wid in self.bound.bound
+                 else w.view() for wid, w in self.workers.items()]
+        snap = self.decider.snapshot(views,
                                      lambda w: self.index.lookup(w, req.rv.block_hashes, self.now),
                                      sess.decode_worker if sess else None, self.kvb, self.now)
         return self.decider.decide_route(req.rv, snap, arrival=arrival)
@@ -164,6 +168,7 @@ class Simulation(Endings):
         if d.prefill not in (None, d.decode):
             seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True), self.ns,
                            arrival_time=self.now)
+            self.bound.expect(d.decode, req.rid, self.now + d.est_ttft_s, d.est_handoff_load_s)
             req.kv_hashes = self.handoff.kv_hashes(req.rid, req.turn, req.rv.block_hashes)
             seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)
             self._submit(d.prefill, seq, req)
@@ -237,6 +242,7 @@ class Simulation(Endings):
 
     def _prefill_done(self, req: Req, seq: Sequence) -> None:
         del self._by_seq[seq.request_id]
+        self.bound.landed(req.decision.decode, req.rid)
         started = self.workers[req.decision.prefill].first_scheduled.get(seq.request_id, self.now)
         self.workers[req.decision.prefill].forget(seq.request_id)
         at = self.now + self.net + self.overhead
