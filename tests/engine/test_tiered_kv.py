@@ -286,6 +286,8 @@ def test_prefill_to_decode_handoff_through_the_store(smollm, prompts, reference,
     # 322 tokens known at D: 20 full blocks loaded from L3, only 2 tokens computed
     assert d.tiers.stats.loaded_tokens["L3"] == 320
     assert d.tiers.l3.stats.bytes_read == 20 * d.tiers.l3.slot
+    # the request's own L3 load time: the store's read and its checks (at least the read)
+    assert last.l3_load_s >= d.tiers.l3.stats.read_seconds > 0
     # a handed-off token that already ends the request never reaches the scheduler
     rid = d.add_request(prompts["p"], SamplingParams(max_tokens=1, temperature=0), output_prefix=first)
     done = d.take_initial_output(rid)

@@ -133,6 +133,32 @@ def test_router_learns_from_an_answer_usage_and_ignores_malformed_timings():
     assert w.observations == 1 and w.decode.samples == 1
 
 
+def test_the_router_learns_a_decode_worker_s_own_l3_load_rate_from_its_answers():
+    from warmpath.router.policy import POLICIES
+    from warmpath.router.predict import handoff_load_s
+    from warmpath.router.route import RouteDecider
+    from warmpath.router.views import PrefixHit, RequestView, Snapshot
+
+    d = RouteDecider(POLICIES["pd"]())
+    d.model.kv_bytes_per_token = 1000
+    v = WorkerView("d0", "decode")
+    req = RequestView(1000, (), 16, "s", 1, max_tokens=32)     # 62 whole blocks: 992,000 bytes to load
+    snap = Snapshot([v], {"d0": PrefixHit()}, kv_bytes_per_token=1000, model=d.model)
+    assert handoff_load_s(v, req, snap) == pytest.approx(0.002 + 992_000 / 4e8)   # before any: the prior line
+    own = {"loaded_tokens": {"L1": 0, "L2": 0, "L3": 2000}, "recomputed_tokens": 0, "l3_load_s": 0.5}
+    assert d.observe_answer("d0", {"warmpath": {"decode": own}}, v, computed_here=False)
+    assert d.model.l3_load_rate["d0"].bytes_s == pytest.approx(2_000_000 / 0.5)
+    assert handoff_load_s(v, req, snap) == pytest.approx(992_000 / 4e6)         # 0.248 s at its own rate
+    # a second answer, 1,000 tokens in 0.5 s: (0.9 x 2,000,000 + 1,000,000) / (0.9 x 0.5 + 0.5) bytes/s
+    assert d.observe_answer("d0", {"warmpath": {"worker": {**own, "loaded_tokens": {"L3": 1000}}}}, v, computed_here=True)
+    assert d.model.l3_load_rate["d0"].bytes_s == pytest.approx(2_800_000 / 0.95)
+    # nothing loaded from L3, no seconds, or a malformed report: nothing learnt
+    for bad in ({**own, "l3_load_s": 0.0}, {**own, "loaded_tokens": {"L1": 5}}, {**own, "l3_load_s": -1},
+                {**own, "l3_load_s": "x"}, {"loaded_tokens": {"L3": 10}}):
+        assert not d.observe_answer("d0", {"warmpath": {"decode": bad}}, v, computed_here=False)
+    assert d.model.l3_load_rate["d0"].samples == 2 and "d1" not in d.model.l3_load_rate
+
+
 def test_a_worker_with_few_observations_is_shrunk_towards_its_peers():
     m = RouterModel(kv_bytes_per_token=1000)
     a, b = WorkerView("a", "replica", prefill_tok_s=400.0), WorkerView("b", "replica", prefill_tok_s=400.0)

@@ -33,6 +33,7 @@ class RequestOutput:
     cached_by_tier: dict[str, int] | None = None
     l3_written_blocks: int = 0       # blocks of this request this worker wrote to L3 so far
     l3_prompt_blocks: int | None = None   # full prompt blocks known in L3 (with the first token)
+    l3_load_s: float = 0.0           # seconds its loads from L3 took here so far (measured)
 
 
 class OutputAssembler:
@@ -90,11 +91,12 @@ class OutputAssembler:
             seq.num_prompt_tokens, max(0, seq.num_cached_tokens), len(seq.output_token_ids),
             (seq.first_scheduled_time or seq.arrival_time) - seq.arrival_time if first else None,
             cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks,
-            l3_prompt_blocks=l3_prompt_blocks if first else None)
+            l3_prompt_blocks=l3_prompt_blocks if first else None, l3_load_s=seq.l3_load_s)
 
     @staticmethod
     def failed(seq: Sequence, error: str) -> RequestOutput:
         """The last output of a request that failed inside a step (nothing new, its error)."""
         return RequestOutput(seq.request_id, [], "", True, "error", seq.num_prompt_tokens,
                              max(0, seq.num_cached_tokens), len(seq.output_token_ids), error=error,
-                             cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks)
+                             cached_by_tier=dict(seq.cached_by_tier), l3_written_blocks=seq.l3_written_blocks,
+                             l3_load_s=seq.l3_load_s)

@@ -94,6 +94,7 @@ class Sequence:
     # where those cached tokens came from (L1 reused, L2/L3 loaded; a failed load is taken back)
     cached_by_tier: dict[str, int] = field(default_factory=lambda: {"L1": 0, "L2": 0, "L3": 0})
     l3_written_blocks: int = 0         # blocks of this sequence this worker wrote to L3 (store said 0)
+    l3_load_s: float = 0.0             # seconds its loads from L3 took on this worker (measured)
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[BlockHash] = field(default_factory=list)
     block_digests: list[bytes] = field(default_factory=list)   # only when a tier asks (full_block_digests)

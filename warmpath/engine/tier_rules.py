@@ -125,6 +125,7 @@ class TierRules(ExternalPrefixSource):
             self.cost.observe_transfer("L2", got.l2 * bb, got.l2_s)
         if got.l3_s is not None:
             self.cost.observe_transfer("L3", got.l3 * bb, got.l3_s)
+            ld.seq.l3_load_s += got.l3_s
         self.stats.l2_hits += got.l2
         self.stats.l3_loaded += got.l3
         self.stats.loaded_tokens["L2"] += got.l2 * bs

@@ -55,6 +55,30 @@ class TransferFit:
 
 
 @dataclass
+class RateFit:
+    """Bytes per second of one kind of transfer, Σ bytes / Σ seconds over its samples (sums
+    decayed by ``decay`` per sample): the large transfers weigh most, so the few-block ones,
+    mostly fixed cost, do not drag it down; robust where the sizes cluster and a line through
+    them (:class:`TransferFit`) would be noise."""
+
+    decay: float = 0.9
+    samples: int = 0
+    sums: tuple[float, float] = (0.0, 0.0)   # Σ bytes, Σ seconds
+
+    def update(self, nbytes: float, seconds: float) -> None:
+        if nbytes <= 0 or seconds <= 0:
+            return
+        b, s = (v * self.decay for v in self.sums)
+        self.sums = (b + nbytes, s + seconds)
+        self.samples += 1
+
+    @property
+    def bytes_s(self) -> float | None:
+        """The rate (``None`` before a sample)."""
+        return self.sums[0] / self.sums[1] if self.samples else None
+
+
+@dataclass
 class LoadCostModel:
     """Loading ``n`` blocks costs ``overhead + bytes / bandwidth`` (a line fitted per tier
     to this worker's transfers); recomputing costs ``tokens / prefill speed`` (a moving

@@ -124,6 +124,17 @@ class AnswerTiming(BaseModel):
     batch: float = Field(1.0, ge=1, allow_inf_nan=False)
 
 
+class StageLoads(BaseModel):
+    """What a worker reports of its own part of an answer (``usage["warmpath"]["decode"]`` after
+    a handoff, else ``["worker"]``): prompt tokens whose KV it reused (L1) or loaded (L2/L3),
+    those it recomputed, and the seconds its L3 loads took (0: none, or not measured)."""
+
+    model_config = ConfigDict(extra="ignore")
+    loaded_tokens: dict[Literal["L1", "L2", "L3"], Annotated[int, Field(ge=0)]]
+    recomputed_tokens: int = Field(ge=0)
+    l3_load_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+
 class Namespace(BaseModel):
     """The KV namespace a worker serves (``kv.hashing.KVNamespace`` on the wire)."""
 

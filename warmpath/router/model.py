@@ -9,6 +9,8 @@ until the first ones):
 * L3 read and write: ``seconds = overhead + bytes / bandwidth``, from the reply's L3
   seconds and the tokens it loaded from L3 / the bytes it wrote;
 * the router's hop: round trip less the worker's own time (moving average);
+* the L3 loads a worker's answers report (``usage["warmpath"]``: tokens loaded from L3 and
+  the seconds they took): the rate of its own loads (a decode worker's handed-off KV);
 * decode steps: ``seconds = overhead + batch · per-sequence`` from the answers' own timings
   (:class:`~warmpath.protocol.internal.AnswerTiming` in ``usage["warmpath"]["timing"]``: the
   seconds between the first and the last token over the steps between, in the batch the
@@ -39,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from warmpath.kv.load_cost import Ema, TransferFit
+from warmpath.kv.load_cost import Ema, RateFit, TransferFit
 from warmpath.stats import percentile
 
 TPOT_WINDOW = 16
@@ -152,6 +154,7 @@ class RouterModel:
     tpot_scale: dict[str, "WindowMedian"] = field(default_factory=dict)   # decode worker -> κ of its decode steps
     chunk_scale: dict[str, "WindowMedian"] = field(default_factory=dict)  # decode worker -> ρ of its prompt steps
     tpot_errors: list[float] = field(default_factory=list)
+    l3_load_rate: dict[str, RateFit] = field(default_factory=dict)   # worker -> its own L3 loads, as its answers report
 
     def of(self, w) -> WorkerModel:
         """The worker's model; before it answered a prefill, its peers' (the same model on
@@ -207,6 +210,14 @@ class RouterModel:
             if m is None:
                 m = self.workers[worker] = WorkerModel.prior(view)
             m.observe_step(t.batch, t.decode_s / t.decode_steps)
+
+    def observe_l3_load(self, worker: str, tokens: int, seconds: float) -> None:
+        """``worker`` loaded ``tokens`` of a prompt's KV from L3 in ``seconds``, as its answer
+        reports (``usage["warmpath"]``): the rate of its own loads — for a decode worker the
+        handed-off KV, under whatever load it had — which prices the stall a handoff brings it
+        (``predict.handoff_load_s``)."""
+        if tokens > 0 and seconds > 0:
+            self.l3_load_rate.setdefault(worker, RateFit()).update(tokens * self.kv_bytes_per_token, seconds)
 
     def observe_ttft(self, predicted_s: float, actual_s: float) -> float | None:
         """Record a request's predicted vs measured TTFT; returns the relative error."""

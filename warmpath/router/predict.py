@@ -249,15 +249,19 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
 
 def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
     """Seconds ``dw`` spends loading a handed-off prompt's KV that it does not hold (its own
-    L1/L2 prefix excepted; the store keeps whole blocks) at its learnt L3 read line. The
-    engine loads before the step that needs the blocks, so the stall lands in this request's
+    L1/L2 prefix excepted; the store keeps whole blocks). The engine loads before the step that needs the blocks, so the stall lands in this request's
     TPOT (after its first token, which came from the prefill worker) and in every running
     decode's: a 2,048-token document handed to a pinned CPU decode worker stretched its own
-    TPOT 36–64 ms for 29–33 predicted without it (``docs/benchmarks/policies.md``)."""
+    TPOT 36–64 ms for 29–33 predicted without it (``docs/benchmarks/policies.md``). Priced at
+    the rate ``dw``'s own L3 loads ran at, as its answers reported them
+    (``model.RouterModel.observe_l3_load``); before any, at its learnt L3 read line."""
     hit = snap.hits.get(dw.worker_id, PrefixHit())
     held = min(hit.local_blocks * req.block_size, req.num_tokens)
     moved = max(0, (req.num_tokens // req.block_size) * req.block_size - held) * snap.kv_bytes_per_token
-    return worker_model(dw, snap).l3_read.seconds(moved) if moved > 0 else 0.0
+    if moved <= 0:
+        return 0.0
+    rate = getattr(snap.model, "l3_load_rate", {}).get(dw.worker_id)
+    return moved / rate.bytes_s if rate is not None and rate.samples else worker_model(dw, snap).l3_read.seconds(moved)
 
 
 LANDING_SLACK = 0.1   # a landing predicted this share of the first token's time before it may come after it

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from pydantic import ValidationError
 
-from warmpath.protocol.internal import AnswerTiming
+from warmpath.protocol.internal import AnswerTiming, StageLoads
 from warmpath.router import ppd
 from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.elastic import (
@@ -163,16 +163,28 @@ class RouteDecider:
         """An answer's usage: when it carries the worker's own timings
         (``usage["warmpath"]["timing"]``, :class:`~warmpath.protocol.internal.AnswerTiming`),
         refit that worker's decode line, and its prefill line when ``computed_here``. Returns
-        whether it learnt (malformed timings are ignored: a worker's report, not the client's)."""
-        raw = ((usage or {}).get("warmpath") or {}).get("timing") if isinstance(usage, dict) else None
-        if view is None or not isinstance(raw, dict):
+        whether it learnt (malformed timings are ignored: a worker's report, not the client's).
+        Its own part (``["decode"]`` or ``["worker"]``, :class:`StageLoads`) also tells the rate
+        of its L3 loads (:meth:`RouterModel.observe_l3_load`)."""
+        ext = (usage or {}).get("warmpath") if isinstance(usage, dict) else None
+        if view is None or not isinstance(ext, dict):
             return False
+        learnt = False
+        own = ext.get("decode", ext.get("worker"))
+        if isinstance(own, dict):
+            try:
+                st = StageLoads.model_validate(own)
+                self.model.observe_l3_load(worker, st.loaded_tokens.get("L3", 0), st.l3_load_s)
+                learnt = st.loaded_tokens.get("L3", 0) > 0 and st.l3_load_s > 0
+            except ValidationError:
+                pass
         try:
-            t = AnswerTiming.model_validate(raw)
+            t = AnswerTiming.model_validate(ext["timing"]) if isinstance(ext.get("timing"), dict) else None
         except ValidationError:
-            return False
-        self.model.observe_answer(worker, t, view, computed_here)
-        return True
+            t = None
+        if t is not None:
+            self.model.observe_answer(worker, t, view, computed_here)
+        return learnt or t is not None
 
     def observe_outcome(self, d: Decision, ttft_s: float | None,
                         tpot_s: float | None) -> tuple[float | None, float | None]:

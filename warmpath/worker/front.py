@@ -104,15 +104,17 @@ class WorkerFront:
         """OpenAI usage; ``cached_tokens`` is the prefill stage's measurement when there was
         one, else this worker's. ``usage["warmpath"]`` has each stage's own measurements:
         ``prefill`` (relayed from the prefill worker) and this worker's (``decode`` for a
-        handoff, else ``worker``): prompt tokens whose KV it reused (L1) or loaded (L2/L3)
-        and those it recomputed."""
+        handoff, else ``worker``): prompt tokens whose KV it reused (L1) or loaded (L2/L3),
+        those it recomputed, and the seconds its L3 loads took (the router learns this
+        worker's L3 read line from them)."""
         done = o.completion_tokens if o else 0
         own = o.cached_tokens if o else 0
         cached = job.prefill["cached_tokens"] if job.prefill is not None else own
         ext: dict = {} if job.prefill is None else {"prefill": job.prefill}
         if o is not None and o.cached_by_tier is not None:
             ext["decode" if job.handoff else "worker"] = {
-                "loaded_tokens": o.cached_by_tier, "recomputed_tokens": job.prompt_tokens - own}
+                "loaded_tokens": o.cached_by_tier, "recomputed_tokens": job.prompt_tokens - own,
+                "l3_load_s": round(o.l3_load_s, 6)}
         return {"prompt_tokens": job.prompt_tokens, "completion_tokens": done,
                 "total_tokens": job.prompt_tokens + done,
                 "prompt_tokens_details": {"cached_tokens": cached}, "warmpath": ext}
