@@ -50,11 +50,15 @@ def test_calibrate_cli_quick(tmp_path):
     d = json.loads(out.read_text())
     assert d["model"] == "SmolLM2-135M-Instruct" and len(d["ppd_table"]) == 36
     assert d["kv_bytes_per_token"] == 46080
-    # every term >= 0, and a sequence at 128 cached tokens costs something: whether the fit puts it
-    # in the per-sequence or the per-context term varies run to run (a fresh clone's CI-sized run
-    # fitted the per-sequence term 0.0, the context term taking all of it)
+    # every term >= 0, and the fit is true to the steps it was fitted to. Not "a sequence costs
+    # something": --quick times batches 1 and 4 only, where the decode kernel's per-sequence cost
+    # is under the machine's noise — a fresh clone's run, beside the test suite, timed 25.2 / 23.3 ms
+    # (batch 1 / 4, 64 tokens) and 19.9 / 20.1 ms (256 tokens), and the non-negative fit was 22.1 ms flat
     a0, per_seq, per_ctx = d["step_model"]["decode_coef"]
-    assert min(a0, per_seq, per_ctx) >= 0 and per_seq + 128 * per_ctx > 0
+    assert min(a0, per_seq, per_ctx) >= 0 and a0 > 0
+    sm = StepModel.from_json(d["step_model"])
+    errors = sorted(abs(sm.decode_s(b, c) - s) / s for b, c, s in d["profile"]["decode"])
+    assert len(errors) >= 4 and errors[len(errors) // 2] <= 0.25, errors
 
 
 @pytest.mark.parametrize("contexts", ["a,b", "0,512", ""])
