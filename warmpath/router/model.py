@@ -211,13 +211,15 @@ class RouterModel:
                 m = self.workers[worker] = WorkerModel.prior(view)
             m.observe_step(t.batch, t.decode_s / t.decode_steps)
 
-    def observe_l3_load(self, worker: str, tokens: int, seconds: float) -> None:
+    def observe_l3_load(self, worker: str, tokens: int, seconds: float) -> bool:
         """``worker`` loaded ``tokens`` of a prompt's KV from L3 in ``seconds``, as its answer
         reports (``usage["warmpath"]``): the rate of its own loads — for a decode worker the
         handed-off KV, under whatever load it had — which prices the stall a handoff brings it
-        (``predict.handoff_load_s``)."""
-        if tokens > 0 and seconds > 0:
-            self.l3_load_rate.setdefault(worker, RateFit()).update(tokens * self.kv_bytes_per_token, seconds)
+        (``predict.handoff_load_s``). Returns whether it learnt (nothing loaded, or no seconds: no)."""
+        if tokens <= 0 or seconds <= 0:
+            return False
+        self.l3_load_rate.setdefault(worker, RateFit()).update(tokens * self.kv_bytes_per_token, seconds)
+        return True
 
     def observe_ttft(self, predicted_s: float, actual_s: float) -> float | None:
         """Record a request's predicted vs measured TTFT; returns the relative error."""

@@ -174,8 +174,7 @@ class RouteDecider:
         if isinstance(own, dict):
             try:
                 st = StageLoads.model_validate(own)
-                self.model.observe_l3_load(worker, st.loaded_tokens.get("L3", 0), st.l3_load_s)
-                learnt = st.loaded_tokens.get("L3", 0) > 0 and st.l3_load_s > 0
+                learnt = self.model.observe_l3_load(worker, st.loaded_tokens.get("L3", 0), st.l3_load_s)
             except ValidationError:
                 pass
         try:
