@@ -101,6 +101,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    choices=("auto", "always", "never"),
                    help="load cached blocks from L2/L3 or recompute them: auto (cheaper wins) | always | never "
                         "(--load-policy: former name)")
+    t.add_argument("--kv-l3-overlap", default="off", choices=("on", "off"),
+                   help="load L3 blocks beside the engine's steps: the running decodes go on while a "
+                        "handed-off prompt's KV arrives (on) | inside the step that needs them (off)")
     t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
     t.add_argument("--worker-id", default="worker")
 
@@ -132,6 +135,7 @@ def tier_config(a: argparse.Namespace, service=None):
                             local_hostname=advertise_host(a))
     write = a.kv_write_mode or write_mode_for(getattr(a, "role", "replica"))
     return TierConfig(l2_gib=_auto(a.l2_gib), l3=l3, write_mode=write, load_mode=a.kv_load_mode,
+                      l3_overlap=a.kv_l3_overlap == "on",
                       events_host=a.host, events_port=a.kv_events_port,
                       events_advertise_host=advertise_host(a),
                       events_token=getattr(a, "cluster_token", None),

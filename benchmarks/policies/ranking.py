@@ -95,8 +95,12 @@ def goodputs(points: dict[float, dict]) -> dict[str, float | None]:
     return out
 
 
+WORKER_ARGS: list[str] = []   # --worker-arg: extra engine flags for every arm's workers
+
+
 def start(topo: Topology, router_argv: tuple = ()):
-    return launcher.start(topo, "127.0.0.1", free_port(), WORKERS, ["--model", "smollm2", *router_argv], None, 2.0, 1)
+    return launcher.start(topo, "127.0.0.1", free_port(), [*WORKERS, *WORKER_ARGS], ["--model", "smollm2", *router_argv],
+                          None, 2.0, 1)
 
 
 def router_argv(topo: Topology, targets: dict, calibration: Path) -> tuple:
@@ -189,6 +193,8 @@ def parser() -> argparse.ArgumentParser:
                         "TPOT over the simulated one, ranking_sim.served_decode_factor) or as calibrated")
     p.add_argument("--redo", action="store_true", help="recompute the parts asked for even where ranking.json has them")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/ranking"))
+    p.add_argument("--worker-arg", action="append", default=[],
+                   help="an extra flag for every worker (repeat; e.g. --worker-arg=--kv-l3-overlap --worker-arg=on)")
     return p
 
 
@@ -196,6 +202,7 @@ def main() -> int:
     p = parser()
     a = p.parse_args()
     arms = a.arms.split(",")
+    WORKER_ARGS[:] = a.worker_arg
     if bad := [x for x in arms if x not in ARMS]:
         p.error(f"--arms: unknown {bad}; known: {sorted(ARMS)}")
     a.out.mkdir(parents=True, exist_ok=True)

@@ -216,6 +216,12 @@ def test_a_handed_off_prompt_stalls_its_decode_worker_while_it_loads_what_that_w
     assert predict_remote(pw, dw, req(), full, SM).tpot_s == pytest.approx(0.015)
     # a local path loads nothing from a handoff
     assert predict_local(dw, req(), Snapshot([dw], hits, kv_bytes_per_token=1000), SM).tpot_s == pytest.approx(0.015)
+    # a decode worker whose loads run beside its steps: the same wait for this request's second
+    # token, none for the running decodes
+    ov = replace(dw, overlaps_loads=True)
+    p = predict_remote(pw, ov, req(), Snapshot([pw, ov], hits, kv_bytes_per_token=1000), SM)
+    assert p.tpot_s == pytest.approx(0.015 + stall) and p.running_tpot_s == pytest.approx(0.015)
+    assert p.handoff_s == pytest.approx(0.002 + 672_000 / 4e8)
 
 
 def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_land_in():
@@ -245,3 +251,10 @@ def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_
     # lacking 672 tokens of it (20 of 62 blocks held): its own load is what it hands d0 to pay
     part = Snapshot([pw, dw2], {"d0": PrefixHit(local_blocks=20)}, kv_bytes_per_token=1000)
     assert predict_remote(pw, dw2, req(), part, SM).handoff_s == pytest.approx(0.002 + 672_000 / 4e8)
+    # loads beside the steps: the handoffs landing in its answer stall only their own requests
+    ov = replace(dw, overlaps_loads=True)
+    assert predict_local(ov, req(), Snapshot([ov], {"d0": PrefixHit()}, kv_bytes_per_token=1000),
+                         SM).tpot_s == pytest.approx(0.015)
+    ov2 = replace(dw2, overlaps_loads=True)
+    assert predict_remote(pw, ov2, req(), Snapshot([pw, ov2], full, kv_bytes_per_token=1000),
+                          SM).tpot_s == pytest.approx(0.015)

@@ -166,14 +166,16 @@ def test_admission_limit_follows_the_registered_workers():
     auth = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
     ns = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
     with serve_process(command="router") as router:
-        def register(wid, role, seqs):
+        def register(wid, role, seqs, **kw):
             body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": ns,
-                    "max_num_seqs": seqs, "kv_capacity_tokens": 4096}
+                    "max_num_seqs": seqs, "kv_capacity_tokens": 4096, **kw}
             assert httpx.post(router + "/internal/register", json=body, headers=auth, timeout=5).status_code == 200
 
         assert cluster(router)["admission"]["max_in_flight"] == 1      # no worker yet
         register("p", "prefill", 3)
-        register("d", "decode", 5)
+        register("d", "decode", 5, overlaps_loads=True)
+        seen = {w["worker_id"]: w["overlaps_loads"] for w in cluster(router)["workers"]}
+        assert seen == {"p": False, "d": True}      # the predictor's view of how each loads KV
         adm = cluster(router)["admission"]
         assert (adm["max_in_flight"], adm["slots"], adm["queue_limits"]) == (8, {"p": 3, "d": 5}, {"cold": 32, "warm": 64})
         r = httpx.post(router + "/internal/heartbeat", json={"worker_id": "d", "healthy": False}, headers=auth, timeout=5)

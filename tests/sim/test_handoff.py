@@ -1,9 +1,11 @@
 """``sim/handoff.py``: the PPD paper's vLLM handoff beside warmpath's, on hand-worked
 timelines (every step 0.1 s, a store with no latency, as ``test_simulator.py``)."""
 
+import dataclasses
+
 import pytest
 
-from tests.sim.test_simulator import one_turn, run, setup
+from tests.sim.test_simulator import FAST, STORED_64, Constant, one_turn, run, setup
 from warmpath.bench.workload import Session, Turn
 from warmpath.launch.topology import Topology
 from warmpath.sim.handoff import PDHandoff
@@ -59,3 +61,28 @@ def test_named_handoffs():
 def test_rejects_bad_settings(kw):
     with pytest.raises(ValueError):
         PDHandoff(**kw)
+
+
+class SlowPrefill(Constant):
+    """0.1 s a step; a recompute priced at 100 tokens/s, so the decode worker loads the KV."""
+
+    def prefill_tok_s(self):
+        return 100.0
+
+
+@pytest.mark.parametrize("overlap, a, b", [
+    # a's KV load (0.25 s) and then b's stall a's decodes: a's 2nd token at 0.45, its 3rd at
+    # 0.8 (0.45 + b's load + a step), then 0.9 ... 1.3; b's tokens 0.8, 0.9, 1.0
+    (False, (0.1, 1.3, 0.171429), (0.1, 0.7, 0.2)),
+    # beside the steps: a's load lands at 0.35 (the worker wakes then), a's tokens 0.45, 0.55
+    # ... 1.05; b's load runs 0.45 -> 0.70 while a decodes, b joins the step at 0.75: 0.85 ... 1.05
+    (True, (0.1, 1.05, 0.135714), (0.1, 0.75, 0.216667))])
+def test_an_overlapped_handoff_load_does_not_stall_the_running_decodes(overlap, a, b):
+    """PD, 0.1 s a step; each 64-token prompt's 4 stored blocks take 0.25 s to load at the
+    decode worker (puts free). a (8 tokens out) at 0, b (4 out) at 0.3: b is handed off at 0.4."""
+    hw = dataclasses.replace(FAST, nic_bytes_s=STORED_64 / 0.25, l3_write_bytes_s=1e15)
+    s = dataclasses.replace(setup(PD, l3_overlap=overlap, store_bytes_s=1e15), hardware=hw,
+                            step_time=SlowPrefill(0.1))
+    _, recs = run(s, [one_turn("a", 0.0, n=64, out=8), one_turn("b", 0.3, n=64, out=4, seed=500)])
+    got = [(round(r.ttft, 6), round(r.e2e, 6), round(r.tpot, 6)) for r in recs]
+    assert got == [a, b]

@@ -18,7 +18,8 @@ def test_fresh_worker_loads_prompt_from_l3(mooncake, smollm):
         ra = httpx.post(a + "/v1/completions", json=body, timeout=300).json()
         assert ra["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         assert metric(a, "warmpath_kv_tier_written_bytes_total", tier="L3") > 0
-        with serve_process("--kv-store", store, "--max-num-batched-tokens", "512") as b:
+        # b loads beside its steps (the flag's path through a real worker process)
+        with serve_process("--kv-store", store, "--max-num-batched-tokens", "512", "--kv-l3-overlap", "on") as b:
             rb = httpx.post(b + "/v1/completions", json=body, timeout=300).json()
             loaded = metric(b, "warmpath_kv_tier_loaded_tokens_total", tier="L3")
             assert loaded >= 0.9 * 1500

@@ -229,6 +229,8 @@ class LLMEngine:
         start = time.perf_counter()
         out = self.scheduler.schedule()
         if out.is_empty:
+            if self.tiers is not None:   # only overlapped loads to wait for: no busy loop
+                self.tiers.rules.wait_loads(0.005)
             return []
         t0 = time.perf_counter()
         if self.tiers is not None:

@@ -1,6 +1,8 @@
 """Continuous-batching scheduler with chunked prefill and preemption by recompute.
 
-Each step gets a token budget. With ``decode-first`` every running sequence gets
+Each step gets a token budget. A sequence whose cached prefix loads beside the steps
+(``ExternalPrefixSource.defers``) holds its blocks and a running slot while ``LOADING`` and
+joins the running set when the load lands. With ``decode-first`` every running sequence gets
 its token before any prefill is admitted, so long prompts never starve decodes;
 prefills are cut into chunks that fit the remaining budget.
 
@@ -84,6 +86,7 @@ class Scheduler:
         self.external = external  # lower KV tiers (L2/L3) that can supply prefix blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.loading: list[Sequence] = []   # admitted, prefix loading beside the steps
         self.num_preemptions = 0
         self.prefix_query_tokens = 0   # prompt tokens looked up in the prefix cache
         self.prefix_hit_tokens = 0     # of which found cached
@@ -95,17 +98,21 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Stop ``seq`` (any state) and free its blocks."""
         if seq.status == SeqStatus.FINISHED:
             return
+        loading = seq.status == SeqStatus.LOADING
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.bm.free(seq)
+        elif loading:
+            self.loading.remove(seq)
+        if not loading:   # NOTE: a load still writes into its blocks: freed when it lands
+            self.bm.free(seq)
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
 
@@ -122,6 +129,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """Pick what to compute this step."""
         out = SchedulerOutput()
+        if self.external is not None:
+            self._land()
         budget = [self.cfg.max_num_batched_tokens]
         if self.cfg.order == "decode-first":
             self._schedule_running(out, budget)
@@ -130,6 +139,16 @@ class Scheduler:
             self._schedule_waiting(out, budget)
             self._schedule_running(out, budget)
         return out
+
+    def _land(self) -> None:
+        """Loads beside the steps that landed: their sequences run (finished ones free)."""
+        for seq in self.external.landed():
+            if seq.status == SeqStatus.FINISHED:
+                self.bm.free(seq)
+                continue
+            self.loading.remove(seq)
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
 
     def _chunk(self, remaining: int, budget: int, out: SchedulerOutput) -> int:
         if self.cfg.enable_chunked_prefill:
@@ -165,7 +184,7 @@ class Scheduler:
         return True
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: list[int]) -> None:
-        while self.waiting and budget[0] > 0 and len(self.running) < self.cfg.max_num_seqs:
+        while self.waiting and budget[0] > 0 and len(self.running) + len(self.loading) < self.cfg.max_num_seqs:
             if out.preempted:
                 break  # blocks are short: admitting more would thrash
             seq = self.waiting[0]
@@ -174,8 +193,9 @@ class Scheduler:
             ext = self.external.lookup(seq, len(prefix)) if fresh and self.external else 0
             bs = self.bm.block_size
             cached = (len(prefix) + ext) * bs
+            defer = bool(ext) and self.external.defers(seq)
             n = self._chunk(seq.num_tokens - seq.num_computed_tokens - cached, budget[0], out)
-            if n <= 0 or not self.bm.allocate_slots(seq, ext * bs + n, prefix):
+            if n <= 0 or not self.bm.allocate_slots(seq, ext * bs + (0 if defer else n), prefix):
                 if ext:
                     self.external.cancel(seq)
                 break
@@ -191,6 +211,10 @@ class Scheduler:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.monotonic()
             self.waiting.popleft()
+            if defer:   # no compute until its prefix lands; the next waiting one may go now
+                seq.status = SeqStatus.LOADING
+                self.loading.append(seq)
+                continue
             seq.status = SeqStatus.RUNNING
             self.running.append(seq)
             out.scheduled.append(ScheduledSeq(seq, n))

@@ -69,6 +69,7 @@ class SamplingParams:
 
 class SeqStatus(enum.Enum):
     WAITING = "waiting"
+    LOADING = "loading"    # admitted; its cached prefix is loading beside the steps
     RUNNING = "running"
     FINISHED = "finished"
 

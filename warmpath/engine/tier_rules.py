@@ -10,6 +10,10 @@ moves torch tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models
   only where the cost model says loading beats recomputing; a failed load is recomputed.
   Every change is a KV event, published at the flush; L3 blocks are announced exactly as
   the store accepted them and withdrawn when the mover finds them gone.
+* Overlapped loads (``overlap=True`` over a mover that :attr:`~TierMover.overlaps_loads`): a
+  load with an L3 part runs beside the steps; the scheduler keeps its sequence out of the
+  batches until :meth:`TierRules.landed` returns it, so the running decodes go on instead of
+  waiting for the store (a P->D handoff's whole prompt, on the decode worker).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class TierRules(ExternalPrefixSource):
 
     def __init__(self, mover: TierMover, pool: BlockPool, block_size: int, write_mode: str,
                  cost: LoadCostModel, publish: Callable[[list], None] | None,
-                 tokens_in_events: bool = True, l3_record: int = 1 << 16) -> None:
+                 tokens_in_events: bool = True, l3_record: int = 1 << 16, overlap: bool = False) -> None:
         if write_mode not in WRITE_MODES:
             raise ValueError(f"write_mode must be write-through, write-back or none, got {write_mode!r}")
         self.mover, self.bs, self.write_mode, self.cost = mover, block_size, write_mode, cost
@@ -85,6 +89,8 @@ class TierRules(ExternalPrefixSource):
         self._events: list = [AllBlocksCleared()]   # true at start: L1 and L2 hold nothing
         self._plans: dict[str, tuple[int, int]] = {}
         self._loads: list[_Load] = []
+        self.overlap = overlap
+        self._inflight: list[tuple[_Load, object]] = []   # overlapped loads and their movers' handles
         self._to_put: list[KVBlock] = []
         pool.add_seal_hook(self.on_seal)
         pool.add_evict_hook(self.on_l1_evict)
@@ -106,10 +112,48 @@ class TierRules(ExternalPrefixSource):
         if first:   # the scheduler counts the hit right after this call
             seq.cached_by_tier["L2"] += n2 * self.bs
             seq.cached_by_tier["L3"] += n3 * self.bs
-        self._loads.append(_Load(seq, first_block, n2, n3, first))
+        ld = _Load(seq, first_block, n2, n3, first)
+        if self._overlapped(n3):
+            self._inflight.append((ld, self.mover.start_load(seq, first_block, n2, n3)))
+        else:
+            self._loads.append(ld)
 
     def cancel(self, seq: Sequence) -> None:
         self._plans.pop(seq.request_id, None)
+
+    def _overlapped(self, n_l3: int) -> bool:
+        return bool(n_l3) and self.overlap and self.mover.overlaps_loads
+
+    def defers(self, seq: Sequence) -> bool:
+        """Whether the planned load of ``seq`` runs beside the steps: it has an L3 part and
+        overlap is on (an L2-only load is a memory copy: it stays in the step)."""
+        plan = self._plans.get(seq.request_id)
+        return plan is not None and self._overlapped(plan[1])
+
+    def landed(self) -> list[Sequence]:
+        """Sequences whose overlapped loads finished, accounted as a step's loads are."""
+        if not self._inflight:
+            return []
+        out, still = [], []
+        for ld, handle in self._inflight:
+            got = self.mover.poll_load(handle)
+            if got is None:
+                still.append((ld, handle))
+                continue
+            self._account_load(ld, got)
+            out.append(ld.seq)
+        self._inflight = still
+        return out
+
+    @property
+    def loads_in_flight(self) -> int:
+        """Overlapped loads not landed yet."""
+        return len(self._inflight)
+
+    def wait_loads(self, timeout_s: float) -> None:
+        """Nothing else to do: block until an overlapped load may have landed."""
+        if self._inflight:
+            self.mover.wait_loads([h for _, h in self._inflight], timeout_s)
 
     # -- engine hooks --------------------------------------------------------
     def apply_loads(self) -> None:
@@ -181,7 +225,11 @@ class TierRules(ExternalPrefixSource):
         events. Returns the hashes this flush's puts stored (not those already present)."""
         blocks, self._to_put = self._to_put, []
         live = [b for b in blocks if b.block_hash is not None]   # evicted since: nothing to write
-        written, present = self.mover.put_l3(live) if live else ([], [])
+        got = self.mover.put_l3(live) if live else ([], [])
+        if got is None:   # an overlapped load holds the store's path: write at a later flush
+            self._to_put = live + self._to_put
+            got = ([], [])
+        written, present = got
         self._l3_accepted(written, present)
         self.l3_gone(self.mover.take_l3_removed())
         events, self._events = self._events, []

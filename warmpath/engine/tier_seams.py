@@ -26,6 +26,16 @@ class ExternalPrefixSource(ABC):
     def cancel(self, seq: Sequence) -> None:
         """Forget a plan from :meth:`lookup` that the scheduler could not allocate for."""
 
+    def defers(self, seq: Sequence) -> bool:
+        """Whether the load :meth:`lookup` planned for ``seq`` runs beside the steps (the
+        scheduler then keeps ``seq`` out of every batch until :meth:`landed` returns it)."""
+        return False
+
+    def landed(self) -> list[Sequence]:
+        """Sequences whose deferred loads finished since the last call (their computed
+        counts already rolled back where a block failed), finished ones included."""
+        return []
+
 
 @dataclass
 class LoadResult:
@@ -77,9 +87,10 @@ class TierMover(ABC):
         """Copy an L1 block into L2; returns the hash evicted to make room."""
 
     @abstractmethod
-    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
+    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]] | None:
         """Write L1 blocks to the store; returns ``(written, present)``: the hashes it
-        stored now and those it already held. Anything else (store full, down) is in neither."""
+        stored now and those it already held. Anything else (store full, down) is in neither.
+        ``None``: a load beside the steps holds the store's transfer path; ask again later."""
 
     @abstractmethod
     def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
@@ -89,6 +100,23 @@ class TierMover(ABC):
     def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
         """Fill ``seq.block_ids[first_block:]``: ``n_l2`` blocks from L2, then (if all of
         those arrived) ``n_l3`` from the store; stops at the first missing block."""
+
+    @property
+    def overlaps_loads(self) -> bool:
+        """Whether :meth:`start_load` runs beside the steps (else it loads at once)."""
+        return False
+
+    def start_load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> object:
+        """Begin :meth:`load`; returns a handle for :meth:`poll_load`. This default loads at once."""
+        return self.load(seq, first_block, n_l2, n_l3)
+
+    def poll_load(self, handle: object) -> LoadResult | None:
+        """The result of a started load, or ``None`` while it runs."""
+        assert isinstance(handle, LoadResult)
+        return handle
+
+    def wait_loads(self, handles: list, timeout_s: float) -> None:
+        """Block until one of ``handles`` may have finished, ``timeout_s`` at most."""
 
     @abstractmethod
     def take_l3_removed(self) -> list[bytes]:

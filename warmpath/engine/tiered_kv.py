@@ -17,6 +17,7 @@ everything after it, counted per tier and reason, and not used again.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import time
 from dataclasses import dataclass, field
 
@@ -54,6 +55,7 @@ class TierConfig:
     l3_record_blocks: int = 1 << 16      # announced L3 hashes remembered (LRU)
     kv_secret: str | None = field(default=None, repr=False)   # keys L3 block headers (the cluster token)
     l2_checksum: bool = False            # also checksum L2 blocks' bytes (~halves L2 load speed: docs/kv_verify.md)
+    l3_overlap: bool = False             # L3 loads run beside the steps (tier_rules.py: overlapped loads)
 
     def __post_init__(self) -> None:
         if self.l2_gib is not None and self.l2_gib < 0:
@@ -84,8 +86,10 @@ class TieredKV(TierMover):
                                        advertise_host=cfg.events_advertise_host,
                                        token=cfg.events_token) if cfg.events else None
         self.rules = TierRules(self, pool, block_size, cfg.write_mode, LoadCostModel(cfg.load_mode),
-                               self.events.publish if self.events else None, l3_record=cfg.l3_record_blocks)
+                               self.events.publish if self.events else None, l3_record=cfg.l3_record_blocks,
+                               overlap=cfg.l3_overlap)
         self._next_check = 0.0
+        self._loader = cf.ThreadPoolExecutor(1, thread_name_prefix="kv-load") if cfg.l3_overlap else None
 
     @property
     def stats(self) -> TierStats:
@@ -118,6 +122,8 @@ class TieredKV(TierMover):
         return self.rules.check_l3(self.cfg.l3_check_blocks) > 0
 
     def close(self) -> None:
+        if self._loader is not None:
+            self._loader.shutdown(wait=True, cancel_futures=True)   # NOTE: a load writes into the cache
         if self.events is not None:
             self.events.close()
         if self.l3 is not None:
@@ -148,43 +154,79 @@ class TieredKV(TierMover):
     def demote(self, blk: KVBlock) -> bytes | None:
         return self.l2.put(_identity(blk), self.kv[:, :, blk.block_id])
 
-    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]]:
+    def put_l3(self, blocks: list[KVBlock]) -> tuple[list[bytes], list[bytes]] | None:
         return self.l3.put([_identity(b) for b in blocks],
-                           lambda j, payload: self._block_view(payload).copy_(self.kv[:, :, blocks[j].block_id]))
+                           lambda j, payload: self._block_view(payload).copy_(self.kv[:, :, blocks[j].block_id]),
+                           wait=self._loader is None)
 
     def spill_l3(self, h: bytes) -> tuple[list[bytes], list[bytes]]:
+        """NOTE: while an overlapped load holds the store's path the victim is not spilled
+        (it leaves L2 uncopied, a future recompute; counted in ``l3.stats.busy_skips``)."""
         ident, src = self.l2.peek_victim()
         assert ident.block_hash == h, "only L2's next victim is spilled"
-        return self.l3.put([ident], lambda j, payload: self._block_view(payload).copy_(src))
+        got = self.l3.put([ident], lambda j, payload: self._block_view(payload).copy_(src),
+                          wait=self._loader is None)
+        return got if got is not None else ([], [])
+
+    # -- overlapped loads ------------------------------------------------------
+    @property
+    def overlaps_loads(self) -> bool:
+        return self._loader is not None
+
+    def start_load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> tuple:
+        """The L2 run now, the L3 run on the loader thread (handle: both parts)."""
+        ok2, l2_s, rejected = self._load_l2(seq, first_block, n_l2)
+        fut: cf.Future = cf.Future()
+        if ok2 < n_l2:   # a missing L2 block ends the run: no L3 load
+            fut.set_result((0, None, []))
+        else:
+            fut = self._loader.submit(self._load_l3, seq, first_block + ok2, n_l3)
+        return ok2, l2_s, rejected, fut
+
+    def poll_load(self, handle: tuple) -> LoadResult | None:
+        ok2, l2_s, rejected, fut = handle
+        if not fut.done():
+            return None
+        ok3, l3_s, refused = fut.result()
+        return LoadResult(ok2, ok3, l2_s, l3_s, rejected + refused)
+
+    def wait_loads(self, handles: list, timeout_s: float) -> None:
+        cf.wait([h[3] for h in handles], timeout=timeout_s, return_when=cf.FIRST_COMPLETED)
 
     def load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> LoadResult:
-        want, ok2, rejected = self._wants(seq, first_block, first_block + n_l2 + n_l3), 0, []
-        t0 = time.perf_counter()
-        for w in want[:n_l2]:
+        ok2, l2_s, rejected = self._load_l2(seq, first_block, n_l2)
+        if ok2 < n_l2 or not n_l3:
+            return LoadResult(ok2, 0, l2_s, rejected=rejected)
+        ok3, l3_s, refused = self._load_l3(seq, first_block + ok2, n_l3)
+        return LoadResult(ok2, ok3, l2_s, l3_s, rejected + refused)
+
+    def take_l3_removed(self) -> list[bytes]:
+        return self.l3.take_not_found() if self.l3 is not None and self.l3.not_found else []
+
+    def exists_l3(self, hashes: list[bytes]) -> list[bool] | None:
+        return self.l3.exists(hashes) if self.l3 is not None else None
+
+    def _load_l2(self, seq: Sequence, first_block: int, n: int) -> tuple[int, float, list]:
+        """The leading L2 run (on the engine thread: L2 changes under every step's evictions)."""
+        ok, rejected, t0 = 0, [], time.perf_counter()
+        for w in self._wants(seq, first_block, first_block + n):
             src, reason = self.l2.get(w)
             if src is None:
                 if reason is not None:
                     rejected.append(("L2", w.block_hash, reason))
                 break
-            self.kv[:, :, seq.block_ids[first_block + ok2]].copy_(src, non_blocking=True)
-            ok2 += 1
-        t1 = time.perf_counter()
-        if ok2 < n_l2 or not n_l3:
-            return LoadResult(ok2, 0, t1 - t0, rejected=rejected)
-        start = first_block + ok2
-        ok3 = self.l3.get(want[ok2:], lambda j, payload: self._from_bytes(seq.block_ids[start + j], payload))
-        rejected += [("L3", h, reason) for h, reason in self.l3.rejected]
+            self.kv[:, :, seq.block_ids[first_block + ok]].copy_(src, non_blocking=True)
+            ok += 1
+        return ok, time.perf_counter() - t0, rejected
+
+    def _load_l3(self, seq: Sequence, start: int, n: int) -> tuple[int, float, list]:
+        """The L3 run from block ``start`` (on the engine thread, or the loader's beside it)."""
+        t0 = time.perf_counter()
+        ok = self.l3.get(self._wants(seq, start, start + n),
+                         lambda j, payload: self._from_bytes(seq.block_ids[start + j], payload))
+        refused = [("L3", h, reason) for h, reason in self.l3.rejected]
         self.l3.rejected = []
-        return LoadResult(ok2, ok3, t1 - t0, time.perf_counter() - t1, rejected)
-
-    def take_l3_removed(self) -> list[bytes]:
-        if self.l3 is None or not self.l3.not_found:
-            return []
-        gone, self.l3.not_found = self.l3.not_found, []
-        return gone
-
-    def exists_l3(self, hashes: list[bytes]) -> list[bool] | None:
-        return self.l3.exists(hashes) if self.l3 is not None else None
+        return ok, time.perf_counter() - t0, refused
 
     # -- internals -----------------------------------------------------------
     def _wants(self, seq: Sequence, lo: int, hi: int) -> list[BlockIdentity]:

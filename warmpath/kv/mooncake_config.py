@@ -48,6 +48,7 @@ class L3Stats:
     corrupt: int = 0         # blocks that failed verification (treated as misses)
     fallbacks: int = 0       # lookups answered "miss" because L3 was down
     rejected_full: int = 0   # puts refused because the store was full (not an error)
+    busy_skips: int = 0      # puts put off (or spills dropped) while an overlapped get held the path
     read_seconds: float = 0.0
     write_seconds: float = 0.0
 

@@ -54,6 +54,7 @@ class MooncakeL3:
         self.staging = np.zeros(max(self.cfg.staging_blocks, 2 * self.half) * self.slot, dtype=np.uint8)
         self._exec = cf.ThreadPoolExecutor(1, thread_name_prefix="mooncake")
         self._lock = threading.Lock()   # one transfer at a time through the staging buffer
+        self._notes = threading.Lock()  # not_found: a get beside the steps appends, the engine drains
         self._store = None
         self._down_until = 0.0
         self.not_found: list[bytes] = []   # hashes a get found missing (drained by the caller)
@@ -164,6 +165,12 @@ class MooncakeL3:
         self.stats.misses += len(hashes) - done
         return done
 
+    def take_not_found(self) -> list[bytes]:
+        """Hashes gets found missing since the last call (drained)."""
+        with self._notes:
+            gone, self.not_found = self.not_found, []
+        return gone
+
     def _fetch(self, chunk: list[bytes], side: int) -> cf.Future | None:
         """Start reading ``chunk`` into staging half ``side`` (``None``: L3 is down)."""
         if not self.available:
@@ -189,7 +196,8 @@ class MooncakeL3:
         for i, (h, r) in enumerate(zip(chunk, res)):
             if r < 0:
                 if r == NOT_FOUND:
-                    self.not_found.append(h)
+                    with self._notes:
+                        self.not_found.append(h)
                 else:
                     self._mark_down()
                 return i
@@ -231,37 +239,47 @@ class MooncakeL3:
             return None
         return [r == 1 for r in res]
 
-    def put(self, blocks: list[BlockIdentity], source: Callable[[int, np.ndarray], None]
-            ) -> tuple[list[bytes], list[bytes]]:
+    def put(self, blocks: list[BlockIdentity], source: Callable[[int, np.ndarray], None],
+            wait: bool = True) -> tuple[list[bytes], list[bytes]] | None:
         """Write blocks; ``source(i, payload)`` fills the payload of ``blocks[i]``.
 
         Returns ``(written, present)``: the hashes this call stored (result 0) and those the
         store already held (``EXISTS``). Both are in L3 afterwards; ``NO_SPACE``, errors and
-        blocks after a failed call are in neither.
+        blocks after a failed call are in neither. ``wait=False``: ``None`` at once if another
+        transfer (a get on another thread) holds the staging buffer.
         """
+        if not self._lock.acquire(blocking=wait):
+            self.stats.busy_skips += 1
+            return None
+        try:
+            return self._put(blocks, source)
+        finally:
+            self._lock.release()
+
+    def _put(self, blocks: list[BlockIdentity], source: Callable[[int, np.ndarray], None]
+             ) -> tuple[list[bytes], list[bytes]]:
         written: list[bytes] = []
         present: list[bytes] = []
         step = self.cfg.staging_blocks
         hashes = [b.block_hash for b in blocks]
         t0 = time.perf_counter()
-        with self._lock:
-            for start in range(0, len(hashes), step):
-                if not self.available:
-                    break
-                chunk = hashes[start:start + step]
-                for i in range(len(chunk)):
-                    payload = self._payload(i)
-                    source(start + i, payload)
-                    encode_block(memoryview(self.staging[i * self.slot:]), blocks[start + i], self.dtype,
-                                 self.shape, memoryview(payload), self.tag_key)
-                ptrs = [self.staging.ctypes.data + i * self.slot for i in range(len(chunk))]
-                try:
-                    res = self._call(self._store.batch_put_from, [self.key(h) for h in chunk], ptrs,
-                                     [self.slot] * len(chunk))
-                except Exception:  # noqa: BLE001
-                    self._mark_down()
-                    break
-                self._count_put(chunk, res, written, present)
+        for start in range(0, len(hashes), step):
+            if not self.available:
+                break
+            chunk = hashes[start:start + step]
+            for i in range(len(chunk)):
+                payload = self._payload(i)
+                source(start + i, payload)
+                encode_block(memoryview(self.staging[i * self.slot:]), blocks[start + i], self.dtype,
+                             self.shape, memoryview(payload), self.tag_key)
+            ptrs = [self.staging.ctypes.data + i * self.slot for i in range(len(chunk))]
+            try:
+                res = self._call(self._store.batch_put_from, [self.key(h) for h in chunk], ptrs,
+                                 [self.slot] * len(chunk))
+            except Exception:  # noqa: BLE001
+                self._mark_down()
+                break
+            self._count_put(chunk, res, written, present)
         self.stats.write_seconds += time.perf_counter() - t0
         return written, present
 

@@ -283,6 +283,7 @@ def worker_argv(a) -> list[str]:
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--schedule-order", a.schedule_order,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--kv-load-mode", a.kv_load_mode,
+            "--kv-l3-overlap", a.kv_l3_overlap,
             "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
             "--drain-timeout-s", str(a.drain_timeout_s),
             "--max-body-mib", str(a.max_body_mib)]

@@ -181,6 +181,7 @@ class Registration(BaseModel):
     # what it can hold at once (the router's admission limit is sized from these; None: unknown)
     max_num_seqs: int | None = Field(None, ge=1, le=1 << 20)
     kv_capacity_tokens: int | None = Field(None, ge=1, le=1 << 40)
+    overlaps_loads: bool = False         # its L3 loads run beside its engine's steps (--kv-l3-overlap)
 
 
 class Heartbeat(BaseModel):

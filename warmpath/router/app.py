@@ -140,7 +140,8 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
             state.remove(b.worker_id, "replaced")   # a restart of a worker that died silently
         try:
             state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
-                                    b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens)
+                                    b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens,
+                                    b.overlaps_loads)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
         state.namespaces.add(b.worker_id, b.role, ns, b.engine)   # after a restart's removal above, which forgets it

@@ -242,16 +242,17 @@ def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snaps
     load = handoff_load_s(dw, req, snap)
     stall = load / r
     stall += incoming_load_s(dw, e.ttft_s, r * (chunks + stall + k * steps)) / r
+    others = 0.0 if dw.overlaps_loads else load / r   # beside the steps, the running decodes go on
     return PathPrediction("cold" if pw.role == "pre-prefill" else "warm", pw.worker_id, dw.worker_id, e.ttft_s,
-                          chunks + stall + k * steps, running_tpot(stretch, after, req.max_tokens, k) + load / r, b,
+                          chunks + stall + k * steps, running_tpot(stretch, after, req.max_tokens, k) + others, b,
                           e.cached_tokens, (chunks + stall, steps), stretch.total_s, handoff_s=load)
 
 
 def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
     """Seconds ``dw`` spends loading a handed-off prompt's KV that it does not hold (its own
-    L1/L2 prefix excepted; the store keeps whole blocks). The engine loads before the step that needs the blocks, so the stall lands in this request's
-    TPOT (after its first token, which came from the prefill worker) and in every running
-    decode's: a 2,048-token document handed to a pinned CPU decode worker stretched its own
+    L1/L2 prefix excepted; the store keeps whole blocks). The load delays this request's
+    second token (its first came from the prefill worker), so it lands in its TPOT; an engine
+    that loads inside its steps (``--kv-l3-overlap off``) stalls every running decode too: a 2,048-token document handed to a pinned CPU decode worker stretched its own
     TPOT 36–64 ms for 29–33 predicted without it (``docs/benchmarks/policies.md``). Priced at
     the rate ``dw``'s own L3 loads ran at, as its answers reported them
     (``model.RouterModel.observe_l3_load``); before any, at its learnt L3 read line."""
@@ -277,6 +278,8 @@ def incoming_load_s(dw: WorkerView, first_s: float, answer_s: float) -> float:
     decided a moment apart, one handed off and one computed on the decode worker, land
     together and stall each other. (Their own decodes then join the batch, which the decode
     steps' batch of the moment does not see.)"""
+    if dw.overlaps_loads:   # its loads run beside its steps: a landing stalls only its own request
+        return 0.0
     lo = first_s * (1.0 - LANDING_SLACK)
     return sum(load for at, load in dw.incoming if lo <= at < first_s + answer_s)
 

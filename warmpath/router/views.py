@@ -25,6 +25,7 @@ class WorkerView:
     l3_bytes_s: float = 4e8
     max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
+    overlaps_loads: bool = False       # its L3 loads run beside its steps, not in them (registration)
     running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
     # handoffs bound here, their prompts computing elsewhere: (seconds until their first token is
     # predicted back, seconds of the KV load each will make this worker pay), soonest first

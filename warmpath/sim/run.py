@@ -67,6 +67,7 @@ class SimSetup:
     retokenize_miss: float = 0.0          # share of answers the client re-tokenizes into other ids
     transfer_cpu: float = 0.0             # with cpu_cores: cores the store's side keeps busy per transfer
     contention: float = 0.0               # with cpu_cores: slowdown per extra core running (shared caches)
+    l3_overlap: bool = False              # L3 loads beside the steps (``warmpath worker --kv-l3-overlap on``)
     step_cv: float = 0.0                  # step-to-step variation of step times (seeded, mean 1)
     seed: int = 0                         # of that variation
     max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
@@ -104,7 +105,8 @@ def build(s: SimSetup) -> Simulation:
                               int(s.l2_gib * GIB // block_bytes),
                               "write-back" if role == "replica" else "write-through", s.scheduler,
                               hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
-                              hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s)
+                              hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s,
+                              s.l3_overlap)
         workers.append(SimWorker(wid, role, cfg, st, store, index))
     pol = policy_for(s)
     ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)

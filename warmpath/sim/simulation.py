@@ -203,6 +203,9 @@ class Simulation(Endings):
         w = self.workers[wid]
         got = w.start_step(self.now)
         w.busy = False
+        landing = w.mover.next_landing()
+        if landing is not None and got is None:   # only overlapped loads: wake when one lands
+            self._at(landing, self._kick, wid)
         if got is not None:
             dt, out = got
             w.busy = True

@@ -19,11 +19,15 @@ class SimTierMover(TierMover):
     to the store accumulate in :attr:`put_blocks` (one write at the end of the step).
     ``block_bytes`` is a block's payload (what L2 holds, what the cost model weighs);
     ``l3_block_bytes`` what the store holds and moves per block (payload + header; default:
-    the payload).
+    the payload). ``overlap``: a started load (``start_load``) lands its modelled seconds
+    after it began instead of lengthening a step; the simulation wakes the worker then
+    (:meth:`next_landing`). NOTE: an overlapped load takes no CPU from the worker's steps
+    here (the real one verifies and copies its blocks on a loader thread).
     """
 
     def __init__(self, l2_blocks: int, store: SimStore | None, block_bytes: int,
-                 dram_bytes_s: float, nic_bytes_s: float, l3_block_bytes: int | None = None) -> None:
+                 dram_bytes_s: float, nic_bytes_s: float, l3_block_bytes: int | None = None,
+                 overlap: bool = False) -> None:
         self.l2 = LRUSlotIndex(l2_blocks)
         self.store, self.block_bytes = store, block_bytes
         self.l3_block_bytes = l3_block_bytes or block_bytes
@@ -32,6 +36,8 @@ class SimTierMover(TierMover):
         self.load_s = 0.0
         self.put_blocks = 0
         self._removed: list[bytes] = []
+        self.overlap = overlap
+        self._landings: list[float] = []   # when each started load lands
 
     @property
     def l2_capacity(self) -> int:
@@ -87,6 +93,29 @@ class SimTierMover(TierMover):
         if ok3:
             self.load_s += self.store.link.transfer(self.now, ok3 * self.l3_block_bytes, self.nic_bytes_s)
         return LoadResult(ok2, ok3)
+
+    @property
+    def overlaps_loads(self) -> bool:
+        return self.overlap
+
+    def start_load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> tuple[float, LoadResult]:
+        before = self.load_s
+        got = self.load(seq, first_block, n_l2, n_l3)
+        at = self.now + (self.load_s - before)
+        self.load_s = before
+        self._landings.append(at)
+        return at, got
+
+    def poll_load(self, handle: tuple[float, LoadResult]) -> LoadResult | None:
+        at, got = handle
+        if self.now < at:
+            return None
+        self._landings.remove(at)
+        return got
+
+    def next_landing(self) -> float | None:
+        """When the earliest started load lands (``None``: none in flight)."""
+        return min(self._landings) if self._landings else None
 
     def take_l3_removed(self) -> list[bytes]:
         gone, self._removed = self._removed, []

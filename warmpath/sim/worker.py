@@ -41,6 +41,7 @@ class SimWorkerConfig:
     dram_bytes_s: float = 25e9
     l3_write_bytes_s: float | None = None   # None: nic_bytes_s
     l3_write_latency_s: float = 0.0
+    l3_overlap: bool = False                # L3 loads beside the steps (engine/tier_rules.py)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0:
@@ -66,9 +67,10 @@ class SimWorker:
         self.cost.transfer["L2"].bytes_s = cfg.dram_bytes_s
         self.cost.transfer["L3"].bytes_s = cfg.nic_bytes_s
         self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s,
-                                  l3_block_bytes=cfg.stored_bytes)
+                                  l3_block_bytes=cfg.stored_bytes, overlap=cfg.l3_overlap)
         self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_mode, self.cost,
-                               lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
+                               lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False,
+                               overlap=cfg.l3_overlap)
         self.sched = Scheduler(cfg.scheduler, self.bm, external=self.rules)
         self.l2 = self.mover.l2
         self.first_scheduled: dict[str, float] = {}   # request id -> simulated time it first ran
@@ -93,11 +95,12 @@ class SimWorker:
         if self._view is None:
             s = self.sched
             queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
-            queued += sum(q.num_tokens - q.num_computed_tokens for q in s.running if q.in_prefill)
+            admitted = [*s.running, *s.loading]   # a loading sequence runs once its prefix lands
+            queued += sum(q.num_tokens - q.num_computed_tokens for q in admitted if q.in_prefill)
             ctx = sum(q.num_tokens for q in s.running if not q.in_prefill)
-            self._view = WorkerView(self.wid, self.role, queued, len(s.running), self.pool.usage,
+            self._view = WorkerView(self.wid, self.role, queued, len(admitted), self.pool.usage,
                                     self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s,
-                                    running_tokens=ctx)
+                                    running_tokens=ctx, overlaps_loads=self.cfg.l3_overlap)
         return self._view
 
     def capacity(self) -> WorkerView:
@@ -128,7 +131,8 @@ class SimWorker:
         self._aborting.add(rid)
 
     def _abort_pending(self) -> None:
-        for seq in [q for q in (*self.sched.waiting, *self.sched.running) if q.request_id in self._aborting]:
+        for seq in [q for q in (*self.sched.waiting, *self.sched.running, *self.sched.loading)
+                    if q.request_id in self._aborting]:
             self.sched.finish(seq, "abort")
         for rid in self._aborting:
             self.forget(rid)

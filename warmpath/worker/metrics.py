@@ -68,7 +68,7 @@ class EngineMetrics:
         NOTE: this runs off the engine thread; a request arriving during the check may
         race it, so a 0 is worth a second scrape before it is believed."""
         s = self.engine.scheduler
-        if s.running or s.waiting:
+        if s.running or s.waiting or s.loading:
             return -1
         try:
             self.engine.pool.check_integrity()

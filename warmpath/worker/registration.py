@@ -43,8 +43,9 @@ def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> He
     """The heartbeat (read from the engine thread's state; approximate)."""
     s = engine.scheduler
     queued = sum(q.num_tokens - q.num_computed_tokens for q in list(s.waiting))
-    queued += sum(q.num_tokens - q.num_computed_tokens for q in list(s.running) if q.in_prefill)
-    rep = {"queued_prefill_tokens": queued, "running": len(s.running),
+    admitted = [*s.running, *s.loading]   # a loading sequence runs once its prefix lands
+    queued += sum(q.num_tokens - q.num_computed_tokens for q in admitted if q.in_prefill)
+    rep = {"queued_prefill_tokens": queued, "running": len(admitted),
            "kv_usage": min(1.0, max(0.0, float(engine.pool.usage)))}
     if engine.tiers is not None:
         c = engine.tiers.cost
@@ -112,7 +113,8 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
         max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
         replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults,
         max_num_seqs=engine.scheduler.cfg.max_num_seqs,
-        kv_capacity_tokens=engine.pool.num_blocks * engine.namespace.block_size).model_dump()
+        kv_capacity_tokens=engine.pool.num_blocks * engine.namespace.block_size,
+        overlaps_loads=engine.tiers is not None and engine.tiers.overlaps_loads).model_dump()
 
     async def report() -> Heartbeat:
         return load_report(engine, cfg.worker_id)
