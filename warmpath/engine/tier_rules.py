@@ -19,11 +19,11 @@ moves torch tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from warmpath.engine.sequence import Sequence
-from warmpath.engine.tier_seams import ExternalPrefixSource, LoadResult, TierMover
+from warmpath.engine.tier_seams import ExternalPrefixSource, LoadResult, TierMover, TierStats
 from warmpath.kv.block_pool import BlockPool, KVBlock
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.load_cost import LoadCostModel
@@ -42,21 +42,6 @@ def write_mode_for(role: str, current: str | None = None) -> str:
     if role == "replica":
         return current or "write-back"
     return "write-through"
-
-
-@dataclass
-class TierStats:
-    """What the rules did (counts of blocks unless named tokens)."""
-
-    l1_evictions: int = 0
-    l2_hits: int = 0          # blocks loaded from L2
-    l2_evictions: int = 0
-    l3_loaded: int = 0
-    load_failures: int = 0    # planned blocks that had to be recomputed
-    l3_removed: int = 0       # announced L3 blocks later found gone (withdrawn)
-    # (tier, reason) -> loaded blocks refused by their checks (kv/block_codec.py REASONS)
-    verify_failures: dict[tuple[str, str], int] = field(default_factory=dict)
-    loaded_tokens: dict[str, int] = field(default_factory=lambda: {"L2": 0, "L3": 0})
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The seams of the lower KV tiers (pure, no torch): the scheduler's view of them
-(:class:`ExternalPrefixSource`) and the byte mover under the rules (:class:`TierMover`)."""
+(:class:`ExternalPrefixSource`), the byte mover under the rules (:class:`TierMover`) and
+what the rules did (:class:`TierStats`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,21 @@ class ExternalPrefixSource(ABC):
         """Sequences whose deferred loads finished since the last call (their computed
         counts already rolled back where a block failed), finished ones included."""
         return []
+
+
+@dataclass
+class TierStats:
+    """What the rules did (counts of blocks unless named tokens)."""
+
+    l1_evictions: int = 0
+    l2_hits: int = 0          # blocks loaded from L2
+    l2_evictions: int = 0
+    l3_loaded: int = 0
+    load_failures: int = 0    # planned blocks that had to be recomputed
+    l3_removed: int = 0       # announced L3 blocks later found gone (withdrawn)
+    # (tier, reason) -> loaded blocks refused by their checks (kv/block_codec.py REASONS)
+    verify_failures: dict[tuple[str, str], int] = field(default_factory=dict)
+    loaded_tokens: dict[str, int] = field(default_factory=lambda: {"L2": 0, "L3": 0})
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 from warmpath.kv.block_codec import (BROKEN, BlockIdentity, BlockVerifyError, encode_block, header_size,
                                      verify_block)
 from warmpath.kv.mooncake_config import L3Stats, MooncakeConfig
+from warmpath.kv.mooncake_link import StoreLink
 
 log = logging.getLogger(__name__)
 NOT_FOUND = -704
@@ -33,7 +33,7 @@ NO_SPACE = -200    # store full until the master evicts: not stored, a future mi
 
 
 @dataclass
-class MooncakeL3:
+class MooncakeL3(StoreLink):
     """Block store on Mooncake. ``block_bytes`` is the payload size of one block, ``shape``
     its layout ``(layers, 2, block_size, kv_heads, head_dim)``; ``tag_key`` keys the
     headers (``block_codec.derive_key``). ``verify=False`` skips the load checks: only
@@ -60,57 +60,6 @@ class MooncakeL3:
         self.not_found: list[bytes] = []   # hashes a get found missing (drained by the caller)
         self.rejected: list[tuple[bytes, str]] = []   # (hash, reason) a get refused (drained too)
         self.connect()
-
-    # -- connection --------------------------------------------------------
-    def _setup(self):
-        from mooncake.store import MooncakeDistributedStore
-
-        st = MooncakeDistributedStore()
-        c = self.cfg
-        if rc := st.setup(c.local_hostname, c.metadata, c.global_segment_bytes, c.local_buffer_bytes,
-                          c.protocol, c.device, c.master):
-            raise ConnectionError(f"mooncake setup failed ({rc}) for master {c.master}")
-        if rc := st.register_buffer(self.staging.ctypes.data, self.staging.nbytes):
-            raise ConnectionError(f"mooncake register_buffer failed ({rc})")
-        return st
-
-    def _master_reachable(self) -> bool:
-        # NOTE: Mooncake's setup() retries for ~90 s holding the GIL when the master is
-        # gone, stalling the whole worker; a plain TCP connect tells us first.
-        host, _, port = self.cfg.master.rpartition(":")
-        try:
-            with socket.create_connection((host, int(port)), timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    def connect(self) -> bool:
-        """(Re)connect; returns whether L3 is usable now."""
-        if not self._master_reachable():
-            log.warning("L3 (Mooncake) master %s unreachable; recomputing until it is back",
-                        self.cfg.master)
-            self._mark_down()
-            return False
-        try:
-            self._store = self._call(self._setup, timeout=max(10.0, self.cfg.op_timeout_s))
-            self._down_until = 0.0
-            return True
-        except Exception as e:  # noqa: BLE001
-            log.warning("L3 (Mooncake) unavailable: %s", e)
-            self._mark_down()
-            return False
-
-    @property
-    def available(self) -> bool:
-        return self._store is not None and time.monotonic() >= self._down_until
-
-    def _mark_down(self) -> None:
-        self.stats.errors += 1
-        self._down_until = time.monotonic() + self.cfg.retry_after_s
-
-    def _call(self, fn: Callable, *args, timeout: float | None = None):
-        fut = self._exec.submit(fn, *args)
-        return fut.result(timeout=timeout or self.cfg.op_timeout_s)
 
     def key(self, block_hash: bytes) -> str:
         return "wp/" + block_hash.hex()
@@ -292,27 +241,3 @@ class MooncakeL3:
             self.stats.errors += 1
         self.stats.blocks_written += len(ok)
         self.stats.bytes_written += len(ok) * self.slot
-
-    def probe(self) -> bool:
-        """If L3 is down and the retry time has come, try a cheap call to bring it back."""
-        if self._store is None:
-            return time.monotonic() >= self._down_until and self.connect()
-        if self.available:
-            return True
-        if time.monotonic() < self._down_until:
-            return False
-        if not self._master_reachable():
-            self._mark_down()
-            return False
-        try:
-            r = self._call(self._store.is_exist, "wp/probe")
-        except Exception:  # noqa: BLE001
-            r = -1
-        if r < 0:
-            self._mark_down()
-            return False
-        self._down_until = 0.0
-        return True
-
-    def close(self) -> None:
-        self._exec.shutdown(wait=False, cancel_futures=True)
