@@ -41,7 +41,7 @@ def setup(overlap=True, blocks=16, mover_cls=SimTierMover):
     store = SimStore(64, SharedLink(1e6, latency_s=0.0))   # 1 MB/s, no latency: a 1,000-byte block takes 1 ms
     mover = mover_cls(0, store, 1000, 1e9, 1e6, overlap=overlap)
     rules = TierRules(mover, pool, BS, "write-through", LoadCostModel("always"), None,
-                      tokens_in_events=False, overlap=overlap)
+                      tokens_in_events=False)
     sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64), BlockManager(pool, BS), external=rules)
     return pool, mover, rules, sched
 

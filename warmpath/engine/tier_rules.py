@@ -10,7 +10,7 @@ moves torch tensors through host DRAM and Mooncake; ``sim/tier_mover.py`` models
   only where the cost model says loading beats recomputing; a failed load is recomputed.
   Every change is a KV event, published at the flush; L3 blocks are announced exactly as
   the store accepted them and withdrawn when the mover finds them gone.
-* Overlapped loads (``overlap=True`` over a mover that :attr:`~TierMover.overlaps_loads`): a
+* Overlapped loads (over a mover that :attr:`~TierMover.overlaps_loads`): a
   load with an L3 part runs beside the steps; the scheduler keeps its sequence out of the
   batches until :meth:`TierRules.landed` returns it, so the running decodes go on instead of
   waiting for the store (a P->D handoff's whole prompt, on the decode worker).
@@ -64,7 +64,7 @@ class TierRules(ExternalPrefixSource):
 
     def __init__(self, mover: TierMover, pool: BlockPool, block_size: int, write_mode: str,
                  cost: LoadCostModel, publish: Callable[[list], None] | None,
-                 tokens_in_events: bool = True, l3_record: int = 1 << 16, overlap: bool = False) -> None:
+                 tokens_in_events: bool = True, l3_record: int = 1 << 16) -> None:
         if write_mode not in WRITE_MODES:
             raise ValueError(f"write_mode must be write-through, write-back or none, got {write_mode!r}")
         self.mover, self.bs, self.write_mode, self.cost = mover, block_size, write_mode, cost
@@ -74,7 +74,6 @@ class TierRules(ExternalPrefixSource):
         self._events: list = [AllBlocksCleared()]   # true at start: L1 and L2 hold nothing
         self._plans: dict[str, tuple[int, int]] = {}
         self._loads: list[_Load] = []
-        self.overlap = overlap
         self._inflight: list[tuple[_Load, object]] = []   # overlapped loads and their movers' handles
         self._to_put: list[KVBlock] = []
         pool.add_seal_hook(self.on_seal)
@@ -107,11 +106,11 @@ class TierRules(ExternalPrefixSource):
         self._plans.pop(seq.request_id, None)
 
     def _overlapped(self, n_l3: int) -> bool:
-        return bool(n_l3) and self.overlap and self.mover.overlaps_loads
+        return bool(n_l3) and self.mover.overlaps_loads
 
     def defers(self, seq: Sequence) -> bool:
         """Whether the planned load of ``seq`` runs beside the steps: it has an L3 part and
-        overlap is on (an L2-only load is a memory copy: it stays in the step)."""
+        the mover overlaps loads (an L2-only load is a memory copy: it stays in the step)."""
         plan = self._plans.get(seq.request_id)
         return plan is not None and self._overlapped(plan[1])
 

@@ -86,8 +86,7 @@ class TieredKV(TierMover):
                                        advertise_host=cfg.events_advertise_host,
                                        token=cfg.events_token) if cfg.events else None
         self.rules = TierRules(self, pool, block_size, cfg.write_mode, LoadCostModel(cfg.load_mode),
-                               self.events.publish if self.events else None, l3_record=cfg.l3_record_blocks,
-                               overlap=cfg.l3_overlap)
+                               self.events.publish if self.events else None, l3_record=cfg.l3_record_blocks)
         self._next_check = 0.0
         self._loader = cf.ThreadPoolExecutor(1, thread_name_prefix="kv-load") if cfg.l3_overlap else None
 
@@ -176,8 +175,8 @@ class TieredKV(TierMover):
     def start_load(self, seq: Sequence, first_block: int, n_l2: int, n_l3: int) -> tuple:
         """The L2 run now, the L3 run on the loader thread (handle: both parts)."""
         ok2, l2_s, rejected = self._load_l2(seq, first_block, n_l2)
-        fut: cf.Future = cf.Future()
         if ok2 < n_l2:   # a missing L2 block ends the run: no L3 load
+            fut: cf.Future = cf.Future()
             fut.set_result((0, None, []))
         else:
             fut = self._loader.submit(self._load_l3, seq, first_block + ok2, n_l3)

@@ -80,7 +80,9 @@ def build_router(state: RouterState) -> FastAPI:
             entry.update(max_model_len=state.max_model_len, generation_defaults=state.generation_defaults)
         return {"object": "list", "data": [entry]}
 
-    _add_worker_routes(app, state, http, [Depends(require_cluster_token(token))])
+    internal = [Depends(require_cluster_token(token))]
+    _add_worker_routes(app, state, http, internal)
+    _add_index_routes(app, state, internal)
     _add_status_routes(app, state, public)
     add_dashboard_routes(app, state, public)
     return app
@@ -110,8 +112,8 @@ async def _expire_loop(state: RouterState) -> None:
 
 
 def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient, internal: list) -> None:
-    """``/internal/register``, ``/internal/heartbeat``, ``/internal/drain`` and
-    ``/internal/kv/held`` (the cluster token required)."""
+    """``/internal/register``, ``/internal/heartbeat`` and ``/internal/drain`` (the cluster
+    token required)."""
 
     async def answers(url: str) -> bool:
         try:
@@ -177,6 +179,9 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         return DrainState(worker_id=b.worker_id, registered=b.worker_id in state.registry.workers,
                           draining=b.worker_id in state.draining, in_flight=state.load.in_flight(b.worker_id))
 
+
+def _add_index_routes(app: FastAPI, state: RouterState, internal: list) -> None:
+    """``/internal/kv/held``: what the router's KV index holds for a worker (the cluster token required)."""
 
     @app.post("/internal/kv/held", dependencies=internal, responses=errors(*BODY, 404))
     async def held(b: HeldQuery) -> HeldReply:

@@ -252,9 +252,10 @@ def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
     """Seconds ``dw`` spends loading a handed-off prompt's KV that it does not hold (its own
     L1/L2 prefix excepted; the store keeps whole blocks). The load delays this request's
     second token (its first came from the prefill worker), so it lands in its TPOT; an engine
-    that loads inside its steps (``--kv-l3-overlap off``) stalls every running decode too: a 2,048-token document handed to a pinned CPU decode worker stretched its own
-    TPOT 36–64 ms for 29–33 predicted without it (``docs/benchmarks/policies.md``). Priced at
-    the rate ``dw``'s own L3 loads ran at, as its answers reported them
+    that loads inside its steps (``--kv-l3-overlap off``) stalls every running decode too: a
+    2,048-token document handed to a pinned CPU decode worker stretched its own TPOT 36–64 ms
+    for 29–33 predicted without it (``docs/benchmarks/policies.md``). Priced at the rate
+    ``dw``'s own L3 loads ran at, as its answers reported them
     (``model.RouterModel.observe_l3_load``); before any, at its learnt L3 read line."""
     hit = snap.hits.get(dw.worker_id, PrefixHit())
     held = min(hit.local_blocks * req.block_size, req.num_tokens)

@@ -69,8 +69,7 @@ class SimWorker:
         self.mover = SimTierMover(cfg.l2_blocks, store, cfg.block_bytes, cfg.dram_bytes_s, cfg.nic_bytes_s,
                                   l3_block_bytes=cfg.stored_bytes, overlap=cfg.l3_overlap)
         self.rules = TierRules(self.mover, self.pool, cfg.block_size, cfg.write_mode, self.cost,
-                               lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False,
-                               overlap=cfg.l3_overlap)
+                               lambda evs: index.apply(wid, evs, self.now), tokens_in_events=False)
         self.sched = Scheduler(cfg.scheduler, self.bm, external=self.rules)
         self.l2 = self.mover.l2
         self.first_scheduled: dict[str, float] = {}   # request id -> simulated time it first ran
