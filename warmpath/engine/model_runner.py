@@ -48,17 +48,20 @@ class ModelRunner:
     debugging); ``compile`` ``on``: decode-only steps run the compiled step
     (``models/compiled_step.py``), compiled here for batches up to ``max_batch``.
     ``decode_threads``: torch threads of small decode-only steps (None: ``decode_threads_default``).
+    ``kv_dtype``: the KV tensors' dtype (None: the model's); a float16 cache under a float32
+    model halves KV bytes (attention computes in float32, rows rounded when written).
     """
 
     def __init__(self, loaded: LoadedModel, num_blocks: int, block_size: int,
                  attention: str = "paged", compile: str = "off", max_batch: int = 64,
-                 decode_threads: int | None = None) -> None:
+                 decode_threads: int | None = None, kv_dtype: torch.dtype | None = None) -> None:
         if attention not in ATTENTION_IMPLS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
         self.model = loaded.model
         self.cfg = loaded.config
         p = next(self.model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        self.kv_dtype = kv_dtype or p.dtype
         self.block_size = block_size
         self.threads = torch.get_num_threads()
         if decode_threads is not None and decode_threads <= 0:
@@ -68,7 +71,7 @@ class ModelRunner:
         # NOTE: on CPU the pages are committed as blocks are first written (lazy_zeros).
         self.kv_caches = lazy_zeros(
             (self.cfg.num_layers, 2, num_blocks, block_size, self.cfg.num_kv_heads, self.cfg.head_dim),
-            self.dtype, self.device)
+            self.kv_dtype, self.device)
         self.sampler = Sampler(self.device)
         self.attention = attention
         self.compiled = None

@@ -283,13 +283,14 @@ def worker_argv(a) -> list[str]:
             "--kv-cache-gib", str(a.kv_cache_gib), "--max-num-seqs", str(a.max_num_seqs),
             "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--schedule-order", a.schedule_order,
             "--l2-gib", str(a.l2_gib), "--kv-protocol", a.kv_protocol, "--kv-load-mode", a.kv_load_mode,
-            "--kv-l3-overlap", a.kv_l3_overlap,
+            "--kv-l3-overlap", a.kv_l3_overlap, "--kv-dtype", a.kv_dtype,
             "--heartbeat-s", str(a.heartbeat_s), "--default-max-tokens", str(a.default_max_tokens),
             "--drain-timeout-s", str(a.drain_timeout_s),
             "--max-body-mib", str(a.max_body_mib)]
     argv += ["--no-chunked-prefill"] if a.no_chunked_prefill else []
     argv += ["--no-prefix-caching"] if a.no_prefix_caching else []
     argv += ["--max-model-len", str(a.max_model_len)] if a.max_model_len else []
+    argv += ["--decode-threads", str(a.decode_threads)] if a.decode_threads else []
     argv += ["--kv-write-mode", a.kv_write_mode] if a.kv_write_mode else []
     argv += ["--step-trace", a.step_trace] if getattr(a, "step_trace", None) else []
     argv += ["--engine", a.engine, "--vllm-startup-s", str(a.vllm_startup_s)]

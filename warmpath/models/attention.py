@@ -139,10 +139,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kvh, d = k.shape[1], k.shape[2]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     dec = meta.decode
-    if meta.impl == "paged" and dec is not None and paged_decode_op.native_for(q, k_cache):
+    native = meta.impl == "paged" and dec is not None and paged_decode_op.native_for(q, k_cache)
+    if k_cache.dtype != k.dtype and not (native and dec.n == q.shape[0]):
+        # A narrower cache (--kv-dtype float16): every token attends over K/V as the cache holds
+        # them, its own chunk's included, so output never depends on chunking or prefix hits.
+        # (Decode-only native steps need nothing: the kernel reads its rows from the cache.)
+        k, v = k.to(k_cache.dtype).to(k.dtype), v.to(v_cache.dtype).to(v.dtype)
+    if native:
         return _native_step(q, k, v, k_cache, v_cache, meta, scale)
-    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, k)
-    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, v)
+    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
     out = torch.empty_like(q)
     if meta.impl == "paged":
         _attend_paged(q, k, v, k_cache, v_cache, meta, scale, out)
@@ -159,8 +165,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, scale=scale,
                                                enable_gqa=True)
         else:
-            kk = _gather(k_cache, sp.block_table)[:sp.ctx_len].transpose(0, 1).unsqueeze(0)
-            vv = _gather(v_cache, sp.block_table)[:sp.ctx_len].transpose(0, 1).unsqueeze(0)
+            kk = _gather(k_cache, sp.block_table)[:sp.ctx_len].transpose(0, 1).unsqueeze(0).to(q.dtype)
+            vv = _gather(v_cache, sp.block_table)[:sp.ctx_len].transpose(0, 1).unsqueeze(0).to(q.dtype)
             o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=sp.mask, scale=scale,
                                                enable_gqa=True)
         out[sp.start:sp.start + sp.q_len] = o[0].transpose(0, 1)
@@ -177,8 +183,8 @@ def _native_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: tor
         return paged_decode_op.paged_decode(q, k, v, k_cache, v_cache, meta.slot_mapping,
                                             dec.table_tensor, dec.ctx_tensor, scale)
     kvh, d = k.shape[1], k.shape[2]
-    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], k[n:])
-    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], v[n:])
+    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], k[n:].to(k_cache.dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping[n:], v[n:].to(v_cache.dtype))
     out = torch.empty_like(q)
     out[:n] = paged_decode_op.paged_decode(q[:n], k[:n], v[:n], k_cache, v_cache,
                                            meta.slot_mapping[:n], dec.table_tensor,

@@ -147,8 +147,8 @@ class CompiledDecode:
             dyn(x)
             q, k, v = self.pre(layer, x, cos, sin)
             dyn(q)
-            kc.view(-1, k.shape[1], k.shape[2]).index_copy_(0, slots, k[:n])
-            vc.view(-1, v.shape[1], v.shape[2]).index_copy_(0, slots, v[:n])
+            kc.view(-1, k.shape[1], k.shape[2]).index_copy_(0, slots, k[:n].to(kc.dtype))
+            vc.view(-1, v.shape[1], v.shape[2]).index_copy_(0, slots, v[:n].to(vc.dtype))
             x = self.post(layer, x, q, kc, vc, tables, ctx)
         return m.norm(x[:n])
 

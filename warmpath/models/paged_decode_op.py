@@ -12,10 +12,11 @@ included), read in place through its block table::
 A padded batch (a compiled step's bucket) gives its padding rows slot -1 (nothing written),
 ctx 1 and any valid block (their output is garbage to drop).
 
-On CPU with float32 it runs the C kernel (``native/paged_decode.c``, ``warmpath.models._paged``,
+On CPU with float32 q/k/v and float32 or float16 caches (``--kv-dtype``) it runs the C kernel (``native/paged_decode.c``, ``warmpath.models._paged``,
 built by setup.py): one pass with an online softmax per (sequence, KV head), GQA heads
 together, on ``torch.get_num_threads()`` threads of its own small pool when the work is
-large enough; a sequence's output does not depend on the batch (bit for bit). Anything else
+large enough; a sequence's output does not depend on the batch (bit for bit); float16 rows
+are written rounded to nearest even (as ``Tensor.half()``) and read exactly. Anything else
 (CUDA, other dtypes, the extension not built) runs ``torch_decode``: ``index_copy_`` and
 block-table index arithmetic (which inductor fuses; eager it materialises the lookups).
 
@@ -32,7 +33,8 @@ try:
 except ImportError:         # no C compiler at install: the torch formulation runs
     _paged = None
 
-_F32, _I64 = torch.float32, torch.int64
+_F32, _F16, _I64 = torch.float32, torch.float16, torch.int64
+_CACHE = (_F32, _F16)
 _INDEX = (torch.int32, torch.int64)
 
 
@@ -44,7 +46,7 @@ def available() -> bool:
 def native_for(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
     """Whether a call with these tensors runs the C kernel."""
     return (_paged is not None and q.is_cpu and q.dtype == _F32
-            and k_cache.dtype == _F32)
+            and k_cache.dtype in _CACHE)
 
 
 def indexed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -98,9 +100,9 @@ def _native(q, k, v, k_cache, v_cache, slots, tables, ctx, scale, out) -> int:
     """Fills ``out`` with the C kernel; returns the threads it used. (Every check here costs
     ~0.2 µs, and the op runs once per layer: they are kept few.)"""
     shape = k_cache.shape
-    if len(shape) != 4 or v_cache.shape != shape or v_cache.dtype != _F32:
-        raise ValueError(f"caches must both be [NB, bs, KVH, D] float32, got {list(shape)}"
-                         f" and {list(v_cache.shape)} {v_cache.dtype}")
+    if len(shape) != 4 or v_cache.shape != shape or v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"caches must both be [NB, bs, KVH, D] of one dtype, got {list(shape)}"
+                         f" {k_cache.dtype} and {list(v_cache.shape)} {v_cache.dtype}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("caches must be contiguous [NB, bs, KVH, D] (they are written in place)")
     nb, bs, kvh, d = shape
@@ -125,7 +127,8 @@ def _native(q, k, v, k_cache, v_cache, slots, tables, ctx, scale, out) -> int:
     return _paged.decode(q.data_ptr(), qs, k.data_ptr(), ks, v.data_ptr(), vs, k_cache.data_ptr(),
                          v_cache.data_ptr(), out.data_ptr(), slots.data_ptr(), tables.data_ptr(),
                          tables.dtype == _I64, tables.stride()[0], ctx.data_ptr(), b, h, kvh, d,
-                         bs, nb, tshape[1], float(scale), torch.get_num_threads())
+                         bs, nb, tshape[1], float(scale), torch.get_num_threads(),
+                         k_cache.dtype == _F16)
 
 
 def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,

@@ -94,10 +94,12 @@ def attend_context(qg: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if len(runs) > MAX_RUNS:        # fragmented: one copy of this sequence's blocks
         used = sum(r[2] for r in runs)
         idx = torch.tensor(table[:-(-used // k_cache.shape[1])], device=k_cache.device)
-        kk = k_cache[idx].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0)
-        vv = v_cache[idx].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0)
+        kk = k_cache[idx].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0).to(qg.dtype)
+        vv = v_cache[idx].flatten(0, 1)[:used].transpose(0, 1).unsqueeze(0).to(qg.dtype)
         return attend_lse(qg, kk, vv, scale)
-    return merge([attend_lse(qg, _run_kv(k_cache, r), _run_kv(v_cache, r), scale) for r in runs])
+    # A cache of another dtype than the queries' (--kv-dtype float16): each run converted (copied).
+    return merge([attend_lse(qg, _run_kv(k_cache, r).to(qg.dtype), _run_kv(v_cache, r).to(qg.dtype),
+                             scale) for r in runs])
 
 
 def padded_tables(tables: list[list[int]], ctx: list[int], block_size: int, device: torch.device
@@ -113,8 +115,8 @@ def padded_tables(tables: list[list[int]], ctx: list[int], block_size: int, devi
 def gather_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   tables: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     """The copying path: each sequence's blocks gathered into a padded batch. q [n, H, D] → [n, H, D]."""
-    kk = k_cache[tables].flatten(1, 2).transpose(1, 2)      # [n, KVH, W*bs, D]
-    vv = v_cache[tables].flatten(1, 2).transpose(1, 2)
+    kk = k_cache[tables].flatten(1, 2).transpose(1, 2).to(q.dtype)      # [n, KVH, W*bs, D]
+    vv = v_cache[tables].flatten(1, 2).transpose(1, 2).to(q.dtype)
     o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv, attn_mask=mask, scale=scale,
                                        enable_gqa=True)
     return o.squeeze(2)

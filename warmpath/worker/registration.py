@@ -109,7 +109,7 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
     body = Registration(
         worker_id=cfg.worker_id, role=cfg.role, url=cfg.advertise_url,
         namespace=dataclasses.asdict(engine.namespace), pid=os.getpid(),
-        kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.dtype.itemsize),
+        kv_bytes_per_token=engine.loaded.config.kv_bytes_per_token(engine.runner.kv_dtype.itemsize),
         max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
         replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults,
         max_num_seqs=engine.scheduler.cfg.max_num_seqs,
