@@ -25,14 +25,34 @@ from warmpath.sim.cli import add_parser, setup_from_args
 from warmpath.sim.run import build
 
 
-def cpu_setup(calibration: Path, timeout: float, decode_factor: float = 1.0):
-    """``warmpath sim --hardware cpu --calibration FILE`` with the arms' worker flags; the
-    calibration's decodes priced ``decode_factor`` times (``StepModel.decode_factor``)."""
+def sim_flags(worker_args: list[str]) -> list[str]:
+    """The workers' flags the simulator models too (``--kv-dtype``, ``--kv-l3-overlap``, as
+    ``FLAG VALUE`` or ``FLAG=VALUE``), from ``ranking --worker-arg``'s list; others are left out."""
+    out, args = [], list(worker_args)
+    for i, arg in enumerate(args):
+        flag, eq, val = arg.partition("=")
+        if flag in SIM_WORKER_FLAGS:
+            if not eq and i + 1 >= len(args):
+                raise ValueError(f"--worker-arg {flag} needs a value")
+            out += [flag, val if eq else args[i + 1]]
+    return out
+
+
+SIM_WORKER_FLAGS = ("--kv-dtype", "--kv-l3-overlap")
+
+
+def cpu_setup(calibration: Path, timeout: float, decode_factor: float = 1.0, worker_args: list[str] | None = None):
+    """``warmpath sim --hardware cpu --calibration FILE`` with the arms' worker flags (those of
+    ``worker_args`` the simulator models, ``sim_flags``; None: the ranking run's ``--worker-arg``
+    list, ``ranking.WORKER_ARGS``); the calibration's decodes priced ``decode_factor`` times
+    (``StepModel.decode_factor``)."""
+    if worker_args is None:
+        from benchmarks.policies.ranking import WORKER_ARGS as worker_args
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers())
     a = p.parse_args(["sim", "--workload", "coding-agent", "--topology", "replica-2", "--hardware", "cpu",
                       "--model", "smollm2-135m", "--calibration", str(calibration), "--kv-gib", "0.5",
-                      "--l2-gib", "0.5"])
+                      "--l2-gib", "0.5", *sim_flags(worker_args)])
     a.timeout = timeout
     s = setup_from_args(a)
     return replace(s, l3_gib=2.0, fitted=replace(s.fitted, decode_factor=s.fitted.decode_factor * decode_factor))

@@ -113,3 +113,21 @@ def test_send_times_follow_each_answer_and_requests_pair_by_session_turn():
     assert [x.split("|")[0].split() for x in lines] == [["a", "t1"], ["a", "t2"], ["b", "t1"]]
     assert "   4.00" in lines[1].split("|")[1] and "   3.00" in lines[1].split("|")[2]
     assert "not in the real run" in lines[2]
+
+
+def test_the_sim_takes_the_workers_kv_dtype_and_overlap_from_worker_args():
+    from pathlib import Path
+
+    from benchmarks.policies.ranking_sim import cpu_setup, sim_flags
+
+    assert sim_flags(["--kv-dtype", "float16", "--decode-threads", "1", "--kv-l3-overlap=on"]) == [
+        "--kv-dtype", "float16", "--kv-l3-overlap", "on"]
+    assert sim_flags(["--threads", "1"]) == []
+    with pytest.raises(ValueError, match="--kv-dtype needs a value"):
+        sim_flags(["--kv-dtype"])
+    cal = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
+    plain = cpu_setup(cal, 120.0, worker_args=[])
+    half = cpu_setup(cal, 120.0, worker_args=["--kv-dtype", "float16", "--kv-l3-overlap", "on"])
+    # SmolLM2-135M: 30 layers x 2 x 3 KV heads x 64 x 4 bytes, then x 2 bytes
+    assert (plain.model.kv_bytes_per_token, half.model.kv_bytes_per_token) == (46080, 23040)
+    assert (plain.l3_overlap, half.l3_overlap) == (False, True)

@@ -192,3 +192,23 @@ def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path)
     gpu = setup_from_args(p.parse_args(["sim", "--calibration", str(cal), "--workload", "coding-agent"]))
     assert (gpu.kv_blocks, gpu.l2_gib, gpu.l3_gib, gpu.cpu_cores, gpu.transfer_cpu) == (None, 0, 4096.0, None, 0.0)
     assert (gpu.scheduler.max_num_batched_tokens, gpu.retokenize_miss) == (8192, 0.125)
+
+
+def test_kv_dtype_halves_every_block_and_overlap_reaches_the_workers(tmp_path):
+    import argparse
+
+    from warmpath.sim.cli import add_parser, setup_from_args
+    from warmpath.sim.run import build
+
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    base = ["sim", "--workload", "coding-agent", "--model", "llama-3.1-8b", "--topology", "cpd-1d"]
+    auto = setup_from_args(p.parse_args(base))
+    half = setup_from_args(p.parse_args([*base, "--kv-dtype", "float32", "--kv-l3-overlap", "on"]))
+    # Llama-3.1-8B: 32 layers x 2 x 8 KV heads x 128 x 2 bytes (the profile's bf16), then float32's 4
+    assert (auto.model.kv_bytes_per_token, half.model.kv_bytes_per_token) == (131072, 262144)
+    assert (auto.l3_overlap, half.l3_overlap) == (False, True)
+    sim = build(half)
+    assert sim.kvb == 262144 and all(w.cfg.l3_overlap for w in sim.workers.values())
+    with pytest.raises(SystemExit):
+        p.parse_args([*base, "--kv-dtype", "int4"])

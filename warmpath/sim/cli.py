@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_ov
                       net_latency_s=1e-3, l3_write_bytes_s=2.85e8, l3_write_latency_s=4.6e-3)
 # Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
 # (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
+# --kv-dtype: element bytes of the KV cache (0: the model profile's own dtype_bytes)
+KV_DTYPE_BYTES = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2}
 CPU_REQUEST_OVERHEAD_S = 0.012
 # Cores the Mooncake segment holder keeps busy while KV moves (its CPU seconds over the workers'
 # KV-tier seconds in the same run): transfers compete with the workers for the shared cores.
@@ -41,6 +44,10 @@ def add_parser(sub) -> None:
     s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
     s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
+    s.add_argument("--kv-dtype", default="auto", choices=tuple(KV_DTYPE_BYTES),
+                   help="as the workers' --kv-dtype: the KV bytes of every block, load and handoff (auto: the model's)")
+    s.add_argument("--kv-l3-overlap", default="off", choices=("off", "on"),
+                   help="as the workers' --kv-l3-overlap: L3 loads beside the steps")
     s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
     s.add_argument("--l2-gib", type=float, default=None,
                    help="L2 KV per worker (default: --hardware cpu as the calibration's served engine, else 0)")
@@ -116,6 +123,9 @@ def setup_from_args(a: argparse.Namespace):
     if a.hardware == "cpu" and fitted is None:
         raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
     model = MODELS[a.model]
+    kv_dtype = getattr(a, "kv_dtype", "auto")
+    if KV_DTYPE_BYTES[kv_dtype]:
+        model = dataclasses.replace(model, kv_dtype_bytes=KV_DTYPE_BYTES[kv_dtype])
     hw = CPU if a.hardware == "cpu" else HARDWARE[a.hardware]
     from warmpath.engine.scheduler import SchedulerConfig
 
@@ -142,7 +152,7 @@ def setup_from_args(a: argparse.Namespace):
                     retokenize_miss=retok,
                     elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic,
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
-                    l3_eviction=getattr(a, "l3_eviction", "lru"),
+                    l3_eviction=getattr(a, "l3_eviction", "lru"), l3_overlap=getattr(a, "kv_l3_overlap", "off") == "on",
                     max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
                     **(variation if cpu else {}), **store, **_goodput_target(a))
 

@@ -58,10 +58,11 @@ class ModelProfile:
     head_dim: int
     params: float
     dtype_bytes: int = 2
+    kv_dtype_bytes: int = 0               # the KV cache's element bytes (0: the weights' dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * (self.kv_dtype_bytes or self.dtype_bytes)
 
     @property
     def weight_bytes(self) -> float:

@@ -109,7 +109,7 @@ def build(s: SimSetup) -> Simulation:
                               s.l3_overlap)
         workers.append(SimWorker(wid, role, cfg, st, store, index))
     pol = policy_for(s)
-    ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * m.dtype_bytes}bit", block_size=s.block_size)
+    ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * (m.kv_dtype_bytes or m.dtype_bytes)}bit", block_size=s.block_size)
     mode = s.topology.ppd
     sim = Simulation(workers, pol, ns, store, index, m.kv_bytes_per_token, hw.nic_bytes_s,
                      s.admission, None if mode == "off" else PPDConfig(mode), s.ppd_table, hw.net_latency_s,
