@@ -177,16 +177,31 @@ def measure_item(out: dict) -> dict:
     return got
 
 
+def run_duration(dirs: list[Path], default: float = 60.0) -> float:
+    """The windows' length of the ranking run the dirs belong to (``<run>/real/<arm>_s<seed>``:
+    ``<run>/ranking.json``'s ``duration_s``), else ``default``."""
+    for d in dirs:
+        f = d.parent.parent / "ranking.json"
+        if f.is_file():
+            return float(json.loads(f.read_text()).get("duration_s", default))
+    return default
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="*", type=Path)
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of each rate point (the ranking's)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of each rate point (default: the run's ranking.json `duration_s`, else 60)")
     p.add_argument("--out", type=Path, default=RESULTS / "predict_error.json")
     a = p.parse_args(argv)
     dirs = a.dirs or sorted(RESULTS.glob("*/goodput-1p1d_s*"))
     if missing := [str(d) for d in dirs if not (d / "requests.jsonl").exists()]:
         p.error(f"no requests.jsonl in {missing}")
-    rows = stretches(timeline([r for d in dirs for r in load(d)], a.duration))
+    duration = a.duration or run_duration(dirs)
+    try:
+        rows = stretches(timeline([r for d in dirs for r in load(d)], duration))
+    except KeyError as e:
+        p.error(f"session {e} is not among the arrivals of {duration:g}-s windows: pass the ranking's --duration")
     out = report(rows)
     show(out, "recorded predictions")
     result = {"dirs": [str(d) for d in dirs], "recorded": out, "low_load": measure_item(out)}

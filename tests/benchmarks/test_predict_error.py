@@ -77,3 +77,15 @@ def test_the_replay_rebuilds_the_decode_worker_as_the_router_saw_it():
     v = decode_view(rs, "d0", 1.2, new)       # B still prefilling elsewhere: only A, its 2048 queued
     assert (v.running, v.queued_prefill_tokens, v.running_tokens) == (1, 2048, 2048 + 15)
     assert decode_view(rs, "d0", 0.5, a).running == 0     # the row itself is left out
+
+
+def test_the_windows_length_comes_from_the_runs_ranking_json(tmp_path):
+    import json
+
+    from benchmarks.policies.predict_error import run_duration
+
+    arm = tmp_path / "run" / "real" / "goodput-1p1d_s11"
+    arm.mkdir(parents=True)
+    assert run_duration([arm]) == 60.0                      # no ranking.json: the default
+    (tmp_path / "run" / "ranking.json").write_text(json.dumps({"duration_s": 90.0}))
+    assert run_duration([arm]) == 90.0
