@@ -40,7 +40,6 @@ typedef struct {
     char *kc, *vc;                      /* caches: float32, or float16 when half */
     float *out;
     int half;                           /* cache element: 0 float32, 1 float16 (IEEE half) */
-    long esz;                           /* its bytes */
     const int64_t *slots, *ctx;
     const void *tables;
     int tab64;
@@ -104,10 +103,12 @@ static widen_fn widen = widen_portable;
 
 /* The next block's K and V rows, fetched while this block is computed (the hardware
  * prefetchers follow consecutive blocks, not a jump). */
+INL long esz(const Args *a) { return a->half ? 2 : 4; }     /* a cache element's bytes */
+
 INL void prefetch_block(const Args *a, long base, long elems) {
-    for (long i = 0; i < elems * a->esz; i += 64) {
-        __builtin_prefetch(a->kc + base * a->esz + i);
-        __builtin_prefetch(a->vc + base * a->esz + i);
+    for (long i = 0; i < elems * esz(a); i += 64) {
+        __builtin_prefetch(a->kc + base * esz(a) + i);
+        __builtin_prefetch(a->vc + base * esz(a) + i);
     }
 }
 
@@ -243,7 +244,7 @@ static void write_rows(const Args *a) {
     for (long b = 0; b < a->B; b++) {
         if (a->slots[b] == -1)          /* a padding row: nothing to keep */
             continue;
-        char *kd = a->kc + a->slots[b] * n * a->esz, *vd = a->vc + a->slots[b] * n * a->esz;
+        char *kd = a->kc + a->slots[b] * n * esz(a), *vd = a->vc + a->slots[b] * n * esz(a);
         const float *ks = (const float *)(a->k + b * a->k_sb), *vs = (const float *)(a->v + b * a->v_sb);
         if (!a->half) {
             memcpy(kd, ks, sizeof(float) * (size_t)n);
@@ -298,7 +299,6 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                           &kc, &vc, &out, &slots, &tables, &a.tab64, &a.tab_sb, &ctx, &a.B, &a.H,
                           &a.KVH, &a.D, &a.bs, &a.NB, &a.W, &scale, &nthreads, &a.half))
         return NULL;
-    a.esz = a.half ? 2 : 4;
     if (a.B < 0 || a.KVH < 1 || a.H % a.KVH != 0 || a.D < 1 || a.bs < 1 || a.NB < 1 || a.W < 1) {
         PyErr_SetString(PyExc_ValueError, "bad shapes: need B >= 0, H a multiple of KVH >= 1, D, bs, NB, W >= 1");
         return NULL;

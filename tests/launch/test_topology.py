@@ -64,28 +64,28 @@ def test_serve_passes_its_generation_override_to_the_workers(monkeypatch):
     assert "--override-generation-config" not in worker_argv(got[1])
 
 
-def test_serve_passes_attention_and_compile_to_the_workers(monkeypatch):
+def _worker_argvs(monkeypatch, *extras: list[str]) -> list[list[str]]:
+    """The workers' argv of ``warmpath serve --topology cpd-1d`` with each of ``extras``."""
     from warmpath import cli
     from warmpath.launch.launcher import worker_argv
 
     got = []
     monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)
-    assert cli.main(["serve", "--topology", "cpd-1d", "--compile", "on", "--attention", "gather"]) == 0
-    assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
-    on, default = worker_argv(got[0]), worker_argv(got[1])
+    for extra in extras:
+        assert cli.main(["serve", "--topology", "cpd-1d", *extra]) == 0
+    return [worker_argv(a) for a in got]
+
+
+def test_serve_passes_attention_and_compile_to_the_workers(monkeypatch):
+    on, default = _worker_argvs(monkeypatch, ["--compile", "on", "--attention", "gather"], [])
     assert on[on.index("--compile") + 1] == "on" and on[on.index("--attention") + 1] == "gather"
     assert default[default.index("--compile") + 1] == "off" and default[default.index("--attention") + 1] == "paged"
 
 
 def test_serve_passes_the_kv_dtype_and_decode_threads_to_the_workers(monkeypatch):
     from warmpath import cli
-    from warmpath.launch.launcher import worker_argv
 
-    got = []
-    monkeypatch.setattr(cli, "_serve", lambda a: got.append(a) or 0)
-    assert cli.main(["serve", "--topology", "cpd-1d", "--kv-dtype", "float16", "--decode-threads", "1"]) == 0
-    assert cli.main(["serve", "--topology", "cpd-1d"]) == 0
-    half, default = worker_argv(got[0]), worker_argv(got[1])
+    half, default = _worker_argvs(monkeypatch, ["--kv-dtype", "float16", "--decode-threads", "1"], [])
     assert half[half.index("--kv-dtype") + 1] == "float16" and half[half.index("--decode-threads") + 1] == "1"
     assert default[default.index("--kv-dtype") + 1] == "auto" and "--decode-threads" not in default
     with pytest.raises(SystemExit):          # argparse names the bad choice and exits 2
