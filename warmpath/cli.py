@@ -161,7 +161,8 @@ def _router(a: argparse.Namespace) -> int:
                        cluster_token=token, api_keys=api_keys(a.api_key),
                        elastic=ElasticConfig.from_mode(a.elastic, a.policy, POLICIES[a.policy].roles,
                                                        **elastic_timing(a)))
-    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET)) if a.policy == "goodput"
+    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
+                                          local=a.goodput_local == "on")) if a.policy == "goodput"
               else POLICIES[a.policy]())
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
@@ -223,6 +224,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
                     "(bench/targets.py syntax, e.g. warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.08; "
                     "default warm.ttft_p90=2,cold.ttft_p90=20)")
+    rt.add_argument("--goodput-local", default="on", choices=("on", "off"),
+                    help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
     _admission_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)

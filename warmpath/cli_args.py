@@ -278,6 +278,8 @@ def add_serve_parser(sub, fn=None) -> None:
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD dynamic, goodput)")
     s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
                    "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
+    s.add_argument("--goodput-local", default="on", choices=("on", "off"),
+                   help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
                    help="elastic roles: on (between the CPD tiers) | roles (among pre-prefill, prefill, decode "
                         "and replica, those the policy routes to) | off (auto: on for cpd topologies)")

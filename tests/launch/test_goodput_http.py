@@ -49,3 +49,25 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
         # every request with 2+ tokens fed the TPOT error histogram and the decode worker's correction
         assert metric(base, "warmpath_router_tpot_error_ratio_count") == 6
         assert info["model"]["tpot_error_n"] == 6 and set(info["model"]["tpot_scale"]) == {"decode-0"}
+
+
+def test_a_replica_decodes_what_the_cold_tier_hands_it(tmp_path, reference):  # noqa: F811
+    """A cold tier beside a replica, local paths off: every prompt is computed on the
+    pre-prefill worker and handed through the store to the replica, which decodes it — the
+    same greedy text as one engine, follow-ups included."""
+    topo = tmp_path / "cold-beside-replica.json"
+    topo.write_text(json.dumps({"policy": "goodput", "workers": {"pre-prefill": 1, "replica": 1}}))
+    with cluster_process(str(topo), "--slo", "ttft_p90=30,tpot_p90=5", "--goodput-local", "off") as base:
+        msgs = []
+        for i, q in enumerate(TURNS):
+            msgs.append({"role": "user", "content": q})
+            resp = httpx.post(base + "/v1/chat/completions", timeout=120, headers={"X-Session-Id": "conv"},
+                              json={"model": M, "messages": msgs, "temperature": 0, "max_tokens": 20})
+            assert resp.status_code == 200, resp.text
+            a = resp.json()["choices"][0]["message"]["content"]
+            assert a == reference["turns"][i], f"turn {i + 1}"
+            assert (resp.headers["x-warmpath-path"], resp.headers["x-warmpath-decode"]) == ("cold", "replica-0")
+            msgs.append({"role": "assistant", "content": a})
+        rows = httpx.get(base + "/v1/cluster", timeout=5).json()["decisions"]
+        assert [(d["prefill"], d["decode"]) for d in rows] == [("pre-prefill-0", "replica-0")] * len(TURNS)
+        assert all(d["tpot_s"] > 0 for d in rows)     # the replica decoded every answer

@@ -36,6 +36,8 @@ def test_topology_file(tmp_path):
     ({"policy": "cpd", "workers": {"decoder": 1}}, "unknown roles"),
     ({"policy": "cpd", "workers": {"prefill": 1}}, "needs prefill-type and decode"),
     ({"policy": "replica", "workers": {"replica": 1, "decode": 1}}, "only replica"),
+    ({"policy": "goodput", "workers": {"prefill": 1, "pre-prefill": 1}}, "goodput needs decode workers or replicas"),
+    ({"policy": "cpd", "workers": {"pre-prefill": 1, "replica": 1}}, "needs prefill-type and decode"),
     ({"policy": "pd", "workers": {"prefill": 1, "decode": 1}, "ppd": "x2"}, "ppd must be"),
     ({"policy": "pd", "workers": {"prefill": 0, "decode": 0}}, "at least one"),
 ])

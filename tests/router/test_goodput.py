@@ -191,3 +191,15 @@ def test_a_decode_worker_past_its_bound_is_not_where_the_next_request_goes():
     got = {s.pred.decode: s.kept for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg))}
     assert got == {"d0": 4 - 3, "d1": 4 - 1}
     assert pol.route(rv, sn).decode == "d1"
+
+
+def test_a_replica_takes_handoffs_from_the_cold_tier():
+    """A cold tier beside replicas: a document may be computed on a replica (local) or on the
+    pre-prefill worker and handed to either replica to decode."""
+    ws = [WorkerView("r0", "replica", running=2, running_tokens=2000), WorkerView("r1", "replica"),
+          WorkerView("c0", "pre-prefill", prefill_tok_s=1000)]
+    rv = RequestView(4000, (), 16, None, 1, max_tokens=100)
+    pol = policy("ttft_p90=2,tpot=0.05")
+    got = {(p.path, p.prefill, p.decode) for p in paths(rv, snap(ws, session_decode=None), pol.cfg)}
+    assert got == {("local", None, "r0"), ("local", None, "r1"), ("cold", "c0", "r0"), ("cold", "c0", "r1")}
+

@@ -10,7 +10,7 @@ from warmpath.bench.workload import coding_agent
 from warmpath.launch.topology import resolve
 from warmpath.router.policy import GoodputPolicy
 from warmpath.sim.hardware import HARDWARE, MODELS
-from warmpath.sim.map_cpd import cpd_topology
+from warmpath.sim.map_cpd import arm_setup, cpd_topology
 from warmpath.sim.run import SimSetup, build, simulate_rate
 from warmpath.sim.step_time import Roofline
 
@@ -65,3 +65,11 @@ def test_goodput_is_deterministic():
 def test_the_map_builds_goodput_on_cpds_workers():
     t = cpd_topology("2P1D", "goodput")
     assert (t.policy, t.workers) == ("goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4})
+
+
+def test_the_map_builds_goodput_replica_as_a_cold_tier_beside_tp4_replicas():
+    t = cpd_topology("2P1D", "goodput-replica")
+    assert (t.policy, t.workers) == ("goodput", {"pre-prefill": 1, "replica": 2})
+    assert cpd_topology("2P2D", "goodput-replica").workers == {"pre-prefill": 1, "replica": 3}
+    s = arm_setup("2P1D", "goodput-replica", None, None)
+    assert s.tp == {"prefill": 4, "pre-prefill": 4, "replica": 4} and s.gpus == 12

@@ -261,6 +261,8 @@ def start_from_args(a) -> Cluster:
         router_argv += ["--calibration", a.calibration]
     if getattr(a, "slo", None):
         router_argv += ["--slo", a.slo]
+    if getattr(a, "goodput_local", "on") != "on":
+        router_argv += ["--goodput-local", a.goodput_local]
     if getattr(a, "elastic", "auto") != "auto":
         router_argv += ["--elastic", a.elastic]
     for flag in ("elastic_hold_s", "elastic_cooldown_s"):   # the elastic rule's hysteresis, when given

@@ -51,9 +51,11 @@ class Topology:
         has = {r for r, n in self.workers.items() if n}
         if self.policy == "replica" and has != {"replica"}:
             raise ValueError(f"topology {self.name}: the replica policy needs only replica workers")
-        if self.policy in ("cpd", "pd", "pd-kv", "goodput") and ("decode" not in has or not has & {"prefill", "pre-prefill"}
-                                              or "replica" in has):
+        if self.policy in ("cpd", "pd", "pd-kv") and ("decode" not in has or not has & {"prefill", "pre-prefill"}
+                                                     or "replica" in has):
             raise ValueError(f"topology {self.name}: {self.policy} needs prefill-type and decode workers")
+        if self.policy == "goodput" and not has & {"decode", "replica"}:
+            raise ValueError(f"topology {self.name}: goodput needs decode workers or replicas (where answers decode)")
         known = {"router", *has, *(w for w, _ in self.roles())}
         for key, spec in self.cpus.items():
             if key not in known:

@@ -6,7 +6,9 @@ Candidates (``router/predict.py`` predicts each one's TTFT and TPOT):
 * **local** on each decode worker (and replica): it computes the prompt in its batch —
   any turn, turn 1 included, no handoff;
 * **remote** on each prefill-type worker (its tier: warm for ``prefill``, cold for
-  ``pre-prefill``) with each decode worker to hand off to.
+  ``pre-prefill``) with each decode-type worker to hand off to — a decode worker or a
+  replica (a replica decodes a handed-off prompt as a decode worker does: a layout of
+  cold-tier workers beside replicas computes documents apart and decodes them aggregated).
 
 A path's score is the number of requests predicted within their targets: this one (TTFT
 and TPOT within its class's bounds), and every decode worker's running requests (their
@@ -94,17 +96,21 @@ def request_classes(cls: str, turn: int) -> list[str]:
 
 
 def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: bool = True) -> list[PathPrediction]:
-    """Every candidate path's predictions."""
-    decoders = snap.by_role("decode")
+    """Every candidate path's predictions (``cfg.local`` off: local paths only where no
+    prefill-type worker can take the prompt)."""
+    decoders = snap.by_role("decode", "replica")
     out = []
     if cfg.local and allow_local:
         out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens, tpot_scale(snap, w))
-                for w in decoders + snap.by_role("replica")]
+                for w in decoders]
     costs = {d.worker_id: (step_cost(snap, d), tpot_scale(snap, d)) for d in decoders}
     for p in snap.by_role("pre-prefill", "prefill"):
         e = estimate(p, req, snap)
         out += [predict_remote(p, d, req, snap, costs[d.worker_id][0], cfg.chunk_tokens, e, costs[d.worker_id][1])
                 for d in decoders]
+    if not out and not cfg.local and allow_local:   # local off, but no prefill-type worker to hand off from
+        out = [predict_local(w, req, snap, costs[w.worker_id][0], cfg.chunk_tokens, costs[w.worker_id][1])
+               for w in decoders]
     return out
 
 

@@ -37,8 +37,8 @@ class RoutingPolicy(ABC):
         """Raise ``LookupError`` when no healthy worker can take the request."""
 
     def decode_for(self, snap: Snapshot) -> WorkerView:
-        """The session's decode worker when alive, else the least loaded one."""
-        live = {w.worker_id: w for w in snap.by_role("decode")}
+        """The session's decode worker (or replica) when alive, else the least loaded one."""
+        live = {w.worker_id: w for w in snap.by_role("decode", "replica")}
         if snap.session_decode_worker in live:
             return live[snap.session_decode_worker]
         d = least_loaded_decode(list(live.values()))

@@ -5,7 +5,10 @@
   plain prefill; ``pd-kv`` under the KV-aware single pool) and ``replica`` (one prefix-aware
   TP4 replica per node: ``2P1D`` → 3 TP4 replicas, as ``benchmarks/policies/sim_policies.py``'s
   B200 configs); ``goodput`` (CPD's workers under the path decision, ``router/goodput.py``:
-  it is judged by the target it routes for, so it runs one sweep per TPOT target).
+  it is judged by the target it routes for, so it runs one sweep per TPOT target);
+  ``goodput-replica`` (the same decision on a hybrid layout: the cold tier's ``p // 2``
+  pre-prefill nodes TP4, every other node one TP4 replica — documents computed apart,
+  handed to a replica, warm turns aggregated).
 * **TPOT targets**: ``none`` (the repro's TTFT p90 ≤ 2 s alone) or ``k`` — the same plus a
   per-request TPOT p90 bound of ``k ×`` the cell's *unloaded* TPOT (``bench/targets.Target``:
   at share 0.9 each request's own TPOT is bounded). The unloaded TPOT is the roofline's:
@@ -38,7 +41,7 @@ from warmpath.sim.run import simulate_rate
 from warmpath.sim.step_time import Roofline
 from warmpath.stats import percentile
 
-ARMS = ("cpd", "pd", "pd-kv", "replica", "goodput")
+ARMS = ("cpd", "pd", "pd-kv", "replica", "goodput", "goodput-replica")
 FIXED_ARMS = ("cpd", "pd", "pd-kv", "replica")   # the default: the fixed baselines
 GPUS_PER_NODE = 4                   # the blog's nodes: one TP4 prefill-type worker or four TP1 decoders
 REPLICA_TP = 4
@@ -72,6 +75,8 @@ def cpd_topology(split: str, arm: str) -> Topology:
     p, d = parse_split(split)
     if arm == "replica":
         return Topology(f"{split}-replica", "replica", {"replica": p + d})
+    if arm == "goodput-replica":
+        return Topology(f"{split}-{arm}", "goodput", {"pre-prefill": p // 2, "replica": p - p // 2 + d})
     roles = {"pre-prefill": p // 2, "prefill": p - p // 2} if arm in ("cpd", "goodput") else {"prefill": p}
     return Topology(f"{split}-{arm}", arm, {**roles, "decode": d * GPUS_PER_NODE})
 
@@ -140,7 +145,7 @@ def cpd_sweep(cfg, cell: dict, arm: str, labels: tuple[str, ...]) -> dict[str, d
     make = partial(coding_agent, gen=fast_tokens, **cell_workload(cfg.context_tokens, cell))
     unloaded = unloaded_tpot(cfg.context_tokens, cell, cfg.seed)
     targets = {lab: tpot_target(lab, unloaded) for lab in labels}
-    if arm == "goodput":   # it routes for one target: a sweep per target
+    if arm.startswith("goodput"):   # it routes for one target: a sweep per target
         if len(labels) > 1:
             return {lab: cpd_sweep(cfg, cell, arm, (lab,))[lab] for lab in labels}
         setup = replace(setup, target=targets[labels[0]])

@@ -188,7 +188,7 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
     return path
 
 
-ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red", "goodput": "tab:purple"}
+ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red", "goodput": "tab:purple", "goodput-replica": "tab:brown"}
 
 
 def winner_text(w: dict, rates: list) -> tuple[str, str]:
