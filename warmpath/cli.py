@@ -162,7 +162,8 @@ def _router(a: argparse.Namespace) -> int:
                        elastic=ElasticConfig.from_mode(a.elastic, a.policy, POLICIES[a.policy].roles,
                                                        **elastic_timing(a)))
     policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
-                                          local=a.goodput_local == "on")) if a.policy == "goodput"
+                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share))
+              if a.policy == "goodput"
               else POLICIES[a.policy]())
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
@@ -203,6 +204,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``warmpath`` command line: every subcommand, or (``only``) the core ones and that
     one, so that starting a worker does not import the benchmark and simulator modules."""
     from warmpath.launch.topology import PPD_MODES
+    from warmpath.router.goodput import SLACK_SHARE
     from warmpath.router.policy import POLICIES
 
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
@@ -226,6 +228,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     "default warm.ttft_p90=2,cold.ttft_p90=20)")
     rt.add_argument("--goodput-local", default="on", choices=("on", "off"),
                     help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
+    rt.add_argument("--goodput-slack-share", type=float, default=SLACK_SHARE,
+                    help="goodput policy: the share of each request's TPOT slack (bound - unloaded TPOT) "
+                         "a decision plans to use (1: pack up to the bound)")
     _admission_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)

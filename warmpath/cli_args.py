@@ -280,6 +280,9 @@ def add_serve_parser(sub, fn=None) -> None:
                    "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
     s.add_argument("--goodput-local", default="on", choices=("on", "off"),
                    help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
+    s.add_argument("--goodput-slack-share", type=float, default=None,
+                   help="goodput policy: the share of each request's TPOT slack a decision plans to use "
+                        "(default 0.5; 1: pack up to the bound)")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
                    help="elastic roles: on (between the CPD tiers) | roles (among pre-prefill, prefill, decode "
                         "and replica, those the policy routes to) | off (auto: on for cpd topologies)")

@@ -11,7 +11,7 @@ import pytest
 
 from warmpath.bench.targets import Target
 from warmpath.engine.step_model import StepModel
-from warmpath.router.goodput import GoodputConfig, choose, local_harm_s, paths, score
+from warmpath.router.goodput import SLACK_SHARE, GoodputConfig, choose, local_harm_s, paths, planned, score
 from warmpath.router.model import RouterModel
 from warmpath.router.policy import GoodputPolicy
 from warmpath.router.route import RouteDecider
@@ -34,7 +34,8 @@ def snap(workers, hits=None, arrivals=None, session_decode="d0"):
 
 
 def policy(spec, **kw):
-    return GoodputPolicy(GoodputConfig(Target.parse(spec), **kw))
+    """The hand-worked cases below price the bound itself (slack share 1) unless they say."""
+    return GoodputPolicy(GoodputConfig(Target.parse(spec), **{"slack_share": 1.0, **kw}))
 
 
 def follow_up():
@@ -203,3 +204,28 @@ def test_a_replica_takes_handoffs_from_the_cold_tier():
     got = {(p.path, p.prefill, p.decode) for p in paths(rv, snap(ws, session_decode=None), pol.cfg)}
     assert got == {("local", None, "r0"), ("local", None, "r1"), ("cold", "c0", "r0"), ("cold", "c0", "r1")}
 
+
+
+def test_planned_takes_a_share_of_the_slack_over_the_unloaded_tpot():
+    assert planned(0.02, 0.01, 0.5) == pytest.approx(0.015)
+    assert planned(0.02, 0.01, 1.0) == 0.02 and planned(None, 0.01, 0.5) is None
+    assert planned(0.009, 0.01, 0.5) == 0.009          # no slack left: the bound itself
+    assert GoodputConfig().slack_share == SLACK_SHARE == 0.5
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="slack_share"):
+            GoodputConfig(slack_share=bad)
+
+
+def test_half_the_slack_keeps_a_follow_up_off_a_decode_worker_it_would_pack_near_the_bound():
+    """Bound 0.02; a lone decode step is 0.011, so half the slack plans for 0.0155. Local
+    leaves the 4 running at 0.01597 (within 0.02, past 0.0155), remote at 0.015."""
+    rv, hits = follow_up()
+    sn = snap(fleet(), hits)
+    spec = "warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.02"
+    full, half = policy(spec), policy(spec, slack_share=0.5)
+    assert {s.pred.path: s.kept for s in score(rv, sn, full.cfg, "warm", paths(rv, sn, full.cfg))} == \
+        {"local": 5, "warm": 5}
+    assert full.route(rv, sn).path == "local"          # a tie: the lower TTFT
+    assert {s.pred.path: s.kept for s in score(rv, sn, half.cfg, "warm", paths(rv, sn, half.cfg))} == \
+        {"local": 1, "warm": 5}
+    assert half.route(rv, sn).prefill == "p0"

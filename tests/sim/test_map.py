@@ -186,3 +186,11 @@ def test_an_interrupted_map_resumes_from_its_cell_cache(tmp_path, monkeypatch):
     assert calls == [(4096, "x0"), (4096, "x1"), (4096, "dynamic")]
     calls.clear()
     assert run_map(replace(cfg, seed=1), cache=cache)["reused_runs"] == 0 and len(calls) == 6
+
+
+def test_every_comparison_has_a_figure_title():
+    from warmpath.sim.map_plot import TITLES
+
+    names = {n for kind in map_mod.COMPARISONS.values() for n in kind}
+    assert names <= set(TITLES), sorted(names - set(TITLES))
+    assert map_mod.COMPARISONS["cpd"]["goodput-replica_vs_replica"] == ("goodput-replica", "replica")

@@ -154,6 +154,8 @@ def test_repro_cpd_assumption_flags_and_validation():
     g = asm.setup("GP-1D")
     assert (g.topology.policy, g.topology.workers, g.gpus) == ("goodput", {"pre-prefill": 1, "prefill": 1, "decode": 1}, 12)
     assert g.target.flat() == {"ttft_p90": 2.0}
+    h = asm.setup("GP-1C2R")        # the same 12 GPUs as a TP4 cold tier beside two TP4 replicas
+    assert (h.topology.policy, h.topology.workers, h.gpus) == ("goodput", {"pre-prefill": 1, "replica": 2}, 12)
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.model = "x"
     for kw, msg in ((dict(model="gpt-9"), "--model must be one of"), (dict(cold_share=1.0), "cold_share must be"),

@@ -32,6 +32,15 @@ on every path made the worker over its bound the cheapest place for every next r
 simulated B200 map, 2P1D / 20% cold / 16K at 0.4 sessions/s and 2× the unloaded TPOT, one
 decoder took the warm requests at 25–26 ms per token for a 15 ms bound, attainment 0.66 → 0.85
 with this rule). A local path's harm to later arrivals still counts.
+
+**Slack.** A prediction cannot see the chunks that later requests bring: a decision that
+packs each decode worker up to the TPOT bound leaves its requests there to be pushed past it
+by the next arrivals. Each decode-type worker's TPOT is therefore planned within
+``slack_share`` of the slack between its unloaded TPOT (a batch-1 decode step at the
+request's context, or at its running requests' mean context) and the bound
+(:func:`planned`): in the simulated B200 map (cold tier + TP4 replicas, one seed), share 1
+sustained less under a TPOT bound of 2× the unloaded TPOT than under 1.3× in 5 of 8 cells;
+share 0.5 met or beat the best fixed arm in all 8 (``docs/benchmarks/policies_sim.md``).
 """
 
 from __future__ import annotations
@@ -45,16 +54,21 @@ from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpot
 from warmpath.router.views import RequestView, Snapshot
 
 
+SLACK_SHARE = 0.5     # of each request's TPOT slack a decision plans to use (module docstring, "Slack")
+
+
 @dataclass(frozen=True)
 class GoodputConfig:
     """``target``: the service target (``bench/targets.Target``, or anything with its
     ``request_bound(classes, metric)``; ``None``: no bounds, so the lowest TTFT + harm wins);
     ``chunk_tokens``: the engines' tokens per step (chunked prefill); ``local``: consider
-    local paths at all; the cold rule as CPD's."""
+    local paths at all; ``slack_share``: plan TPOT within that share of the slack between
+    the unloaded TPOT and the bound (:func:`planned`); the cold rule as CPD's."""
 
     target: object | None = None
     chunk_tokens: int = DEFAULT_CHUNK
     local: bool = True
+    slack_share: float = SLACK_SHARE
     harm_weight: float = 1.0
     cold_threshold: float = 0.5
     min_cached_tokens: int = 256
@@ -63,6 +77,8 @@ class GoodputConfig:
         ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
         if self.chunk_tokens < 2:
             raise ValueError(f"chunk_tokens must be >= 2, got {self.chunk_tokens}")
+        if not 0 < self.slack_share <= 1:
+            raise ValueError(f"slack_share must be in (0, 1], got {self.slack_share}")
         if self.harm_weight < 0:
             raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
         if self.target is not None and not hasattr(self.target, "request_bound"):
@@ -88,6 +104,15 @@ class Scored:
     cost_s: float
     harm_s: float
     over: bool = False     # local, and its chunks push the running requests (within now) past their TPOT bound
+
+
+def planned(bound: float | None, lone_s: float, share: float) -> float | None:
+    """The TPOT bound a decision plans for: the unloaded TPOT ``lone_s`` (a batch-1 decode
+    step) plus ``share`` of the slack up to ``bound`` (the bound itself at share 1, or when
+    no slack is left)."""
+    if bound is None or share >= 1 or bound <= lone_s:
+        return bound
+    return lone_s + share * (bound - lone_s)
 
 
 def request_classes(cls: str, turn: int) -> list[str]:
@@ -135,8 +160,15 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     ttft_b, tpot_b, run_b = cfg.bound(classes, "ttft"), cfg.bound(classes, "tpot"), cfg.running_tpot_bound()
     holders = {w.worker_id: w for w in snap.by_role("decode", "replica")}
     base = {wid: w.running for wid, w in holders.items()}   # past the bound now: at risk, not lost
-    now_within = {wid: run_b is None or current_tpot(step_cost(snap, w), w, req.max_tokens, cfg.chunk_tokens,
-                                                     tpot_scale(snap, w)) <= run_b for wid, w in holders.items()}
+    me_b, run_bw = {}, {}
+    for wid, w in holders.items():   # planned within a share of each one's slack over its unloaded TPOT
+        cost = step_cost(snap, w)
+        me_b[wid] = planned(tpot_b, cost.step_s([(1, req.num_tokens)]), cfg.slack_share)
+        ctx = w.running_tokens // w.running if w.running else req.num_tokens
+        run_bw[wid] = planned(run_b, cost.step_s([(1, ctx)]), cfg.slack_share)
+    now_within = {wid: run_bw[wid] is None or current_tpot(step_cost(snap, w), w, req.max_tokens, cfg.chunk_tokens,
+                                                           tpot_scale(snap, w)) <= run_bw[wid]
+                  for wid, w in holders.items()}
     total = sum(base.values())
     harm = {}
     mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
@@ -145,8 +177,8 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
     out = []
     for p in preds:
-        me = (ttft_b is None or p.ttft_s <= ttft_b) and (tpot_b is None or p.tpot_s <= tpot_b)
-        within = run_b is None or p.running_tpot_s <= run_b
+        me = (ttft_b is None or p.ttft_s <= ttft_b) and (me_b[p.decode] is None or p.tpot_s <= me_b[p.decode])
+        within = run_bw[p.decode] is None or p.running_tpot_s <= run_bw[p.decode]
         lone = step_cost(snap, holders[p.decode]).step_s([(1, req.num_tokens)]) if p.path == "local" else 0.0
         h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, lone) * mine
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,

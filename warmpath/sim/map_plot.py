@@ -24,6 +24,8 @@ TITLES = {"cpd_vs_pd": "CPD / PD goodput", "cpd_vs_pd-kv": "CPD / pd-kv goodput"
           "cpd_vs_replica": "CPD / TP4 replicas goodput",
           "goodput_vs_cpd": "goodput policy / CPD goodput", "goodput_vs_pd": "goodput policy / PD goodput",
           "goodput_vs_replica": "goodput policy / TP4 replicas goodput",
+          "goodput-replica_vs_pd": "goodput, cold tier + TP4 replicas / PD goodput",
+          "goodput-replica_vs_replica": "goodput, cold tier + TP4 replicas / TP4 replicas goodput",
           "dynamic_vs_x0": "PPD dynamic: turn-2+ TTFT p50 x=0 / dynamic",
           "x1_vs_x0": "PPD x=1: turn-2+ TTFT p50 x=0 / x=1"}
 CLIP = 3.0                      # log2 of the largest gain (and 1 / it) the colours tell apart

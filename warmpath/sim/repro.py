@@ -36,6 +36,8 @@ CPD_CONFIGS = {
     "CPD-2D": Topology("CPD-2D", "cpd", {"pre-prefill": 1, "prefill": 1, "decode": 8}),
     "3R-TP4": Topology("3R-TP4", "replica", {"replica": 3}),       # 2P1D's 12 GPUs as prefix-aware TP4 replicas
     "GP-1D": Topology("GP-1D", "goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4}),   # CPD-1D's, path decision
+    # CPD-1D's 12 GPUs as a TP4 cold tier beside two TP4 replicas, path decision (map arm goodput-replica)
+    "GP-1C2R": Topology("GP-1C2R", "goodput", {"pre-prefill": 1, "replica": 2}),
 }
 CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
                     answer=128)
@@ -79,9 +81,12 @@ class CPDAssumptions:
                 "question": self.question_tokens, "warm_ratio": 1 - self.cold_share, "answer": self.answer_tokens}
 
     def topology(self, name: str) -> Topology:
-        """``name`` of :data:`CPD_CONFIGS` with ``4 // decode_tp`` decode instances per node."""
+        """``name`` of :data:`CPD_CONFIGS` with ``4 // decode_tp`` decode instances per node
+        (a layout without decode workers as it is)."""
         t = CPD_CONFIGS[name]
-        return t if t.policy == "replica" else replace(t, workers={**t.workers, "decode": t.workers["decode"] // self.decode_tp})
+        if "decode" not in t.workers:    # replicas (TP4, one per node) only
+            return t
+        return replace(t, workers={**t.workers, "decode": t.workers["decode"] // self.decode_tp})
 
     def setup(self, name: str) -> SimSetup:
         return replace(cpd_setup(self.topology(name), self.max_in_flight), model=MODELS[self.model],
