@@ -47,3 +47,13 @@ def test_a_worker_start_imports_no_benchmark_or_simulator_module():
 
     names = build_parser()._subparsers._group_actions[0].choices
     assert {"worker", "router", "serve", "bench", "sim", "repro", "map", "plan", "deploy", "manifests"} <= set(names)
+
+
+def test_goodput_flags_parse_and_a_bad_slack_share_is_named(capsys):
+    from warmpath.cli import main
+
+    a = serve_namespace(["--goodput-local", "off", "--goodput-slack-share", "0.8"])
+    assert (a.goodput_local, a.goodput_slack_share) == ("off", 0.8)
+    assert serve_namespace([]).goodput_slack_share is None          # the router's default then
+    assert main(["router", "--policy", "goodput", "--goodput-slack-share", "2", "--port", "0"]) == 2
+    assert "slack_share must be in (0, 1], got 2.0" in capsys.readouterr().err

@@ -38,9 +38,10 @@ packs each decode worker up to the TPOT bound leaves its requests there to be pu
 by the next arrivals. Each decode-type worker's TPOT is therefore planned within
 ``slack_share`` of the slack between its unloaded TPOT (a batch-1 decode step at the
 request's context, or at its running requests' mean context) and the bound
-(:func:`planned`): in the simulated B200 map (cold tier + TP4 replicas, one seed), share 1
-sustained less under a TPOT bound of 2× the unloaded TPOT than under 1.3× in 5 of 8 cells;
-share 0.5 met or beat the best fixed arm in all 8 (``docs/benchmarks/policies_sim.md``).
+(:func:`planned`): in the simulated B200 map (cold tier + TP4 replicas, seed 0), share 1
+sustained less under a TPOT bound of 2× the unloaded TPOT than under the tighter 1.3× in 3
+of 8 cells and missed the best fixed arm in 6 of 8 at 2×; share 0.5 met or beat it in all
+8 (``docs/benchmarks/policies_sim.md``, "A cold tier beside replicas").
 """
 
 from __future__ import annotations
@@ -160,15 +161,15 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     ttft_b, tpot_b, run_b = cfg.bound(classes, "ttft"), cfg.bound(classes, "tpot"), cfg.running_tpot_bound()
     holders = {w.worker_id: w for w in snap.by_role("decode", "replica")}
     base = {wid: w.running for wid, w in holders.items()}   # past the bound now: at risk, not lost
-    me_b, run_bw = {}, {}
+    lone, me_b, run_bw, now_within = {}, {}, {}, {}
     for wid, w in holders.items():   # planned within a share of each one's slack over its unloaded TPOT
         cost = step_cost(snap, w)
-        me_b[wid] = planned(tpot_b, cost.step_s([(1, req.num_tokens)]), cfg.slack_share)
+        lone[wid] = cost.step_s([(1, req.num_tokens)])
+        me_b[wid] = planned(tpot_b, lone[wid], cfg.slack_share)
         ctx = w.running_tokens // w.running if w.running else req.num_tokens
         run_bw[wid] = planned(run_b, cost.step_s([(1, ctx)]), cfg.slack_share)
-    now_within = {wid: run_bw[wid] is None or current_tpot(step_cost(snap, w), w, req.max_tokens, cfg.chunk_tokens,
-                                                           tpot_scale(snap, w)) <= run_bw[wid]
-                  for wid, w in holders.items()}
+        now_within[wid] = run_bw[wid] is None or current_tpot(cost, w, req.max_tokens, cfg.chunk_tokens,
+                                                              tpot_scale(snap, w)) <= run_bw[wid]
     total = sum(base.values())
     harm = {}
     mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
@@ -179,8 +180,8 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (me_b[p.decode] is None or p.tpot_s <= me_b[p.decode])
         within = run_bw[p.decode] is None or p.running_tpot_s <= run_bw[p.decode]
-        lone = step_cost(snap, holders[p.decode]).step_s([(1, req.num_tokens)]) if p.path == "local" else 0.0
-        h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, lone) * mine
+        alone = lone[p.decode] if p.path == "local" else 0.0
+        h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, alone) * mine
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
                           p.path == "local" and base.get(p.decode, 0) > 0 and now_within[p.decode] and not within))
     return out
