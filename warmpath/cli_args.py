@@ -68,9 +68,12 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                    help="KV cache dtype, every tier (auto: the model's; float16 under a float32 model "
                         "halves KV bytes and moves; every worker of a fleet needs the same)")
-    g.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "fp16w"),
+    g.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "fp16w", "int8w", "int4w", "int8a8", "int4a8"),
                    help="linear layers: auto (fp16w on CPU, none on CUDA) | none (float32 reference) "
-                        "| fp16w (fp16 weights, fp32 compute) | int8 (fbgemm dynamic int8: "
+                        "| fp16w (fp16 weights, fp32 compute) | int8w / int4w (8- / 4-bit weights in groups "
+                        "of 32, GGUF's Q8_0 / Q4_1, fp32 compute, warmpath's C kernel; exact for the "
+                        "default SmolLM2 file under int4w) | int8a8 / int4a8 (the same weights times int8 "
+                        "activations per group of 32: llama.cpp's arithmetic) | int8 (fbgemm dynamic int8: "
                         "faster, but answers differ and depend on batch mates)")
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--kv-cache-gib", type=_gib, default="auto", help="L1 KV pool (auto: one context window)")

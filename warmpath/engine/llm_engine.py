@@ -30,7 +30,7 @@ class EngineConfig:
     ``device``/``dtype`` ``"auto"``: CUDA + bfloat16 when available, else CPU + float32.
     ``kv_cache_gib`` ``None``: one context window of blocks (``kv/sizing.py``);
     ``num_blocks`` overrides both when set. ``quantization``: none (the float32
-    reference) | int8 | fp16w | auto (fp16w on CPU); see ``models/quant.py``.
+    reference) | int8 | fp16w | int8w | int4w | auto (fp16w on CPU); see ``models/quant.py``.
     """
 
     model: str = "smollm2"

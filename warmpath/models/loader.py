@@ -134,7 +134,7 @@ def load_model(spec: str = DEFAULT_MODEL, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, seed: int = 0,
                quantization: str = "none") -> LoadedModel:
     """Load a model by spec (see module docstring), quantized per ``quantization``
-    (``models/quant.py``: none | int8 | fp16w | auto; the mode joins the revision, so KV
+    (``models/quant.py``: none | int8 | fp16w | int8w | int4w | int8a8 | int4a8 | auto; the mode joins the revision, so KV
     computed by differently quantized weights is never shared).
 
     Raises:

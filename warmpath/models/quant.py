@@ -5,6 +5,15 @@ Modes (``--quantization``):
 * ``none``  — the float32 reference path (``Linear``: ``x @ W^T``).
 * ``fp16w`` — weights stored as float16, computed in float32 by fbgemm
   (``linear_dynamic_fp16``): half the weight bytes, near-reference logits.
+* ``int8w`` — weights int8 in groups of 32 with a half scale each (GGML's Q8_0), activations
+  float32, computed by warmpath's own C kernel (``models/qlinear_op.py``): 53% of ``fp16w``'s
+  weight bytes, batch-invariant.
+* ``int4w`` — the linears 4-bit in groups of 32 with a half scale and offset each (GGML's
+  Q4_1), the LM head as ``int8w``: 31% of ``fp16w``'s bytes on SmolLM2. The default SmolLM2
+  file is Q4_1 with a Q8_0 embedding, so its weights come back bit for bit.
+* ``int8a8`` / ``int4a8`` — ``int8w`` / ``int4w``'s weights times activations rounded per row to
+  int8 in groups of 32, integer dot products (``models/qlinear_a8_op.py``; llama.cpp's Q8_0 /
+  Q4_1 × Q8_1 arithmetic): batch-invariant, answers near ``int4w``'s.
 * ``int8``  — weights int8 per output channel, activations quantized per step to
   uint8 per tensor by fbgemm (``linear_dynamic``): a quarter of the weight bytes and
   integer matmuls. Per-tensor activation scales lose the small channels next to
@@ -34,9 +43,11 @@ import torch
 from torch import nn
 
 from warmpath.models.attention import AttentionMetadata
+from warmpath.models.qlinear_a8_op import QA8Linear
+from warmpath.models.qlinear_op import QLinear
 from warmpath.models.llama import Linear, LlamaForCausalLM
 
-QUANT_MODES = ("none", "int8", "fp16w")
+QUANT_MODES = ("none", "int8", "fp16w", "int8w", "int4w", "int8a8", "int4a8")
 SMOOTH_ALPHA = 0.5
 
 # Fixed calibration text: prose, code and a chat turn, as the workloads mix them.
@@ -177,6 +188,9 @@ def quantize_model(model: LlamaForCausalLM, mode: str, calibration_ids: list[int
     def build(weight: torch.Tensor, bias: torch.Tensor | None, name: str) -> nn.Module:
         if mode == "int8":
             return Int8Linear(weight, bias, amax[name])
+        if mode in ("int8w", "int4w", "int8a8", "int4a8"):   # the LM head keeps 8 bits, as GGUF files do
+            bits = 4 if mode.startswith("int4") and name != "lm_head" else 8
+            return (QA8Linear if mode.endswith("a8") else QLinear)(weight, bias, bits)
         return Fp16Linear(weight, bias)
 
     swaps = [(parent, child_name, f"{pname}.{child_name}" if pname else child_name, child)
@@ -185,7 +199,7 @@ def quantize_model(model: LlamaForCausalLM, mode: str, calibration_ids: list[int
     jobs = [(child.weight_t.detach().t(), None if child.bias is None else child.bias.detach(), full)
             for _parent, _name, full, child in swaps]
     head_w = model.embed_tokens.weight.detach() if model.lm_head is None else None
-    if head_w is None and not isinstance(model.lm_head, (Int8Linear, Fp16Linear)):
+    if head_w is None and not isinstance(model.lm_head, (Int8Linear, Fp16Linear, QLinear, QA8Linear)):
         head_w = model.lm_head.weight_t.detach().t()
     if head_w is not None:
         jobs.append((head_w, None, "lm_head"))
