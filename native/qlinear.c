@@ -145,6 +145,62 @@ static void tile_base(const Args *a, long p0, int np, long m0, int mt) {
         }                                                                                   \
     }
 
+/* Many rows: a panel's weights are widened once into the task's scratch ([K][P] floats, the
+ * same floats WIDEN gives a tile) and every row tile reads them from there. The sums are the
+ * same operations in the same order, so a row's bits do not depend on which path ran it. */
+#define WTILE(name, attr, V, NV, WIDEN, LOADH, LOADF, BCAST, FMA, ZERO, STORE, RB)           \
+    attr static void name##_widen(const Args *a, long p, float *wf) {                       \
+        const uint8_t *wp = a->w + p * a->K * RB;                                           \
+        const uint16_t *dp = a->d + p * a->NG * P, *mp = a->m ? a->m + p * a->NG * P : NULL; \
+        for (long g = 0; g < a->NG; g++) {                                                  \
+            V dv[NV], mv[NV];                                                               \
+            for (int j = 0; j < NV; j++) {                                                  \
+                dv[j] = LOADH(dp + g * P + j * (P / NV));                                   \
+                mv[j] = mp ? LOADH(mp + g * P + j * (P / NV)) : ZERO();                     \
+            }                                                                               \
+            long kend = (g + 1) * GS < a->K ? (g + 1) * GS : a->K;                          \
+            for (long k = g * GS; k < kend; k++) {                                          \
+                V wv[NV];                                                                   \
+                WIDEN(wv, wp + k * RB, dv, mv);                                             \
+                for (int j = 0; j < NV; j++)                                                \
+                    STORE(wf + k * P + j * (P / NV), wv[j]);                                \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+    attr INL void name##_ft(const Args *a, const float *wf, long p, long m0, const int mt) { \
+        V acc[6][NV];                                                                       \
+        for (int i = 0; i < mt; i++)                                                        \
+            for (int j = 0; j < NV; j++)                                                    \
+                acc[i][j] = ZERO();                                                         \
+        for (long k = 0; k < a->K; k++) {                                                   \
+            V wv[NV];                                                                       \
+            for (int j = 0; j < NV; j++)                                                    \
+                wv[j] = LOADF(wf + k * P + j * (P / NV));                                   \
+            for (int i = 0; i < mt; i++) {                                                  \
+                V xv = BCAST(a->x + (m0 + i) * a->xs + k);                                  \
+                for (int j = 0; j < NV; j++)                                                \
+                    acc[i][j] = FMA(xv, wv[j], acc[i][j]);                                  \
+            }                                                                               \
+        }                                                                                   \
+        float out[P];                                                                       \
+        for (int i = 0; i < mt; i++) {                                                      \
+            for (int j = 0; j < NV; j++)                                                    \
+                STORE(out + j * (P / NV), acc[i][j]);                                       \
+            for (int c = 0; c < P; c++)                                                     \
+                store(a, m0 + i, p * P + c, out[c]);                                        \
+        }                                                                                   \
+    }                                                                                       \
+    attr static void name##_f(const Args *a, const float *wf, long p, long m0, int mt) {    \
+        switch (mt) {                                                                       \
+        case 1: name##_ft(a, wf, p, m0, 1); break;                                          \
+        case 2: name##_ft(a, wf, p, m0, 2); break;                                          \
+        case 3: name##_ft(a, wf, p, m0, 3); break;                                          \
+        case 4: name##_ft(a, wf, p, m0, 4); break;                                          \
+        case 5: name##_ft(a, wf, p, m0, 5); break;                                          \
+        default: name##_ft(a, wf, p, m0, 6); break;                                         \
+        }                                                                                   \
+    }
+
 /* AVX-512: two vectors of 16 columns. */
 #define A512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
 A512 INL __m512 b512(const float *p) { return _mm512_set1_ps(*p); }
@@ -161,6 +217,8 @@ A512 INL void w4_512(__m512 *wv, const uint8_t *r, const __m512 *dv, const __m51
 }
 TILE(t8_avx512, A512, __m512, 2, w8_512, h512, b512, _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_storeu_ps, P)
 TILE(t4_avx512, A512, __m512, 2, w4_512, h512, b512, _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_storeu_ps, P / 2)
+WTILE(t8_avx512, A512, __m512, 2, w8_512, h512, _mm512_loadu_ps, b512, _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_storeu_ps, P)
+WTILE(t4_avx512, A512, __m512, 2, w4_512, h512, _mm512_loadu_ps, b512, _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_storeu_ps, P / 2)
 
 /* AVX2: four vectors of 8 columns. */
 #define A256 __attribute__((target("avx2,fma,f16c")))
@@ -180,10 +238,16 @@ A256 INL void w4_256(__m256 *wv, const uint8_t *r, const __m256 *dv, const __m25
 }
 TILE(t8_avx2, A256, __m256, 4, w8_256, h256, b256, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps, P)
 TILE(t4_avx2, A256, __m256, 4, w4_256, h256, b256, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps, P / 2)
+WTILE(t8_avx2, A256, __m256, 4, w8_256, h256, _mm256_loadu_ps, b256, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps, P)
+WTILE(t4_avx2, A256, __m256, 4, w4_256, h256, _mm256_loadu_ps, b256, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps, P / 2)
 #endif
 
 typedef void (*tile_fn)(const Args *, long, int, long, int);
+typedef void (*widen_fn)(const Args *, long, float *);
+typedef void (*ftile_fn)(const Args *, const float *, long, long, int);
 static tile_fn tile8 = tile_base, tile4 = tile_base;
+static widen_fn widen8, widen4;     /* NULL on the baseline: its tiles widen as they go */
+static ftile_fn ftile;
 static int tile_rows = 6;           /* rows per tile; a lone row takes up to max_panels panels */
 static int max_panels = 4;
 static const char *variant = "baseline";
@@ -193,23 +257,36 @@ static void pick(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c")) {
         variant = "avx512", tile8 = t8_avx512, tile4 = t4_avx512, tile_rows = 6;
+        widen8 = t8_avx512_widen, widen4 = t4_avx512_widen, ftile = t8_avx512_f;
         return;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         variant = "avx2", tile8 = t8_avx2, tile4 = t4_avx2, tile_rows = 2;   /* 8 accumulators of 16 registers */
+        widen8 = t8_avx2_widen, widen4 = t4_avx2_widen, ftile = t8_avx2_f;
         max_panels = 2;
         return;
     }
 #endif
 }
 
-/* Task t: PANELS_PER_TASK panels, every row: tiles of tile_rows rows × one panel, and a last
- * tile of one row (two rows) over up to max_panels (max_panels / 2) panels at once. */
+/* More rows than one tile takes (and a scratch to widen into): panel by panel, widened once. */
+INL int widened(const Args *a) { return a->M > tile_rows && widen8 != NULL; }
+
+/* Task t: PANELS_PER_TASK panels, every row. Widened: each panel once into the scratch, then
+ * tiles of tile_rows rows. Else tiles of tile_rows rows × one panel, and a last tile of one row
+ * (two rows) over up to max_panels (max_panels / 2) panels at once. */
 static void run_task(void *ctx, long t, void *scratch) {
-    (void)scratch;
     const Args *a = ctx;
-    tile_fn tile = a->bits == 8 ? tile8 : tile4;
     long np = (a->N + P - 1) / P, p1 = (t + 1) * PANELS_PER_TASK < np ? (t + 1) * PANELS_PER_TASK : np;
+    if (widened(a)) {
+        for (long p = t * PANELS_PER_TASK; p < p1; p++) {
+            (a->bits == 8 ? widen8 : widen4)(a, p, scratch);
+            for (long m = 0; m < a->M; m += tile_rows)
+                ftile(a, scratch, p, m, a->M - m < tile_rows ? (int)(a->M - m) : tile_rows);
+        }
+        return;
+    }
+    tile_fn tile = a->bits == 8 ? tile8 : tile4;
     for (long m = 0; m < a->M; m += tile_rows) {
         int mt = a->M - m < tile_rows ? (int)(a->M - m) : tile_rows;
         int step = mt == 1 ? max_panels : mt == 2 && max_panels >= 4 ? 2 : 1;
@@ -248,7 +325,7 @@ static PyObject *matmul(PyObject *self __attribute__((unused)), PyObject *args) 
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     if (a.M > 0)
-        rc = pool_run(run_task, &a, ntasks, nthreads, 0);
+        rc = pool_run(run_task, &a, ntasks, nthreads, widened(&a) ? sizeof(float) * (size_t)(a.K * P) : 0);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return PyErr_NoMemory();

@@ -215,23 +215,99 @@ AVNNI INL void vnni_t(const Args *a, long p0, long m0, const int mt, const int n
     }
 AVNNI static void tile_vnni8(const Args *a, long p0, int np, long m0, int mt) { VNNI_CASES(8) }
 AVNNI static void tile_vnni4(const Args *a, long p0, int np, long m0, int mt) { VNNI_CASES(4) }
+/* AVX2 (no VNNI): u8 × s8 pairs by vpmaddubsw, then pairs of pairs by vpmaddwd: one row, one
+ * panel, four vectors of 8 columns. 4 bits: u ≤ 15, so a pair never saturates int16. 8 bits:
+ * u − 128 = q (a sign flip of the top bit), |q| · sign(x, q) ≤ 127 · 127 per product, and the
+ * sum is Σ q · x = I − 128 X: the same integer the VNNI path folds. */
+#define A2 __attribute__((target("avx2,fma,f16c")))
+A2 INL __m256i dot4_avx2(__m256i acc, __m256i u, __m256i x) {
+    __m256i pairs = _mm256_maddubs_epi16(u, x);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+A2 INL void avx2_t(const Args *a, long p, long m, const int bits) {
+    __m256 fy[4];
+    for (int j = 0; j < 4; j++)
+        fy[j] = _mm256_setzero_ps();
+    const __m256i lo4 = _mm256_set1_epi8(15), top = _mm256_set1_epi8((char)0x80);
+    for (long g = 0; g < a->NG; g++) {
+        __m256i ia[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        const int8_t *xg = a->xq + (m * a->NG + g) * GS;
+        const uint8_t *blk = a->w + (p * a->NG + g) * group_bytes(bits);
+        for (int unit = 0; unit < (bits == 8 ? 8 : 4); unit++)
+            for (int h = 0; h < 2; h++)
+                for (int v = 0; v < 2; v++) {           /* columns h·16 + v·8 .. + 7 */
+                    __m256i b = _mm256_loadu_si256((const __m256i *)(blk + (unit * 2 + h) * 64 + v * 32));
+                    int j = h * 2 + v;
+                    if (bits == 8) {
+                        __m256i q = _mm256_xor_si256(b, top);
+                        __m256i x = _mm256_set1_epi32(ld32(xg + unit * 4));
+                        ia[j] = dot4_avx2(ia[j], _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+                    } else {
+                        __m256i ulo = _mm256_and_si256(b, lo4);
+                        __m256i uhi = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo4);
+                        ia[j] = dot4_avx2(ia[j], ulo, _mm256_set1_epi32(ld32(xg + unit * 4)));
+                        ia[j] = dot4_avx2(ia[j], uhi, _mm256_set1_epi32(ld32(xg + (unit + 4) * 4)));
+                    }
+                }
+        long r = m * a->NG + g;
+        __m256 s = _mm256_set1_ps(a->xs[r]);
+        for (int j = 0; j < 4; j++) {
+            long o = (p * a->NG + g) * P + j * 8;
+            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->d + o)));
+            if (bits == 8) {
+                fy[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[j]), _mm256_mul_ps(s, d), fy[j]);
+            } else {
+                __m256 mo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->m + o)));
+                __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[j]), _mm256_mul_ps(s, d), fy[j]);
+                fy[j] = _mm256_fmadd_ps(_mm256_mul_ps(s, mo), _mm256_set1_ps((float)a->xsum[r]), t);
+            }
+        }
+    }
+    float out[P];
+    for (int j = 0; j < 4; j++)
+        _mm256_storeu_ps(out + j * 8, fy[j]);
+    for (int c = 0; c < P; c++) {
+        long n = p * P + c;
+        if (n < a->N)
+            a->y[m * a->ys + n] = a->bias ? out[c] + a->bias[n] : out[c];
+    }
+}
+
+A2 static void tile_avx2_8(const Args *a, long p0, int np, long m0, int mt) {
+    for (int i = 0; i < mt; i++)
+        for (int q = 0; q < np; q++)
+            avx2_t(a, p0 + q, m0 + i, 8);
+}
+A2 static void tile_avx2_4(const Args *a, long p0, int np, long m0, int mt) {
+    for (int i = 0; i < mt; i++)
+        for (int q = 0; q < np; q++)
+            avx2_t(a, p0 + q, m0 + i, 4);
+}
 #endif
+
 
 typedef void (*tile_fn)(const Args *, long, int, long, int);
 static tile_fn tile8 = tile_base, tile4 = tile_base;
 static int tile_rows = 1, max_panels = 1;
 static const char *variant = "baseline";
 
-/* WARMPATH_QLINEAR_VARIANT=baseline keeps the portable code (the tests compare its bits). */
+/* WARMPATH_QLINEAR_VARIANT=baseline keeps the portable code, =avx2 skips VNNI (the tests
+ * compare their bits). */
 static void pick(void) {
     const char *force = getenv("WARMPATH_QLINEAR_VARIANT");
     if (force && strcmp(force, "baseline") == 0)
         return;
+    int skip_vnni = force && strcmp(force, "avx2") == 0;
 #ifdef X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (!skip_vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma")) {
         variant = "avx512vnni", tile8 = tile_vnni8, tile4 = tile_vnni4, tile_rows = 6, max_panels = 4;
+        return;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        variant = "avx2", tile8 = tile_avx2_8, tile4 = tile_avx2_4, tile_rows = 1, max_panels = 1;
         return;
     }
 #endif

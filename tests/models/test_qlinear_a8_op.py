@@ -15,7 +15,7 @@ from warmpath.models import qlinear_op as op
 
 def test_the_install_step_built_the_kernel():
     assert a8.available(), "warmpath.models._qlinear_a8 is not built: run `pip install -e .`"
-    assert a8.variant() in ("avx512vnni", "baseline")
+    assert a8.variant() in ("avx512vnni", "avx2", "baseline")
 
 
 def test_activations_round_per_group_of_32_to_127_steps_of_the_largest():
@@ -79,20 +79,24 @@ def test_a_row_computes_the_same_bits_alone_and_in_any_batch(bits, n, k):
     assert (batched.double() - ref).abs().max().item() < 1e-3
 
 
-def test_the_portable_variant_gives_the_same_bits():
+@pytest.mark.parametrize("forced", ["baseline", "avx2"])
+def test_every_variant_gives_the_same_bits(forced):
     """Integer sums are exact and the float steps are the same fused multiply-adds: the
-    baseline C code (forced by the environment, in a child) matches the vector kernel."""
+    portable C code and the AVX2 code (forced by the environment, in a child) match the
+    kernel this machine picks."""
+    if forced == "avx2" and a8.variant() == "baseline":
+        pytest.skip("this CPU has no AVX2")
     g = torch.Generator().manual_seed(2)
     cases = {bits: (torch.randn(100, 96, generator=g), torch.randn(100, generator=g), torch.randn(5, 96, generator=g))
              for bits in (8, 4)}
     code = ("import sys, torch\nfrom warmpath.models import qlinear_a8_op as a8\n"
-            "cases = torch.load(sys.argv[1])\nassert a8.variant() == 'baseline', a8.variant()\n"
+            "cases = torch.load(sys.argv[1])\nassert a8.variant() == sys.argv[2], a8.variant()\n"
             "torch.save({b: a8.QA8Linear(w, bb, b)(x) for b, (w, bb, x) in cases.items()}, sys.argv[1])\n")
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"qa8_{os.getpid()}.pt")
     torch.save(cases, path)
     try:
-        subprocess.run([sys.executable, "-c", code, path], check=True, timeout=120,
-                       env={**os.environ, "WARMPATH_QLINEAR_VARIANT": "baseline"})
+        subprocess.run([sys.executable, "-c", code, path, forced], check=True, timeout=120,
+                       env={**os.environ, "WARMPATH_QLINEAR_VARIANT": forced})
         portable = torch.load(path)
     finally:
         os.unlink(path)

@@ -28,7 +28,7 @@ def available() -> bool:
 
 
 def variant() -> str:
-    """avx512vnni | baseline (``WARMPATH_QLINEAR_VARIANT=baseline`` forces it), or ``torch``."""
+    """avx512vnni | avx2 | baseline (``WARMPATH_QLINEAR_VARIANT=avx2|baseline`` forces one), or ``torch``."""
     return _qlinear_a8.variant() if _qlinear_a8 is not None else "torch"
 
 
@@ -97,6 +97,12 @@ def linear(x: torch.Tensor, wp: torch.Tensor, dp: torch.Tensor, mp: torch.Tensor
     """
     if x.shape[-1] != k:
         raise ValueError(f"input has {x.shape[-1]} features, the weight takes {k}")
+    if _qlinear_a8 is not None and x.dim() == 2 and x.dtype == torch.float32 and x.is_cpu and x.is_contiguous():
+        y = torch.empty(x.shape[0], n)      # the decode step's case: no reshape, no view (µs a call)
+        _qlinear_a8.matmul(8 if mp is None else 4, x.data_ptr(), k, wp.data_ptr(), dp.data_ptr(),
+                           0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                           y.data_ptr(), n, x.shape[0], k, n, torch.get_num_threads())
+        return y
     if _qlinear_a8 is None or not x.is_cpu or x.dtype != torch.float32:
         return torch_linear(x, wp, dp, mp, bias, n, k)
     x2 = x.reshape(-1, k)
@@ -135,7 +141,7 @@ class QA8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the op inside graphs and under torch.profiler (``warmpath::linear_qa8``), else direct
-        if torch.compiler.is_compiling() or torch._C._autograd._profiler_enabled():
+        if torch._C._autograd._profiler_enabled() or torch.compiler.is_compiling():
             return torch.ops.warmpath.linear_qa8(x, self.wp, self.dp, self.mp, self.bias,
                                                  self.out_features, self.in_features)
         return linear(x, self.wp, self.dp, self.mp, self.bias, self.out_features, self.in_features)
