@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from warmpath.models.attention import AttentionMetadata, paged_attention
+from warmpath.models.rope_op import rope_qk
 from warmpath.models.config import ModelConfig, RopeScaling
 
 
@@ -102,9 +103,13 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = RotaryEmbedding.apply(q.view(t, self.h, self.dh), *rope)
-        k = RotaryEmbedding.apply(k.view(t, self.kvh, self.dh), *rope)
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        rotated = rope_qk(qkv, *rope, self.h, self.kvh, self.dh)     # the same bits, one C call
+        if rotated is None:
+            rotated = (RotaryEmbedding.apply(q.view(t, self.h, self.dh), *rope),
+                       RotaryEmbedding.apply(k.view(t, self.kvh, self.dh), *rope))
+        q, k = rotated
         v = v.view(t, self.kvh, self.dh)
         o = paged_attention(q, k, v, kv_cache, meta, self.scale)  # [T, H, Dh]
         return self.o_proj(o.reshape(t, self.q_size))
