@@ -3,8 +3,8 @@
  * It runs on OpenMP, linked as libgomp.so.1: in a process that imported torch first, the
  * loader binds that soname to torch's bundled copy, so the kernels' threads are torch's own
  * team. (A pthread pool of its own, the former design, woke threads that fought torch's
- * spinning OpenMP workers for the cores: a batch-16 decode step measured 65.6 ms with it,
- * 54.7 ms on torch's team; docs/benchmarks/engine.md.) */
+ * spinning OpenMP workers for the cores: a batch-16 fp16w decode step took 66.1 ms with it,
+ * 53.5 ms on torch's team, medians of 3; docs/benchmarks/engine.md.) */
 #ifndef WARMPATH_TASKPOOL_H
 #define WARMPATH_TASKPOOL_H
 

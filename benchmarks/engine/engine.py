@@ -105,7 +105,19 @@ def hf_generate(ref, batch: int, new: int, prompt_len: int = 32) -> float:
 AGREEMENT_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time,",
                      "The three laws of thermodynamics are", "import numpy as np\n",
                      "Q: What is 17*23?\nA:", "The quick brown fox", "In machine learning, overfitting"]
-WEIGHT_BYTES = {"none": 4, "fp16w": 2, "int8": 1}
+WEIGHT_BYTES = {"none": 4, "fp16w": 2, "int8": 1}     # per weight; the grouped modes: weight_bytes()
+
+
+def weight_bytes(lm, mode: str, linear: int) -> float:
+    """Bytes of every linear weight (head included): the grouped modes' buffers as held
+    (4- or 8-bit weights, half scales and offsets), else ``linear`` × the mode's width."""
+    from warmpath.models.qlinear_a8_op import QA8Linear
+    from warmpath.models.qlinear_op import QLinear
+
+    if mode in WEIGHT_BYTES:
+        return linear * WEIGHT_BYTES[mode]
+    mods = [m for m in lm.model.modules() if isinstance(m, (QLinear, QA8Linear))]
+    return sum(b.numel() * b.element_size() for m in mods for n, b in m.named_buffers() if n != "bias")
 
 
 def greedy_answers(lm, n: int = 32) -> list[list[int]]:
@@ -131,7 +143,7 @@ def compare_modes(a, copy: float) -> dict:
         row = {"prefill_tok_s": {t: round(ours_prefill(lm, int(t), 2), 1) for t in a.prefill.split(",")},
                "decode_tok_s": {b: round(ours_decode(lm, int(b), a.new_tokens), 1) for b in a.batches.split(",")},
                "greedy_equal_to_none": f"{sum(x == y for x, y in zip(answers, ref))}/{len(ref)}"}
-        roof = copy / 2 * 1e9 / (linear * WEIGHT_BYTES[mode])   # copy_gbps counts read + write
+        roof = copy / 2 * 1e9 / weight_bytes(lm, mode, linear)   # copy_gbps counts read + write
         row["decode_b1_roofline_tok_s"] = round(roof, 1)
         if "1" in row["decode_tok_s"]:
             row["decode_b1_share_of_roofline"] = round(row["decode_tok_s"]["1"] / roof, 3)

@@ -86,7 +86,7 @@ def resolve_mode(mode: str, device: torch.device) -> str:
     if mode not in QUANT_MODES:
         raise ValueError(f"quantization must be auto, {', '.join(QUANT_MODES)}; got {mode!r}")
     if mode != "none" and device.type != "cpu":
-        raise ValueError(f"--quantization {mode} uses fbgemm CPU kernels; use none on {device.type}")
+        raise ValueError(f"--quantization {mode} uses fbgemm or warmpath CPU kernels; use none on {device.type}")
     return mode
 
 
