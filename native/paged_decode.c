@@ -11,8 +11,9 @@
  * merged by log-sum-exp. Each is one task of the pool (taskpool.c); a head's arithmetic
  * depends only on its own inputs, never on the batch or the thread that runs it, so a sequence
  * alone and in a batch gets bit-identical output. D loops: vecmath.h, compiled for AVX-512,
- * AVX2 + FMA and the baseline, one chosen at import. A float16 cache's rows are widened into
- * the task's scratch one block and KV head at a time (F16C where the CPU has it). */
+ * AVX2 + FMA and the baseline, one chosen at import. A float16 cache's rows are widened in
+ * registers by F16C where the CPU has it (half_unit), else into the task's scratch one block
+ * and KV head at a time. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -112,6 +113,77 @@ INL void prefetch_block(const Args *a, long base, long elems) {
     }
 }
 
+/* One query head's online-softmax step over a block's n scores sg (padded to VL): a new
+ * maximum rescales what came before; the scores become e^(s - max), their sum joins *l. */
+INL void softmax_step(float *sg, long n, float *mh, float *lh, float *ah, const long D) {
+    float mx = *mh;
+    for (long j = 0; j < n; j++)
+        mx = sg[j] > mx ? sg[j] : mx;
+    if (mx > *mh) {
+        float alpha = *mh == -INFINITY ? 0.0f : expf(*mh - mx);
+        scal(ah, alpha, D);
+        *lh *= alpha;
+        *mh = mx;
+    }
+    float sum = 0.0f;
+    for (long j = 0; j < n; j += VL) {
+        st(sg + j, vexp(ld(sg + j) - mx));
+        for (long i = j; i < j + VL && i < n; i++)
+            sum += sg[i];
+    }
+    *lh += sum;
+}
+
+/* A float16 cache on a CPU with F16C: one (block, KV head) unit with the rows widened in
+ * registers (vcvtph2ps) instead of through the scratch: the same floats (the conversion is
+ * exact) in the same order as scores / accumulate over widened rows, so the same bits. */
+typedef void (*half_unit_fn)(const float *qh, const uint16_t *kh, const uint16_t *vh, long n, long row,
+                             float *s, long G, long bsp, float scale, float *ah, float *mh, float *lh, long D);
+static half_unit_fn half_unit;      /* NULL: widen into the scratch */
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && VL == 8
+#define AF16 __attribute__((target("avx2,fma,f16c")))
+AF16 INL vf ldh_f16c(const uint16_t *p) { return (vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+AF16 INL void half_unit_d(const float *qh, const uint16_t *kh, const uint16_t *vh, long n, long row,
+                          float *s, long G, long bsp, float scale, float *ah, float *mh, float *lh,
+                          const long D) {
+    for (long j = 0; j < n; j++) {      /* scores: as vecmath.h's scores, rows widened here */
+        vf kr[RV];
+        for (long c = 0; c < D / VL; c++)
+            kr[c] = ldh_f16c(kh + j * row + c * VL);
+        for (long g = 0; g < G; g++) {
+            vf acc = {0};
+            for (long c = 0; c < D / VL; c++)
+                acc += ld(qh + g * D + c * VL) * kr[c];
+            s[g * bsp + j] = hsum(acc) * scale;
+        }
+    }
+    for (long g = 0; g < G; g++) {
+        float *sg = s + g * bsp, *a = ah + g * D;
+        softmax_step(sg, n, mh + g, lh + g, a, D);
+        vf r[RV];                       /* accumulate: as vecmath.h's, rows widened here */
+        for (long c = 0; c < D / VL; c++)
+            r[c] = ld(a + c * VL);
+        for (long j = 0; j < n; j++) {
+            vf pj = splat(sg[j]);
+            for (long c = 0; c < D / VL; c++)
+                r[c] += pj * ldh_f16c(vh + j * row + c * VL);
+        }
+        for (long c = 0; c < D / VL; c++)
+            st(a + c * VL, r[c]);
+    }
+}
+
+AF16 static void half_unit_f16c(const float *qh, const uint16_t *kh, const uint16_t *vh, long n, long row,
+                                float *s, long G, long bsp, float scale, float *ah, float *mh, float *lh, long D) {
+    if (D == 64)
+        half_unit_d(qh, kh, vh, n, row, s, G, bsp, scale, ah, mh, lh, 64);
+    else                                /* D = 128 (the only other size it is picked for) */
+        half_unit_d(qh, kh, vh, n, row, s, G, bsp, scale, ah, mh, lh, 128);
+}
+#endif
+
 /* A task: every query head of sequence b over chunk c of its ctx[b] tokens, block by block
  * (a block's rows read whole: every KV head, each with its G query heads); the output (a chunk
  * alone), else the chunk's max, sum and accumulator per head into a->part. */
@@ -133,6 +205,13 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
         if ((blk + 1) * bs < n_ctx && table_at(a, b, blk + 1) != id + 1)
             prefetch_block(a, table_at(a, b, blk + 1) * bs * row, bs * row);   /* a jump */
         for (long kvh = 0; kvh < KVH; kvh++) {
+            const float *qh = q + kvh * G * D;
+            float *ah = acc + kvh * G * D, *mh = m + kvh * G, *lh = l + kvh * G;
+            if (a->half && half_unit != NULL && (D == 64 || D == 128)) {
+                half_unit(qh, (const uint16_t *)a->kc + base + kvh * D, (const uint16_t *)a->vc + base + kvh * D,
+                          n, row, s, G, bsp, scale, ah, mh, lh, D);
+                continue;
+            }
             const float *kb, *vb;       /* the block's rows of this KV head, rs floats apart */
             long rs = row;
             if (a->half) {              /* float16: widened into the scratch, row after row */
@@ -143,28 +222,11 @@ INL void attend_d(const Args *a, long task, float *scratch, const long D) {
                 kb = (const float *)a->kc + base + kvh * D;
                 vb = (const float *)a->vc + base + kvh * D;
             }
-            const float *qh = q + kvh * G * D;
-            float *ah = acc + kvh * G * D, *mh = m + kvh * G, *lh = l + kvh * G;
             for (long j = 0; j < n; j++)
                 scores(qh, kb + j * rs, s + j, G, bsp, scale, D);
             for (long g = 0; g < G; g++) {
-                float *sg = s + g * bsp, mx = mh[g];
-                for (long j = 0; j < n; j++)
-                    mx = sg[j] > mx ? sg[j] : mx;
-                if (mx > mh[g]) {       /* a new maximum: rescale what came before */
-                    float alpha = mh[g] == -INFINITY ? 0.0f : expf(mh[g] - mx);
-                    scal(ah + g * D, alpha, D);
-                    lh[g] *= alpha;
-                    mh[g] = mx;
-                }
-                float sum = 0.0f;
-                for (long j = 0; j < n; j += VL) {
-                    st(sg + j, vexp(ld(sg + j) - mx));
-                    for (long i = j; i < j + VL && i < n; i++)
-                        sum += sg[i];
-                }
-                lh[g] += sum;
-                accumulate(ah + g * D, sg, vb, n, rs, D);
+                softmax_step(s + g * bsp, n, mh + g, lh + g, ah + g * D, D);
+                accumulate(ah + g * D, s + g * bsp, vb, n, rs, D);
             }
         }
     }
@@ -362,6 +424,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "warmpath.models._pag
 
 PyMODINIT_FUNC PyInit__paged(void) {
     widen = pick_widen();
+#ifdef AF16
+    if (widen == widen_f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+        && getenv("WARMPATH_PAGED_WIDEN") == NULL)     /* set: the scratch path (the tests compare) */
+        half_unit = half_unit_f16c;
+#endif
     attend = pick_attend();
     return PyModule_Create(&module);
 }

@@ -98,3 +98,26 @@ def test_the_torch_fallback_agrees_on_half_caches():
     fallback = op.torch_decode(q, k, v, kh2, vh2, slots, tab, ctx, 0.3)
     assert torch.equal(kh.view(torch.int16), kh2.view(torch.int16))
     assert (native - fallback).abs().max().item() < 2e-6
+
+
+def test_the_scratch_path_gives_the_same_bits_as_the_f16c_path():
+    """With F16C a float16 row is widened in registers; WARMPATH_PAGED_WIDEN (in a child) keeps
+    the former path through the task's scratch: the same floats in the same order."""
+    import os
+    import subprocess
+    import sys
+    lens = [1, 5, 17, 129, 700]
+    q, k, v, kh, vh, _kf, _vf, slots, tab, ctx, _tables = _halved(_case(lens, d=64, nb=260, seed=3))
+    k, v = k.half().float(), v.half().float()
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"paged_half_{os.getpid()}.pt")
+    torch.save((q, k, v, kh.clone(), vh.clone(), slots, tab, ctx), path)
+    code = ("import sys, torch\nfrom warmpath.models import paged_decode_op as op\n"
+            "q, k, v, kh, vh, slots, tab, ctx = torch.load(sys.argv[1])\n"
+            "torch.save(op.decode(q, k, v, kh, vh, slots, tab, ctx, 0.125), sys.argv[1])\n")
+    try:
+        subprocess.run([sys.executable, "-c", code, path], check=True, timeout=120,
+                       env={**os.environ, "WARMPATH_PAGED_WIDEN": "1"})
+        scratch = torch.load(path)
+    finally:
+        os.unlink(path)
+    assert torch.equal(op.decode(q, k, v, kh, vh, slots, tab, ctx, 0.125), scratch)
