@@ -145,33 +145,16 @@ static half_unit_fn half_unit;      /* NULL: widen into the scratch */
 #define AF16 __attribute__((target("avx2,fma,f16c")))
 AF16 INL vf ldh_f16c(const uint16_t *p) { return (vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+ROW_LOOPS(f16c, AF16, uint16_t, ldh_f16c)
+
 AF16 INL void half_unit_d(const float *qh, const uint16_t *kh, const uint16_t *vh, long n, long row,
                           float *s, long G, long bsp, float scale, float *ah, float *mh, float *lh,
                           const long D) {
-    for (long j = 0; j < n; j++) {      /* scores: as vecmath.h's scores, rows widened here */
-        vf kr[RV];
-        for (long c = 0; c < D / VL; c++)
-            kr[c] = ldh_f16c(kh + j * row + c * VL);
-        for (long g = 0; g < G; g++) {
-            vf acc = {0};
-            for (long c = 0; c < D / VL; c++)
-                acc += ld(qh + g * D + c * VL) * kr[c];
-            s[g * bsp + j] = hsum(acc) * scale;
-        }
-    }
+    for (long j = 0; j < n; j++)
+        scores_f16c(qh, kh + j * row, s + j, G, bsp, scale, D);
     for (long g = 0; g < G; g++) {
-        float *sg = s + g * bsp, *a = ah + g * D;
-        softmax_step(sg, n, mh + g, lh + g, a, D);
-        vf r[RV];                       /* accumulate: as vecmath.h's, rows widened here */
-        for (long c = 0; c < D / VL; c++)
-            r[c] = ld(a + c * VL);
-        for (long j = 0; j < n; j++) {
-            vf pj = splat(sg[j]);
-            for (long c = 0; c < D / VL; c++)
-                r[c] += pj * ldh_f16c(vh + j * row + c * VL);
-        }
-        for (long c = 0; c < D / VL; c++)
-            st(a + c * VL, r[c]);
+        softmax_step(s + g * bsp, n, mh + g, lh + g, ah + g * D, D);
+        accumulate_f16c(ah + g * D, s + g * bsp, vh, n, row, D);
     }
 }
 

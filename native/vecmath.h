@@ -124,39 +124,55 @@ INL vf vexp(vf x) {
 
 #define RV (128 / VL)      /* D up to RV * VL = 128 (a multiple of VL): accumulators in registers */
 
-/* Scores of one K row for the G query heads: s[g * bsp] = (q_g · k) * scale. */
+/* The kernel's two inner loops with D's vectors in registers (D a multiple of VL, at most
+ * RV * VL), over rows of element type T that LOAD widens VL at a time to floats: a K row's
+ * scores for the G query heads, s[g * bsp] = (q_g · k) * scale, and acc += Σ_j p[j] · v_j over
+ * a block's n rows (row stride ``row``). Defined once here for float rows (_f32); the kernel
+ * defines them again for float16 rows widened by F16C, under its own target attribute. */
+#define ROW_LOOPS(sfx, attr, T, LOAD)                                                          \
+    attr INL void scores_##sfx(const float *restrict q, const T *restrict k, float *restrict s, \
+                               long G, long bsp, float scale, const long D) {                  \
+        vf kr[RV];                                                                           \
+        for (long c = 0; c < D / VL; c++)                                                    \
+            kr[c] = LOAD(k + c * VL);                                                        \
+        for (long g = 0; g < G; g++) {                                                       \
+            vf acc = {0};                                                                    \
+            for (long c = 0; c < D / VL; c++)                                                \
+                acc += ld(q + g * D + c * VL) * kr[c];                                       \
+            s[g * bsp] = hsum(acc) * scale;                                                  \
+        }                                                                                    \
+    }                                                                                        \
+    attr INL void accumulate_##sfx(float *restrict acc, const float *restrict p,              \
+                                   const T *restrict v, long n, long row, const long D) {     \
+        vf r[RV];                                                                            \
+        for (long c = 0; c < D / VL; c++)                                                    \
+            r[c] = ld(acc + c * VL);                                                         \
+        for (long j = 0; j < n; j++) {                                                       \
+            vf pj = splat(p[j]);                                                             \
+            for (long c = 0; c < D / VL; c++)                                                \
+                r[c] += pj * LOAD(v + j * row + c * VL);                                     \
+        }                                                                                    \
+        for (long c = 0; c < D / VL; c++)                                                    \
+            st(acc + c * VL, r[c]);                                                          \
+    }
+ROW_LOOPS(f32, , float, ld)
+
+/* Scores of one K row for the G query heads (any D). */
 INL void scores(const float *restrict q, const float *restrict k, float *restrict s, long G,
                 long bsp, float scale, const long D) {
     if (D % VL == 0 && D <= RV * VL) {
-        vf kr[RV];
-        for (long c = 0; c < D / VL; c++)
-            kr[c] = ld(k + c * VL);
-        for (long g = 0; g < G; g++) {
-            vf acc = {0};
-            for (long c = 0; c < D / VL; c++)
-                acc += ld(q + g * D + c * VL) * kr[c];
-            s[g * bsp] = hsum(acc) * scale;
-        }
+        scores_f32(q, k, s, G, bsp, scale, D);
         return;
     }
     for (long g = 0; g < G; g++)
         s[g * bsp] = dot(q + g * D, k, D) * scale;
 }
 
-/* acc += Σ_j p[j] · v_j over the n rows of a block (row stride ``row``). */
+/* acc += Σ_j p[j] · v_j over the n rows of a block (any D). */
 INL void accumulate(float *restrict acc, const float *restrict p, const float *restrict v, long n,
                     long row, const long D) {
     if (D % VL == 0 && D <= RV * VL) {
-        vf r[RV];
-        for (long c = 0; c < D / VL; c++)
-            r[c] = ld(acc + c * VL);
-        for (long j = 0; j < n; j++) {
-            vf pj = splat(p[j]);
-            for (long c = 0; c < D / VL; c++)
-                r[c] += pj * ld(v + j * row + c * VL);
-        }
-        for (long c = 0; c < D / VL; c++)
-            st(acc + c * VL, r[c]);
+        accumulate_f32(acc, p, v, n, row, D);
         return;
     }
     for (long j = 0; j < n; j++)

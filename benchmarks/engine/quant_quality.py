@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from warmpath.models.attention import AttentionMetadata
 from warmpath.models.loader import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,11 +35,7 @@ def text_ids(tok, n: int) -> list[int]:
 @torch.inference_mode()
 def logits(lm, ids: list[int]) -> torch.Tensor:
     """Float32 logits [T, V] of one prefill of ``ids`` (a fresh KV cache)."""
-    m, t, bs = lm.model, len(ids), 16
-    cfg, nb = m.cfg, -(-t // bs)
-    kv = torch.zeros(cfg.num_layers, 2, nb, bs, cfg.num_kv_heads, cfg.head_dim)
-    meta = AttentionMetadata.build(bs, [], [], [(t, t, list(range(nb)))], list(range(t)), torch.device("cpu"))
-    return m.compute_logits(m(torch.tensor(ids), torch.arange(t), kv, meta)).float()
+    return lm.model.compute_logits(lm.model.prefill_once(ids)).float()
 
 
 def main(argv=None) -> int:

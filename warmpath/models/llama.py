@@ -162,6 +162,16 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, rope, kv_caches[i], meta)
         return self.norm(x)
 
+    def prefill_once(self, token_ids: list[int], block_size: int = 16) -> torch.Tensor:
+        """hidden [T, D] of one sequence prefilled whole into a fresh KV cache of its own, on
+        CPU (calibration and evaluation, not serving)."""
+        cfg, t = self.cfg, len(token_ids)
+        nblocks = -(-t // block_size)
+        kv = torch.zeros(cfg.num_layers, 2, nblocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        meta = AttentionMetadata.build(block_size, [], [], [(t, t, list(range(nblocks)))],
+                                       list(range(t)), torch.device("cpu"))
+        return self(torch.tensor(token_ids), torch.arange(t), kv, meta)
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, D] → float32 logits [N, V]."""
         if self.lm_head is not None:

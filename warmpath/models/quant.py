@@ -42,10 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import nn
 
-from warmpath.models.attention import AttentionMetadata
+from warmpath.models.llama import Linear, LlamaForCausalLM
 from warmpath.models.qlinear_a8_op import QA8Linear
 from warmpath.models.qlinear_op import QLinear
-from warmpath.models.llama import Linear, LlamaForCausalLM
 
 QUANT_MODES = ("none", "int8", "fp16w", "int8w", "int4w", "int8a8", "int4a8")
 SMOOTH_ALPHA = 0.5
@@ -150,11 +149,6 @@ class Fp16Linear(nn.Module):
 def input_amax(model: LlamaForCausalLM, token_ids: list[int], block_size: int = 16
                ) -> dict[str, torch.Tensor]:
     """Largest |input| per channel of every ``Linear`` (and ``"lm_head"``) over one prefill."""
-    cfg, t = model.cfg, len(token_ids)
-    nblocks = -(-t // block_size)
-    kv = torch.zeros(cfg.num_layers, 2, nblocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-    meta = AttentionMetadata.build(block_size, [], [], [(t, t, list(range(nblocks)))],
-                                   list(range(t)), torch.device("cpu"))
     amax: dict[str, torch.Tensor] = {}
 
     def hook(name: str):
@@ -166,7 +160,7 @@ def input_amax(model: LlamaForCausalLM, token_ids: list[int], block_size: int = 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
                if isinstance(m, Linear)]
     try:
-        hidden = model(torch.tensor(token_ids), torch.arange(t), kv, meta)
+        hidden = model.prefill_once(token_ids, block_size)
     finally:
         for h in handles:
             h.remove()
