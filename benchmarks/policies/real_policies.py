@@ -198,6 +198,8 @@ def main() -> int:
                         "replica-3 is the 3 workers' cores as replicas (replica-2: the 2-worker splits')")
     p.add_argument("--seed", type=int, default=SEED,
                    help="part cpd: seed of the sessions and arrivals (a repeat with other arrivals)")
+    p.add_argument("--worker-arg", action="append", default=[],
+                   help="part cpd: one more flag for every worker (repeat: --worker-arg=--kv-dtype --worker-arg=float16)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/cluster"))
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -211,7 +213,8 @@ def main() -> int:
                      "target": TARGET.to_json()}
     if "cpd" in a.parts:
         configs = a.configs.split(",")
-        sums = {t: run_topology(t, None, agent, rates, a.duration, a.out, encode, None, seed=a.seed) for t in configs}
+        sums = {t: run_topology(t, None, agent, rates, a.duration, a.out, encode, None, WORKERS + a.worker_arg, a.seed)
+                for t in configs}
         best = {t: sustained(s["runs"]) for t, s in sums.items()}
         top = str(max(rates))
         warm = {t: s["rates"][top]["warm"]["ttft_p50_s"] for t, s in sums.items()}

@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from warmpath.models.attention import AttentionMetadata, paged_attention
+from warmpath.models.fused_op import add_rmsnorm, silu_mul
 from warmpath.models.rope_op import rope_qk
 from warmpath.models.config import ModelConfig, RopeScaling
 
@@ -139,6 +140,15 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_fused(self, x: torch.Tensor, h: torch.Tensor | None, rope, kv_cache, meta) -> torch.Tensor:
+        """The layer with its elementwise work in ``fused_op``'s calls: ``x += h`` (the layer
+        before's MLP output) and this layer's attention output in place; returns this layer's
+        MLP output (the next layer, or the final norm, adds it). The same sums as ``forward``."""
+        n1, n2, mlp = self.input_layernorm, self.post_attention_layernorm, self.mlp
+        a = self.self_attn.forward(add_rmsnorm(x, h, n1.weight, n1.eps), rope, kv_cache, meta)
+        gu = mlp.gate_up_proj.forward(add_rmsnorm(x, a, n2.weight, n2.eps))
+        return mlp.down_proj.forward(silu_mul(gu, mlp.inter))
+
 
 class LlamaForCausalLM(nn.Module):
     """The decoder plus LM head; logits are computed only for the rows asked for."""
@@ -146,6 +156,8 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        # set by quant.quantize_model for the int8-activation modes: forward runs forward_fused
+        self.fused = False
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -158,6 +170,11 @@ class LlamaForCausalLM(nn.Module):
         """input_ids, positions: [T]; kv_caches: [L, 2, blocks, bs, KVH, Dh] → hidden [T, D]."""
         x = self.embed_tokens(input_ids)
         rope = self.rope(positions, x.dtype)
+        if self.fused:          # the int8-activation modes: norms and SiLU in C (fused_op)
+            h = None
+            for i, layer in enumerate(self.layers):
+                h = layer.forward_fused(x, h, rope, kv_caches[i], meta)
+            return add_rmsnorm(x, h, self.norm.weight, self.norm.eps)
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, kv_caches[i], meta)
         return self.norm(x)

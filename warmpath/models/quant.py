@@ -13,7 +13,8 @@ Modes (``--quantization``):
   file is Q4_1 with a Q8_0 embedding, so its weights come back bit for bit.
 * ``int8a8`` / ``int4a8`` — ``int8w`` / ``int4w``'s weights times activations rounded per row to
   int8 in groups of 32, integer dot products (``models/qlinear_a8_op.py``; llama.cpp's Q8_0 /
-  Q4_1 × Q8_1 arithmetic): batch-invariant, answers near ``int4w``'s.
+  Q4_1 × Q8_1 arithmetic): batch-invariant, answers near ``int4w``'s. The norms and SiLU run
+  in C too (``models/fused_op.py``: one call where torch dispatches five to seven operators).
 * ``int8``  — weights int8 per output channel, activations quantized per step to
   uint8 per tensor by fbgemm (``linear_dynamic``): a quarter of the weight bytes and
   integer matmuls. Per-tensor activation scales lose the small channels next to
@@ -206,4 +207,5 @@ def quantize_model(model: LlamaForCausalLM, mode: str, calibration_ids: list[int
             setattr(parent, child_name, next(built))
         if head_w is not None:
             model.lm_head = next(built)
+    model.fused = mode.endswith("a8")     # llama.cpp's arithmetic: the norms and SiLU in C too
     return len(swaps) + 1
