@@ -64,16 +64,3 @@ def test_sessions():
     st.forget_worker("d2")
     assert st.sessions["b"].decode_worker is None
     assert st.expire(now=100) == 2
-
-
-def test_the_tpot_term_is_the_running_decodes_predicted_slowdown_over_any_observed_one():
-    key = bucket_of(1000, 64, 128, 2)
-    # observed: local 10% faster to first token, the same TPOT (both paths decode on this worker)
-    t = PPDTable({key: Cell(ttft_local=0.27, ttft_remote=0.3, tpot_local=0.034, tpot_remote=0.034)})
-    assert decide(PPDConfig("dynamic"), t, req(), D, 0.0).local            # no model: S = 0.1 > 0
-    # the online model: the local prefill slows the running decodes from 34 to 40 ms a token
-    model = Cell(0.27, 0.3, 0.040, 0.034)
-    d = decide(PPDConfig("dynamic"), t, req(), D, 0.0, model_cell=model)
-    assert not d.local and d.score == pytest.approx(0.1 - 6 / 34)
-    # a model without TPOTs (no decode running) leaves the source's own TPOT term
-    assert decide(PPDConfig("dynamic"), t, req(), D, 0.0, model_cell=Cell(0.27, 0.3, 0.0, 0.0)).local

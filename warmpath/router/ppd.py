@@ -8,8 +8,6 @@ from, in order: what was observed on both paths in the request's bucket
 ``warmpath calibrate`` (corrected with live queue times); else the router's online model
 (the TTFT estimates of both paths). While one path of a bucket lacks samples, every
 ``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
-ΔTPOT is the running decodes' predicted slowdown when the online model gives one (``model_cell``'s
-TPOTs, ``router/predict.py``): observed TPOTs cannot show it, both paths decode on the same worker.
 
 NOTE: pure; no torch, no I/O.
 """
@@ -132,20 +130,15 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
         return PPDDecision(True, 0.0, "x=1")
     new = req.new_tokens if req.new_tokens is not None else req.num_tokens
     key = bucket_of(req.num_tokens, new, req.max_tokens, decode.running)
-    # The TPOT term: the running decodes' predicted TPOT on both paths where the online model
-    # gives it (a local append-prefill lengthens the steps of every decode on the worker, which
-    # no observed TPOT shows: both paths decode there), else the source's own TPOTs.
-    harm = model_cell if model_cell is not None and model_cell.tpot_remote > 0 else None
     if feedback is not None:
         if (path := feedback.explore(key)) is not None:
             return PPDDecision(path == "local", 0.0, f"explore {path} (bucket {key})", key)
         if (cell := feedback.cell(key)) is not None:
-            return _score(cfg, cell.ttft_local, cell.ttft_remote, harm or cell, key, "observed")
+            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed")
     cell = table.cells.get(key)
     if cell is not None:  # offline table, corrected with the live queues on both sides
         local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
-        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, harm or cell, key,
-                      "table")
+        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table")
     if model_cell is None:   # neither: a first-principles cell from the worker's speeds
         t_new = new / decode.prefill_tok_s
         model_cell = Cell(t_new, t_new + 0.05 + remote_queue_s, 0.0, 0.0)
@@ -153,7 +146,6 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
 
 
 def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str) -> PPDDecision:
-    """S = w_ttft·ΔTTFT − w_tpot·ΔTPOT, the TTFTs given, the TPOTs ``cell``'s."""
     d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
     d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
