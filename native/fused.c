@@ -36,6 +36,14 @@ typedef struct {
     long gu_row, out_row, m, inter, rows_per_task;
 } silu_args;
 
+/* silu(g) = g / (1 + e^-g) per lane; e^-g clamped at e^88 (silu is -0 there already). */
+INL vf silu(vf g) {
+    vf e = -g;
+    vi high = e > 88.0f;
+    e = (vf)(((vi)e & ~high) | ((vi)splat(88.0f) & high));
+    return g / (1.0f + vexp(e));
+}
+
 #define KERNELS(sfx, attr)                                                                    \
     attr static void norm_rows_##sfx(void *ctx, long task, void *scratch) {                  \
         (void)scratch;                                                                        \
@@ -67,18 +75,8 @@ typedef struct {
             const float *g = a->gu + r * a->gu_row, *u = g + a->inter;                        \
             float *o = a->out + r * a->out_row;                                               \
             long n = a->inter, i = 0;                                                         \
-            for (; i + VL <= n; i += VL) {                                                    \
-                vf gv = ld(g + i), e = -gv;                                                   \
-                vi high = e > 88.0f;                      /* e^88 already makes silu -0 */   \
-                e = (vf)(((vi)e & ~high) | ((vi)splat(88.0f) & high));                        \
-                st(o + i, gv / (1.0f + vexp(e)) * ld(u + i));                                 \
-            }                                                                                 \
-            for (; i < n; i++) {                          /* the same lanes, one at a time */ \
-                vf gv = splat(g[i]), e = -gv;                                                 \
-                vi high = e > 88.0f;                                                          \
-                e = (vf)(((vi)e & ~high) | ((vi)splat(88.0f) & high));                        \
-                o[i] = (gv / (1.0f + vexp(e)))[0] * u[i];                                     \
-            }                                                                                 \
+            for (; i + VL <= n; i += VL) st(o + i, silu(ld(g + i)) * ld(u + i));              \
+            for (; i < n; i++) o[i] = silu(splat(g[i]))[0] * u[i];    /* the same lane math */ \
         }                                                                                     \
     }
 
@@ -96,6 +94,18 @@ static long rows_per_task(long m, long d) {
     return r < 1 ? 1 : (r > m ? (m > 0 ? m : 1) : r);
 }
 
+/* Runs fn over the rows in tasks of ``per`` rows: on the calling thread when one task holds
+ * them all, else on torch's team. Returns None, or raises MemoryError. */
+static PyObject *run_rows(pool_task_fn fn, void *args, long m, long per, int threads) {
+    long tasks = m ? (m + per - 1) / per : 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tasks == 1 ? (fn(args, 0, NULL), 0) : pool_run(fn, args, tasks, threads, 0);
+    Py_END_ALLOW_THREADS
+    if (rc) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_add_rmsnorm(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, h, w, out;
@@ -111,13 +121,7 @@ static PyObject *py_add_rmsnorm(PyObject *self, PyObject *args) {
     }
     norm_args a = {(float *)(uintptr_t)x, (float *)(uintptr_t)out, (const float *)(uintptr_t)h,
                    (const float *)(uintptr_t)w, x_row, h_row, out_row, m, d, rows_per_task(m, d), eps};
-    long tasks = m ? (m + a.rows_per_task - 1) / a.rows_per_task : 0;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = tasks == 1 ? (norm_rows(&a, 0, NULL), 0) : pool_run(norm_rows, &a, tasks, threads, 0);
-    Py_END_ALLOW_THREADS
-    if (rc) return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return run_rows(norm_rows, &a, m, a.rows_per_task, threads);
 }
 
 static PyObject *py_silu_mul(PyObject *self, PyObject *args) {
@@ -133,13 +137,7 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *args) {
     }
     silu_args a = {(const float *)(uintptr_t)gu, (float *)(uintptr_t)out, gu_row, out_row, m, inter,
                    rows_per_task(m, 2 * inter)};
-    long tasks = m ? (m + a.rows_per_task - 1) / a.rows_per_task : 0;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = tasks == 1 ? (silu_rows(&a, 0, NULL), 0) : pool_run(silu_rows, &a, tasks, threads, 0);
-    Py_END_ALLOW_THREADS
-    if (rc) return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return run_rows(silu_rows, &a, m, a.rows_per_task, threads);
 }
 
 static PyObject *py_variant(PyObject *self, PyObject *args) {
