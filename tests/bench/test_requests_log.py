@@ -25,7 +25,7 @@ def test_route_of_a_disaggregated_and_a_local_request():
     assert route_from_http(h, usage) == {"tier": "warm", "prefill": "prefill-1", "decode": "decode-0", "ppd": None,
                                          "cached_by_tier": {"L1": 16, "L2": 0, "L3": 16},
                                          "predicted_ttft_s": None, "server_timing": {"route": 0.001},
-                                         "path": None, "predicted_tpot_s": None}
+                                         "path": None, "predicted_tpot_s": None, "ppd_reason": None}
     local = {"X-Warmpath-Route": "local", "X-Warmpath-Decode": "decode-0", "X-Warmpath-Worker": "decode-0"}
     got = route_from_http(local, {"warmpath": {"worker": {"loaded_tokens": {"L1": 48}, "recomputed_tokens": 9}}})
     assert (got["tier"], got["prefill"], got["ppd"], got["cached_by_tier"]) == ("local", None, "local", {"L1": 48})
@@ -34,6 +34,9 @@ def test_route_of_a_disaggregated_and_a_local_request():
                            "X-Warmpath-Predicted-TPOT-S": "0.015000"}, None)
     assert (got["path"], got["predicted_ttft_s"], got["predicted_tpot_s"]) == ("local", 0.125, 0.015)
     assert route_from_http({"X-Warmpath-Predicted-TPOT-S": "x"}, None)["predicted_tpot_s"] is None
+    # the PPD switch's score (router/views.predicted_headers), for a turn it decided
+    assert route_from_http({**local, "X-Warmpath-PPD": "S=0.100 (dTTFT +0.10, dTPOT +0.00, 0 running, model, "
+                            "bucket (1, 1, 0))"}, None)["ppd_reason"].startswith("S=0.100")
     # another server: nothing known
     assert set(route_from_http({}, None).values()) == {None}
 

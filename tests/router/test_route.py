@@ -118,3 +118,27 @@ def test_with_no_prefill_worker_the_prompt_runs_on_a_decode_worker():
             decider.decide_route(rv, snap, allow_local=False)
         with pytest.raises(LookupError, match="no healthy prefill worker"):
             decider.decide_route(rv, snapshot(decider, {}, None, []))
+
+
+def test_dynamic_ppd_charges_a_local_prefill_to_each_running_decode():
+    """The switch's TPOT term comes from the step model's predictions on both paths: the
+    same turn on the same decode worker scores lower with two running decodes than with none
+    (each waits through the local chunk), and the score travels in the response headers."""
+    from warmpath.engine.step_model import StepModel
+    from warmpath.router.views import predicted_headers
+
+    sm = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
+                   mixed_rows=10)
+    rv = RequestView(1600, HASHES, 16, "s", turn=2, new_tokens=100, max_tokens=64)
+    hits = {"d1": PrefixHit(93, 0), "p2": PrefixHit(93, 0)}
+    scores = {}
+    for running in (0, 2):
+        decider = RouteDecider(CPDPolicy(), PPDConfig("dynamic"))
+        decider.model.steps[None] = sm
+        decider.feedback = None          # no exploring: the first decision is scored
+        workers = WORKERS[:3] + [w("d1", "decode", running=running), w("d2", "decode", running=1)]
+        d = decider.decide_route(rv, snapshot(decider, hits, "d1", workers))
+        assert f"{running} running" in d.ppd_reason and d.ppd in ("local", "remote")
+        assert predicted_headers(d)["X-Warmpath-PPD"] == d.ppd_reason
+        scores[running] = float(d.ppd_reason.split("S=")[1].split(" ")[0])
+    assert scores[2] < scores[0]

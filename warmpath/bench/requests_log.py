@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 ROUTE_KEYS = ("tier", "prefill", "decode", "ppd", "cached_by_tier", "predicted_ttft_s", "server_timing", "path",
-              "predicted_tpot_s")
+              "predicted_tpot_s", "ppd_reason")
 
 
 def server_timing(value: str | None) -> dict[str, float] | None:
@@ -64,7 +64,7 @@ def route_from_http(headers: Mapping[str, str], usage: Mapping | None) -> dict:
             "ppd": "local" if tier == "local" else None, "cached_by_tier": cached_by_tier(usage),
             "predicted_ttft_s": _seconds(h.get("x-warmpath-predicted-ttft-s")),
             "server_timing": server_timing(h.get("server-timing")), "path": h.get("x-warmpath-path"),
-            "predicted_tpot_s": _seconds(h.get("x-warmpath-predicted-tpot-s"))}
+            "predicted_tpot_s": _seconds(h.get("x-warmpath-predicted-tpot-s")), "ppd_reason": h.get("x-warmpath-ppd")}
 
 
 def _seconds(value: str | None) -> float | None:

@@ -9,6 +9,14 @@ from, in order: what was observed on both paths in the request's bucket
 (the TTFT estimates of both paths). While one path of a bucket lacks samples, every
 ``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
 
+The TPOT term, when the router's online model predicts it (:class:`Harm`, ``router/predict.py``),
+counts every request the choice slows, not only this one: ΔTPOT = this request's relative TPOT
+change + ``running`` × the relative change of each running decode's TPOT. A local
+append-prefill is one (or a few) mixed steps that every running decode on the worker waits
+through; no observed TPOT shows that cost (both paths decode on the same worker, so per path
+they differ by ~0), and on this CPU it is what raised x=1's TPOT 10–12% over x=0's at one
+running decode or two (docs/benchmarks/policies.md). With nothing running, local costs nobody.
+
 NOTE: pure; no torch, no I/O.
 """
 
@@ -41,6 +49,25 @@ class Cell:
     ttft_remote: float
     tpot_local: float
     tpot_remote: float
+
+
+@dataclass(frozen=True)
+class Harm:
+    """Predicted TPOTs (s) for the score's TPOT term: this request's own on each path and the
+    decode worker's ``running`` requests' on each (``router/predict.py``'s ``tpot_s`` /
+    ``running_tpot_s``)."""
+
+    running: int
+    own_local: float
+    own_remote: float
+    mates_local: float
+    mates_remote: float
+
+    def d_tpot(self) -> float:
+        """Relative TPOT change of going local, summed over the requests it touches."""
+        own = (self.own_local - self.own_remote) / self.own_remote if self.own_remote > 0 else 0.0
+        mates = (self.mates_local - self.mates_remote) / self.mates_remote if self.mates_remote > 0 else 0.0
+        return own + self.running * mates
 
 
 @dataclass
@@ -119,9 +146,11 @@ class PPDFeedback:
 
 
 def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView, remote_queue_s: float,
-           feedback: PPDFeedback | None = None, model_cell: Cell | None = None) -> PPDDecision:
+           feedback: PPDFeedback | None = None, model_cell: Cell | None = None,
+           harm: Harm | None = None) -> PPDDecision:
     """Whether turn ``req.turn`` (≥ 2) runs its append-prefill on ``decode``
-    (``model_cell``: the online model's estimate of both paths, queues included)."""
+    (``model_cell``: the online model's estimate of both paths, queues included; ``harm``:
+    its TPOT predictions, which then set the TPOT term whatever source sets the TTFTs)."""
     if req.turn < 2:
         return PPDDecision(False, 0.0, "turn 1 always goes through prefill")
     if cfg.mode == "x0":
@@ -134,22 +163,29 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
         if (path := feedback.explore(key)) is not None:
             return PPDDecision(path == "local", 0.0, f"explore {path} (bucket {key})", key)
         if (cell := feedback.cell(key)) is not None:
-            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed")
+            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed", harm)
     cell = table.cells.get(key)
     if cell is not None:  # offline table, corrected with the live queues on both sides
         local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
-        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table")
+        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table", harm)
     if model_cell is None:   # neither: a first-principles cell from the worker's speeds
         t_new = new / decode.prefill_tok_s
         model_cell = Cell(t_new, t_new + 0.05 + remote_queue_s, 0.0, 0.0)
-    return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model")
+    return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model", harm)
 
 
-def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str) -> PPDDecision:
+def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str,
+           harm: Harm | None = None) -> PPDDecision:
+    """S = w_ttft·ΔTTFT − w_tpot·ΔTPOT; ΔTPOT from ``harm`` when given, else ``cell``'s TPOTs."""
     d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
-    d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
+    if harm is not None:
+        d_tpot, why = harm.d_tpot(), f", {harm.running} running"
+    else:
+        d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
+        why = ""
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
-    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}, {src}, bucket {key})", key)
+    return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}{why}, {src}, bucket {key})",
+                       key)
 
 
 # Representative values of each bucket used to fill a table from a step model.

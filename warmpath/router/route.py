@@ -131,14 +131,17 @@ class RouteDecider:
         views = {w.worker_id: w for w in snap.workers}
         dw, pw = views[d.decode], views[d.prefill]
         remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
-        cost = step_cost(snap, dw)   # the running decodes' TPOT on both paths (router/predict.py; their ratio)
-        tpot_l, tpot_r = predict_local(dw, rv, snap, cost).running_tpot_s, predict_remote(pw, dw, rv, snap, cost).running_tpot_s
+        cost = step_cost(snap, dw)   # both paths' TPOTs, this request's and the running decodes' (router/predict.py)
+        k = tpot_scale(snap, dw)
+        pl, pr = predict_local(dw, rv, snap, cost, k=k), predict_remote(pw, dw, rv, snap, cost, e=remote, k=k)
+        harm = ppd.Harm(dw.running, pl.tpot_s, pr.tpot_s, pl.running_tpot_s, pr.running_tpot_s)
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
-                            ppd.Cell(local.ttft_s, remote.ttft_s, tpot_l, tpot_r))
+                            ppd.Cell(local.ttft_s, remote.ttft_s, pl.running_tpot_s, pr.running_tpot_s), harm)
         if not (choice.local and allow_local):
-            return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}")
+            return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}",
+                           ppd_reason=choice.reason)
         return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,
-                        ppd="local", cls=cls, bucket=choice.bucket)
+                        ppd="local", cls=cls, bucket=choice.bucket, ppd_reason=choice.reason)
 
     def _on_decode(self, rv: RequestView, snap: Snapshot) -> Decision:
         """No prefill-type worker is healthy (all dropped, draining or not yet registered):

@@ -81,12 +81,15 @@ class Snapshot:
 
 def predicted_headers(d: "Decision") -> dict[str, str]:
     """The router's predictions for a response's headers (``bench/requests_log.route_from_http``
-    reads them back): TTFT always, path and TPOT where the policy predicted them."""
+    reads them back): TTFT always, path and TPOT where the policy predicted them, the PPD
+    switch's score where it decided."""
     out = {"X-Warmpath-Predicted-TTFT-S": f"{d.est_ttft_s:.6f}"}
     if d.path is not None:
         out["X-Warmpath-Path"] = d.path
     if d.est_tpot_s is not None:
         out["X-Warmpath-Predicted-TPOT-S"] = f"{d.est_tpot_s:.6f}"
+    if d.ppd_reason is not None:
+        out["X-Warmpath-PPD"] = d.ppd_reason.encode("ascii", "replace").decode()
     return out
 
 
@@ -103,6 +106,7 @@ class Decision:
     ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
     cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
+    ppd_reason: str | None = None      # PPD: why the switch went that way (its score and terms)
     path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
     est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
