@@ -38,23 +38,26 @@ def test_dynamic_score_from_table_and_live_queues():
 
 
 def test_the_tpot_term_counts_every_running_decode_a_local_prefill_stalls():
-    """With the online model's TPOTs (``Harm``) the TPOT term is this request's own relative
-    change plus ``running`` × each running decode's: local saves 2 ms of this request's TPOT
-    (−6.25%) but stretches each running decode's from 30 to 40 ms (+33.3%)."""
+    """With the online model's TPOTs (``Harm``) and decodes running, the TPOT term is
+    ``running`` × each running decode's relative slowdown: local stretches each one's TPOT from
+    30 to 40 ms (+33.3%). With none running, this request's own change: local saves it 2 ms of
+    32 (−6.25%). A predicted saving to the running decodes is no credit."""
     key = bucket_of(1000, 64, 128, 2)
-    t = PPDTable({key: Cell(ttft_local=0.1, ttft_remote=0.3, tpot_local=0.1, tpot_remote=0.1)})
+    t = PPDTable({key: Cell(ttft_local=0.1, ttft_remote=0.4, tpot_local=0.1, tpot_remote=0.1)})
     cfg = PPDConfig("dynamic")
     h = lambda running: Harm(running, own_local=0.030, own_remote=0.032, mates_local=0.040, mates_remote=0.030)
-    assert h(2).d_tpot() == pytest.approx(-0.0625 + 2 * (1 / 3))
-    two = decide(cfg, t, req(), D, 0.0, harm=h(2))             # 0.6667 - 0.6042 > 0: local
-    assert two.local and two.score == pytest.approx(2 / 3 - (-0.0625 + 2 / 3))
+    assert h(2).d_tpot() == pytest.approx(2 / 3)
+    two = decide(cfg, t, req(), D, 0.0, harm=h(2))             # dTTFT 0.75 - 0.6667 > 0: local
+    assert two.local and two.score == pytest.approx(0.75 - 2 / 3)
     assert "2 running" in two.reason and "table" in two.reason
-    three = decide(cfg, t, req(), D, 0.0, harm=h(3))           # 0.6667 - 0.9375 < 0: remote
-    assert not three.local and three.score == pytest.approx(2 / 3 - 0.9375)
+    three = decide(cfg, t, req(), D, 0.0, harm=h(3))           # 0.75 - 1.0 < 0: remote
+    assert not three.local and three.score == pytest.approx(0.75 - 1.0)
     idle = decide(cfg, t, req(), D, 0.0, harm=h(0))            # nobody running: only its own TPOT counts
-    assert idle.local and idle.score == pytest.approx(2 / 3 + 0.0625)
+    assert idle.local and idle.score == pytest.approx(0.75 + 0.0625)
+    # the running decodes predicted faster with it local (40 -> 30 ms): no credit, term 0
+    assert Harm(2, 0.030, 0.032, 0.030, 0.040).d_tpot() == 0.0
     # without it, the cell's own TPOTs (equal here: no TPOT term)
-    assert decide(cfg, t, req(), D, 0.0).score == pytest.approx(2 / 3)
+    assert decide(cfg, t, req(), D, 0.0).score == pytest.approx(0.75)
     assert Harm(1, 0.0, 0.0, 0.0, 0.0).d_tpot() == 0.0
 
 

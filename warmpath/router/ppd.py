@@ -10,8 +10,10 @@ from, in order: what was observed on both paths in the request's bucket
 ``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
 
 The TPOT term, when the router's online model predicts it (:class:`Harm`, ``router/predict.py``),
-counts every request the choice slows, not only this one: ΔTPOT = this request's relative TPOT
-change + ``running`` × the relative change of each running decode's TPOT. A local
+counts every request the choice slows, not only this one: with decodes running, ΔTPOT =
+``running`` × the relative slowdown of each running decode's TPOT (clipped at 0: the simulated
+PPD grid went local on predicted handoff-stall savings at 24 sessions/s on 3P1D and lost 33% of
+TPOT); with none, this request's own relative change. A local
 append-prefill is one (or a few) mixed steps that every running decode on the worker waits
 through; no observed TPOT shows that cost (both paths decode on the same worker, so per path
 they differ by ~0), and on this CPU it is what raised x=1's TPOT 10–12% over x=0's at one
@@ -64,10 +66,13 @@ class Harm:
     mates_remote: float
 
     def d_tpot(self) -> float:
-        """Relative TPOT change of going local, summed over the requests it touches."""
-        own = (self.own_local - self.own_remote) / self.own_remote if self.own_remote > 0 else 0.0
+        """Relative TPOT change of going local: with decodes running, ``running`` × each one's
+        slowdown (never a credit: a predicted saving to them does not argue for local); with
+        none, this request's own change."""
+        if self.running == 0:
+            return (self.own_local - self.own_remote) / self.own_remote if self.own_remote > 0 else 0.0
         mates = (self.mates_local - self.mates_remote) / self.mates_remote if self.mates_remote > 0 else 0.0
-        return own + self.running * mates
+        return self.running * max(0.0, mates)
 
 
 @dataclass
