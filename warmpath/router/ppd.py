@@ -53,6 +53,11 @@ class Cell:
     tpot_remote: float
 
 
+def _rel(x: float, base: float) -> float:
+    """``x``'s relative change from ``base`` (0 without a base)."""
+    return (x - base) / base if base > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Harm:
     """Predicted TPOTs (s) for the score's TPOT term: this request's own on each path and the
@@ -70,9 +75,8 @@ class Harm:
         slowdown (never a credit: a predicted saving to them does not argue for local); with
         none, this request's own change."""
         if self.running == 0:
-            return (self.own_local - self.own_remote) / self.own_remote if self.own_remote > 0 else 0.0
-        mates = (self.mates_local - self.mates_remote) / self.mates_remote if self.mates_remote > 0 else 0.0
-        return self.running * max(0.0, mates)
+            return _rel(self.own_local, self.own_remote)
+        return self.running * max(0.0, _rel(self.mates_local, self.mates_remote))
 
 
 @dataclass
@@ -182,12 +186,11 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
 def _score(cfg: PPDConfig, ttft_local: float, ttft_remote: float, cell: Cell, key: tuple, src: str,
            harm: Harm | None = None) -> PPDDecision:
     """S = w_ttft·ΔTTFT − w_tpot·ΔTPOT; ΔTPOT from ``harm`` when given, else ``cell``'s TPOTs."""
-    d_ttft = (ttft_remote - ttft_local) / ttft_remote if ttft_remote > 0 else 0.0
+    d_ttft = -_rel(ttft_local, ttft_remote)
     if harm is not None:
         d_tpot, why = harm.d_tpot(), f", {harm.running} running"
     else:
-        d_tpot = (cell.tpot_local - cell.tpot_remote) / cell.tpot_remote if cell.tpot_remote > 0 else 0.0
-        why = ""
+        d_tpot, why = _rel(cell.tpot_local, cell.tpot_remote), ""
     s = cfg.w_ttft * d_ttft - cfg.w_tpot * d_tpot
     return PPDDecision(s > 0, s, f"S={s:.3f} (dTTFT {d_ttft:+.2f}, dTPOT {d_tpot:+.2f}{why}, {src}, bucket {key})",
                        key)

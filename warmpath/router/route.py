@@ -136,7 +136,7 @@ class RouteDecider:
         pl, pr = predict_local(dw, rv, snap, cost, k=k), predict_remote(pw, dw, rv, snap, cost, e=remote, k=k)
         harm = ppd.Harm(dw.running, pl.tpot_s, pr.tpot_s, pl.running_tpot_s, pr.running_tpot_s)
         choice = ppd.decide(self.ppd_cfg, self.ppd_table, rv, dw, remote.queue_s, self.feedback,
-                            ppd.Cell(local.ttft_s, remote.ttft_s, pl.running_tpot_s, pr.running_tpot_s), harm)
+                            ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0), harm)   # TPOTs: ``harm``'s
         if not (choice.local and allow_local):
             return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}",
                            ppd_reason=choice.reason)
