@@ -88,3 +88,28 @@ def test_sessions():
     st.forget_worker("d2")
     assert st.sessions["b"].decode_worker is None
     assert st.expire(now=100) == 2
+
+
+def test_observed_ttfts_are_queue_free_and_the_live_queues_are_added():
+    """The feedback keeps TTFTs without their queue wait; the decision adds each path's live
+    queue: local 0.30 s served vs remote 0.20 s, then with a 0.4 s remote queue, then with a
+    0.2 s local queue (100 tokens at 500 tok/s) on top."""
+    from warmpath.router.ppd import PPDFeedback
+
+    key = bucket_of(1000, 64, 128, 2)
+    fb = PPDFeedback(min_samples=2, explore_every=1000)
+    for _ in range(2):
+        fb.observe(key, "local", 0.30)
+        fb.observe(key, "remote", 0.20)
+    fb.seen[key] = 1                  # past the first (exploring) decision
+    cfg, t = PPDConfig("dynamic"), PPDTable()
+    idle = decide(cfg, t, req(), D, 0.0, fb)
+    assert not idle.local and idle.score == pytest.approx(-0.5) and idle.queue_s == 0.0
+    assert "observed" in idle.reason
+    busy_remote = decide(cfg, t, req(), D, 0.4, fb)                       # 0.30 vs 0.60
+    assert busy_remote.local and busy_remote.score == pytest.approx(0.5) and busy_remote.queue_s == 0.0
+    both = WorkerView("d", "decode", running=2, queued_prefill_tokens=100, prefill_tok_s=500.0)
+    d = decide(cfg, t, req(), both, 0.4, fb)                              # 0.50 vs 0.60
+    assert d.local and d.score == pytest.approx(1 / 6) and d.queue_s == pytest.approx(0.2)
+    # remote chosen: its decision carries the remote queue (what the outcome's TTFT sheds)
+    assert decide(cfg, t, req(), both, 0.1, fb).queue_s == pytest.approx(0.1)   # 0.50 vs 0.30

@@ -1,5 +1,7 @@
 """The one request plan (router/route.py) that the router and the simulator both run."""
 
+from dataclasses import replace
+
 import pytest
 
 from warmpath.router.classify import ColdRule, reuse
@@ -142,3 +144,16 @@ def test_dynamic_ppd_charges_a_local_prefill_to_each_running_decode():
         assert predicted_headers(d)["X-Warmpath-PPD"] == d.ppd_reason
         scores[running] = float(d.ppd_reason.split("S=")[1].split(" ")[0])
     assert scores[2] < scores[0]
+
+
+def test_the_ppd_feedback_keeps_a_turns_ttft_less_its_predicted_queue_wait():
+    from warmpath.router.views import Decision
+
+    decider = RouteDecider(CPDPolicy(), PPDConfig("dynamic"))
+    key = (1, 0, 0)
+    remote = Decision("p1", "d1", "warm", 2.0, 0, "", ppd="remote", bucket=key, ppd_queue_s=1.5)
+    decider.observe_outcome(remote, 2.0, 0.03)          # 2.0 s, 1.5 of them queued: 0.5 s served
+    st = decider.feedback.paths[(key, "remote")]
+    assert (st.ttft.samples, st.ttft.value, st.tpot.value) == (1, pytest.approx(0.5), pytest.approx(0.03))
+    decider.observe_outcome(replace(remote, ppd_queue_s=3.0), 2.0, None)   # queue overestimated: 0, not -1
+    assert st.ttft.value == pytest.approx(0.7 * 0.5 + 0.3 * 0.0) and st.tpot.samples == 1

@@ -5,8 +5,12 @@ S = w_ttft·ΔTTFT − w_tpot·ΔTPOT, where ΔTTFT is the relative TTFT saved b
 ΔTPOT the relative TPOT slowdown it causes. Local when S > 0. The two paths' TTFT/TPOT come
 from, in order: what was observed on both paths in the request's bucket
 (:class:`PPDFeedback`, once each has ``min_samples``); else the table measured offline by
-``warmpath calibrate`` (corrected with live queue times); else the router's online model
-(the TTFT estimates of both paths). While one path of a bucket lacks samples, every
+``warmpath calibrate``; else the router's online model (the TTFT estimates of both paths,
+queues included). Observed and tabled TTFTs are queue-free — an observation is stored less
+the queue wait its path was predicted to have when it was decided
+(:attr:`PPDDecision.queue_s`) — and each path's live queue is added when deciding: an
+observed remote TTFT taken while a prefill worker was busy with a long first turn must not
+send later turns local once that worker is idle. While one path of a bucket lacks samples, every
 ``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
 
 The TPOT term, when the router's online model predicts it (:class:`Harm`, ``router/predict.py``),
@@ -108,6 +112,7 @@ class PPDDecision:
     score: float
     reason: str
     bucket: tuple[int, int, int] | None = None
+    queue_s: float = 0.0             # the chosen path's predicted queue wait (taken off its observed TTFT)
 
 
 @dataclass
@@ -120,7 +125,8 @@ class PathStats:
 
 @dataclass
 class PPDFeedback:
-    """TTFT / TPOT observed per bucket and path (``local`` / ``remote``)."""
+    """TTFT / TPOT observed per bucket and path (``local`` / ``remote``); TTFTs without the
+    queue wait (the caller takes off the decision's ``queue_s``)."""
 
     min_samples: int = 3
     explore_every: int = 8
@@ -168,18 +174,27 @@ def decide(cfg: PPDConfig, table: PPDTable, req: RequestView, decode: WorkerView
         return PPDDecision(True, 0.0, "x=1")
     new = req.new_tokens if req.new_tokens is not None else req.num_tokens
     key = bucket_of(req.num_tokens, new, req.max_tokens, decode.running)
+    local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
+    d = _decide_dynamic(cfg, table, key, new, decode, local_q, remote_queue_s, feedback, model_cell, harm)
+    d.queue_s = local_q if d.local else remote_queue_s
+    return d
+
+
+def _decide_dynamic(cfg: PPDConfig, table: PPDTable, key: tuple, new: int, decode: WorkerView, local_q: float,
+                    remote_q: float, feedback: PPDFeedback | None, model_cell: Cell | None,
+                    harm: Harm | None) -> PPDDecision:
+    """``decide``'s dynamic mode: explore, else observed, else table (both queue-free, plus
+    the live queues), else the model."""
     if feedback is not None:
         if (path := feedback.explore(key)) is not None:
             return PPDDecision(path == "local", 0.0, f"explore {path} (bucket {key})", key)
         if (cell := feedback.cell(key)) is not None:
-            return _score(cfg, cell.ttft_local, cell.ttft_remote, cell, key, "observed", harm)
-    cell = table.cells.get(key)
-    if cell is not None:  # offline table, corrected with the live queues on both sides
-        local_q = decode.queued_prefill_tokens / decode.prefill_tok_s
-        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_queue_s, cell, key, "table", harm)
+            return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_q, cell, key, "observed", harm)
+    if (cell := table.cells.get(key)) is not None:
+        return _score(cfg, cell.ttft_local + local_q, cell.ttft_remote + remote_q, cell, key, "table", harm)
     if model_cell is None:   # neither: a first-principles cell from the worker's speeds
         t_new = new / decode.prefill_tok_s
-        model_cell = Cell(t_new, t_new + 0.05 + remote_queue_s, 0.0, 0.0)
+        model_cell = Cell(t_new + local_q, t_new + 0.05 + remote_q, 0.0, 0.0)
     return _score(cfg, model_cell.ttft_local, model_cell.ttft_remote, model_cell, key, "model", harm)
 
 

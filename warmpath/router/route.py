@@ -139,9 +139,10 @@ class RouteDecider:
                             ppd.Cell(local.ttft_s, remote.ttft_s, 0.0, 0.0), harm)   # TPOTs: ``harm``'s
         if not (choice.local and allow_local):
             return replace(d, ppd="remote", bucket=choice.bucket, reason=f"{d.reason}; PPD remote: {choice.reason}",
-                           ppd_reason=choice.reason)
+                           ppd_reason=choice.reason, ppd_queue_s=choice.queue_s)
         return Decision(None, dw.worker_id, "local", local.ttft_s, local.cached_tokens, choice.reason,
-                        ppd="local", cls=cls, bucket=choice.bucket, ppd_reason=choice.reason)
+                        ppd="local", cls=cls, bucket=choice.bucket, ppd_reason=choice.reason,
+                        ppd_queue_s=choice.queue_s)
 
     def _on_decode(self, rv: RequestView, snap: Snapshot) -> Decision:
         """No prefill-type worker is healthy (all dropped, draining or not yet registered):
@@ -193,9 +194,11 @@ class RouteDecider:
         """A request's measured TTFT (from its admission) and TPOT: the model's errors (the
         TPOT one also corrects the decode worker's step cost online), and the PPD feedback of
         the path it took. Returns the relative TTFT and TPOT errors (``None``: not predicted
-        or not measured)."""
+        or not measured). The PPD feedback keeps TTFTs without the queue wait predicted at the
+        decision (``ppd.decide`` adds the live one back)."""
         if d.bucket is not None and d.ppd is not None:
-            self.feedback.observe(d.bucket, d.ppd, ttft_s, tpot_s)
+            served = None if ttft_s is None else max(0.0, ttft_s - d.ppd_queue_s)
+            self.feedback.observe(d.bucket, d.ppd, served, tpot_s)
         ttft_err = self.model.observe_ttft(d.est_ttft_s, ttft_s) if ttft_s is not None else None
         if ttft_s is not None and d.est_ttft_parts is not None and d.decode is not None:
             self.model.observe_local_ttft(d.decode, *d.est_ttft_parts, ttft_s)

@@ -107,6 +107,7 @@ class Decision:
     cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
     ppd_reason: str | None = None      # PPD: why the switch went that way (its score and terms)
+    ppd_queue_s: float = 0.0           # PPD: the path's predicted queue wait (off its observed TTFT)
     path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
     est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
