@@ -183,6 +183,10 @@ def test_full_l2_and_full_l3_only_miss(smollm, reference, prompts):
         st = eng.tiers.l3.stats
         assert st.errors == 0
         assert st.rejected_full > 0      # the store was full at times
+        from warmpath.worker.tier_metrics import TierCollector
+
+        fam = next(f for f in TierCollector(eng, "m").collect() if f.name == "warmpath_kv_l3_rejected_full_blocks")
+        assert [s.value for s in fam.samples if s.name.endswith("_total")] == [st.rejected_full]
         assert st.blocks_written > 22    # more than fits at once: Mooncake evicted some
         eng.pool.check_integrity()
         eng.close()

@@ -39,6 +39,8 @@ class TierCollector(Collector):
                                    labels=["model"])
         corrupt = CounterMetricFamily("warmpath_kv_l3_corrupt_blocks", "L3 blocks rejected by header/checksum",
                                       labels=["model"])
+        full = CounterMetricFamily("warmpath_kv_l3_rejected_full_blocks", "Blocks the store refused to take "
+                                   "because it was full (not stored: a future miss)", labels=["model"])
         refused = CounterMetricFamily("warmpath_kv_verify_failures", "Blocks loaded from L2/L3 and refused "
                                       "by their checks (recomputed)", labels=["model", "tier", "reason"])
         secs = CounterMetricFamily("warmpath_kv_l3_seconds", "Wall time in L3 transfers", labels=["model", "op"])
@@ -83,8 +85,9 @@ class TierCollector(Collector):
                 l3err.add_metric([m], s.errors)
                 l3fb.add_metric([m], s.fallbacks)
                 corrupt.add_metric([m], s.corrupt)
+                full.add_metric([m], s.rejected_full)
                 secs.add_metric([m, "read"], s.read_seconds)
                 secs.add_metric([m, "write"], s.write_seconds)
                 up.add_metric([m], 1.0 if t.l3.available else 0.0)
-        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, refused, secs, up, busy,
-                    comp, cap, blocks)
+        yield from (hits, miss, evict, read, written, loaded, choice, l3err, l3fb, corrupt, full, refused, secs, up,
+                    busy, comp, cap, blocks)
