@@ -8,7 +8,9 @@ both sides by session and turn. The simulated workers keep step traces (``SimWor
 and so may the real ones (``--real-trace``, a ``warmpath serve --step-trace`` folder or file):
 per worker, the seconds of pure decode, mixed and prefill steps, the prompt tokens a decode
 worker computed (KV it did not find), and a pure decode step's time over the step model's
-(median by batch: what sharing the cores and the machine's state add to the calibrated step).
+(median by batch: what sharing the cores and the machine's state add to the calibrated step),
+and the same by how many other workers stepped beside it (0 / 1 / 2+: the model's own error
+apart from processor sharing).
 
     python -m benchmarks.sim_accuracy.saturation_diag --real benchmarks/results/sim_accuracy/real_0.2_s302 \\
         --rate 0.2 --seed 302 [--scatter 0] [--requests] [--real-trace DIR] [--out FILE.json]
@@ -27,6 +29,7 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.requests_log import request_row
 from warmpath.bench.workload import coding_agent
 from warmpath.engine.step_model import StepModel
+from warmpath.engine.step_trace import overlaps
 
 CAL = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
 
@@ -91,6 +94,23 @@ def step_summary(steps: list[dict], model: StepModel) -> dict:
     return out
 
 
+def decode_by_company(traces: dict[str, list[dict]], model: StepModel) -> dict:
+    """Per worker: a pure decode step's wall time (less its KV loads) over the model's, median
+    by how many other workers stepped beside it (0, 1, 2+; processor sharing on 2 cores makes
+    2+ cost ~1.5x): the model's own error (0) apart from what sharing adds."""
+    out = {}
+    for w, ks in overlaps(traces).items():
+        by: dict[int, list[float]] = {}
+        for s, k in zip(traces[w], ks):
+            items = [tuple(x) for x in s["items"]]
+            wall = s["t1"] - s["t0"] - s.get("tiers_s", 0.0)
+            if items and all(n == 1 for n, _ in items) and wall > 0:
+                by.setdefault(min(2, round(k)), []).append(wall / model.step_s(items))
+        if by:
+            out[w] = {k: {"steps": len(v), "median": round(statistics.median(v), 3)} for k, v in sorted(by.items())}
+    return out
+
+
 def class_summary(rows: list[dict]) -> dict:
     """Per class: completed, failed, median TTFT, median admission wait, median TPOT and E2E."""
     out = {}
@@ -143,8 +163,11 @@ def main() -> int:
     out = {"real": class_summary(real) if real else None, "sim": class_summary(sim), "paired": paired(real, sim),
            "sim_steps": {w: step_summary(t, model) for w, t in traces.items()},
            "sim_store_refused_blocks": s.store.refused if s.store else 0}
+    out["sim_decode_by_company"] = decode_by_company(traces, model)
     if a.real_trace:
-        out["real_steps"] = {w: step_summary(t, model) for w, t in read_trace(a.real_trace).items()}
+        real_traces = read_trace(a.real_trace)
+        out["real_steps"] = {w: step_summary(t, model) for w, t in real_traces.items()}
+        out["real_decode_by_company"] = decode_by_company(real_traces, model)
     if a.requests:
         got = {(r["sid"], r["turn"]): r for r in sim}
         for r in real:
