@@ -95,6 +95,19 @@ def _served(a: argparse.Namespace, workdir: Path) -> dict:
     return run_served(cfg, workdir, model=a.model)
 
 
+def _contention(a: argparse.Namespace, lm) -> dict | None:
+    """The timed slowdown beside a second worker (``calibrate/contention.py``), where it means
+    what the simulator takes it for: one thread per worker, as ``--threads 1`` and the served
+    workers run; not in ``--quick``."""
+    import torch
+
+    if a.quick or torch.get_num_threads() != 1:
+        return None
+    from warmpath.calibrate.contention import measure_contention
+
+    return measure_contention(lm, a.model, a.quantization)
+
+
 def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     if a.refit:
@@ -124,6 +137,7 @@ def main(a: argparse.Namespace) -> int:
         prof = profile_engine(lm, contexts=(64, 256), tokens=(16, 64), batches=(1, 4), decode_steps=3)
     else:
         prof = profile_engine(lm, contexts=contexts)
+    measured = _contention(a, lm)
     first_turns = [(s.prefix + s.turns[0].new_tokens)[-96:] for s in coding_agent(24, seed=900_000)]
     out: dict = {"model": lm.model_id, "quantization": a.quantization,
                  "retokenize_miss": answer_roundtrip_miss(lm, first_turns, 64)}
@@ -155,6 +169,11 @@ def main(a: argparse.Namespace) -> int:
             out[k] = statistics.median(got) if got else None
         out["trace_variation"] = var
         print(f"steps around the fit: cv {out['step_cv']}; slowdown beside one other worker: {out['contention']}")
+    if measured is not None:   # timed beside a second process: steadier than the served steps' overlaps
+        out["contention_measured"] = measured
+        out["contention"] = measured["contention"]
+        print(f"slowdown beside one other worker, timed: {measured['contention']:.3f} "
+              f"({measured['alone_s'] * 1e3:.1f} ms alone, {measured['beside_s'] * 1e3:.1f} ms beside)")
     Path(a.out).write_text(json.dumps(out, indent=1))
     print_fit(model)
     for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):
