@@ -196,6 +196,35 @@ def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path)
     assert (gpu.scheduler.max_num_batched_tokens, gpu.retokenize_miss) == (8192, 0.125)
 
 
+def test_contention_is_the_calibrations_unless_chosen(tmp_path):
+    """The calibration's ``contention`` (the timed one where calibrate measured it); ``--contention
+    served`` its served phase's, ``timed`` the timed one, a number itself; a figure the calibration
+    lacks, a word or a negative number is an error naming the flag."""
+    import argparse
+
+    from warmpath.sim.cli import add_parser, setup_from_args
+
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers())
+    cal = tmp_path / "cal.json"
+    body = {"step_model": {"prefill_coef": [0.1, 1e-3, 0.0], "decode_coef": [0.05, 1e-3, 0.0]}, "ppd_table": {},
+            "contention": 0.168, "contention_measured": {"contention": 0.168},
+            "trace_variation": {"served": {"contention": 0.052}}}
+    cal.write_text(json.dumps(body))
+    base = ["sim", "--hardware", "cpu", "--model", "smollm2-135m", "--calibration", str(cal), "--workload",
+            "coding-agent"]
+    got = lambda *more: setup_from_args(p.parse_args([*base, *more])).contention   # noqa: E731
+    assert (got(), got("--contention", "served"), got("--contention", "timed"), got("--contention", "0.1")) == \
+        (0.168, 0.052, 0.168, 0.1)
+    for bad, msg in (("fast", "timed, served or a number"), ("-0.5", "must be >= 0")):
+        with pytest.raises(ValueError, match=f"^--contention: {msg}"):
+            got("--contention", bad)
+    del body["contention_measured"]
+    cal.write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="^--contention timed: the calibration has no timed figure"):
+        got("--contention", "timed")
+
+
 def test_kv_dtype_halves_every_block_and_overlap_reaches_the_workers(tmp_path):
     import argparse
 

@@ -60,6 +60,10 @@ def add_parser(sub) -> None:
     s.add_argument("--retokenize-miss", type=float, default=None,
                    help="share of answers the clients send back as other token ids (re-tokenized text): "
                         "the next turn recomputes them (default: the calibration's measurement, else 0)")
+    s.add_argument("--contention", default=None, metavar="timed|served|X",
+                   help="--hardware cpu: slowdown of a step per other busy core — the calibration's timed "
+                        "figure (a neighbour computing flat out: the default where measured), its served "
+                        "phase's (overlapping served steps, an average over the load), or a number")
     s.add_argument("--max-in-flight", type=int, default=None,
                    help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
@@ -95,6 +99,25 @@ def parse_tp(spec: str) -> dict:
     return out
 
 
+def _contention(choice: str | None, cal: dict) -> dict:
+    """``--contention``: {} (the calibration's own), or {"contention": the chosen figure}."""
+    if choice is None:
+        return {}
+    if choice in ("timed", "served"):
+        got = ((cal.get("contention_measured") or {}).get("contention") if choice == "timed"
+               else ((cal.get("trace_variation") or {}).get("served") or {}).get("contention"))
+        if got is None:
+            raise ValueError(f"--contention {choice}: the calibration has no {choice} figure")
+        return {"contention": max(0.0, float(got))}
+    try:
+        x = float(choice)
+    except ValueError:
+        raise ValueError(f"--contention: timed, served or a number >= 0, got {choice!r}") from None
+    if not x >= 0:
+        raise ValueError(f"--contention: must be >= 0, got {choice!r}")
+    return {"contention": x}
+
+
 def setup_from_args(a: argparse.Namespace):
     """The :class:`~warmpath.sim.run.SimSetup` the flags describe."""
     from warmpath.engine.step_model import StepModel
@@ -120,6 +143,7 @@ def setup_from_args(a: argparse.Namespace):
             engine = cal.get("engine") or {}
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
+        variation.update(_contention(getattr(a, "contention", None), cal))
     if a.hardware == "cpu" and fitted is None:
         raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
     model = MODELS[a.model]
