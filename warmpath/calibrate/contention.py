@@ -18,17 +18,13 @@ import multiprocessing as mp
 import statistics
 import time
 
-import numpy as np
 import torch
 
 from warmpath.engine.llm_engine import EngineConfig, LLMEngine
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.sequence import SamplingParams
+from warmpath.engine.step_timing import random_tokens
 from warmpath.models.loader import LoadedModel, load_model
-
-
-def _tokens(seed: int, n: int, vocab: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(3, vocab - 1, n)]
 
 
 def _neighbour(spec: str, quantization: str, tokens: int, ready, stop, steps) -> None:
@@ -41,7 +37,7 @@ def _neighbour(spec: str, quantization: str, tokens: int, ready, stop, steps) ->
     one = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
     seed = 10_000
     while not stop.is_set():
-        eng.generate([_tokens(seed := seed + 1, tokens, vocab)], one)   # a new prompt: no prefix hit
+        eng.generate([random_tokens(seed := seed + 1, tokens, vocab)], one)   # a new prompt: no prefix hit
         if ready.is_set():
             steps.value += 1
         ready.set()
@@ -55,10 +51,10 @@ def _decoding(lm: LoadedModel, batch: int, context: int, steps: int) -> LLMEngin
     eng = LLMEngine(EngineConfig(num_blocks=2 * batch * per_seq, block_size=16,
                                  scheduler=SchedulerConfig(max_num_seqs=batch + 1,
                                                            max_num_batched_tokens=2 * context)), loaded=lm)
-    ctxs = [_tokens(100 + i, context, vocab) for i in range(batch)]
+    ctxs = [random_tokens(100 + i, context, vocab) for i in range(batch)]
     eng.generate(ctxs, SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
     for i, c in enumerate(ctxs):
-        eng.add_request(c + _tokens(200 + i, 1, vocab),
+        eng.add_request(c + random_tokens(200 + i, 1, vocab),
                         SamplingParams(max_tokens=steps + 8, temperature=0, ignore_eos=True))
     while any(s.in_prefill for s in eng.scheduler.running) or eng.scheduler.waiting:
         eng.step()

@@ -25,7 +25,8 @@ from warmpath.models.loader import LoadedModel
 _ONE = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
 
 
-def _tokens(seed: int, n: int, vocab: int) -> list[int]:
+def random_tokens(seed: int, n: int, vocab: int) -> list[int]:
+    """``n`` seeded token ids in ``[3, vocab - 1)`` (prompts that share no prefix by chance)."""
     rng = np.random.default_rng(seed)
     return [int(t) for t in rng.integers(3, vocab - 1, n)]
 
@@ -50,11 +51,11 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
         # each decoding sequence has a context of its own, as served ones do: a batch that
         # shared one context would read its KV once from cache where served ones read b
         # different contexts from memory (at 2,048 tokens, 8 shared decode in half the time)
-        own = [_tokens(seed := seed + 1, c, vocab) for _ in range(max(batches))]
+        own = [random_tokens(seed := seed + 1, c, vocab) for _ in range(max(batches))]
         ctx = own[0]
         eng.generate(own, _ONE)                         # every context is now cached
         for t in tokens:
-            eng.add_request(ctx + _tokens(seed := seed + 1, t, vocab), _ONE)
+            eng.add_request(ctx + random_tokens(seed := seed + 1, t, vocab), _ONE)
             t0 = time.perf_counter()
             eng.step()
             prof.prefill.append((t + c % block_size if c % block_size else t, c, time.perf_counter() - t0))
@@ -62,7 +63,7 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
                 eng.step()
         for b in batches:
             for i in range(b):
-                eng.add_request(own[i] + _tokens(seed := seed + 1, 1, vocab),
+                eng.add_request(own[i] + random_tokens(seed := seed + 1, 1, vocab),
                                 SamplingParams(max_tokens=decode_steps + 2 + max(tokens), temperature=0,
                                                ignore_eos=True))
             eng.step()                                  # admit all (cached context + 1 token each)
@@ -75,7 +76,7 @@ def profile_engine(loaded: LoadedModel, contexts=(128, 512), tokens=(16, 64, 256
                 times.append(time.perf_counter() - t0)
             prof.decode.append((b, c, float(np.median(times))))
             for t in tokens:                            # an append-prefill joins the decode batch
-                eng.add_request(ctx + _tokens(seed := seed + 1, t, vocab), _ONE)
+                eng.add_request(ctx + random_tokens(seed := seed + 1, t, vocab), _ONE)
                 t0 = time.perf_counter()
                 eng.step()
                 prof.mixed.append((b, c, t, c, time.perf_counter() - t0))
