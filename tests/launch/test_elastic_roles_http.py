@@ -32,12 +32,14 @@ def test_a_prefill_worker_becomes_a_replica_under_load_with_no_request_lost(tmp_
     topo.write_text(json.dumps({"policy": "goodput", "workers": {"prefill": 2, "decode": 1}}))
     with cluster_process(str(topo), "--slo", "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.0001",
                          "--elastic", "roles", "--elastic-hold-s", "0", "--elastic-cooldown-s", "3600") as base:
-        got = [ask(base, i) for i in range(4)]   # one at a time: each local on the idle decode worker
-        with ThreadPoolExecutor(4) as pool:
-            got += list(pool.map(lambda i: ask(base, i), range(N)))   # the change happens by now
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not httpx.get(base + "/v1/cluster", timeout=5).json()["elastic"]["changes"]:
-            got.append(ask(base, len(got)))                             # keep the decode worker decoding
+        # one at a time, each local on the idle decode worker, until the router (once a second)
+        # sees it decode: the share routed local is then 1 (concurrent requests first would let
+        # the policy send some remote, and the share could fall under 0.5 before the change)
+        got, deadline = [], time.monotonic() + 20
+        while len(got) < 4 or (time.monotonic() < deadline and not httpx.get(base + "/v1/cluster", timeout=5).json()["elastic"]["changes"]):
+            got.append(ask(base, len(got)))
+        with ThreadPoolExecutor(4) as pool:                             # then while the change drains
+            got += list(pool.map(lambda i: ask(base, i), range(len(got), len(got) + N)))
         got += [ask(base, len(got)) for _ in range(4)]                  # and after it
         assert all(s == 200 for s, _, _ in got), got
         assert len({t for _, t, _ in got}) == 1 and got[0][1], got     # one greedy answer, every time
