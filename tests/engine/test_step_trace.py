@@ -5,7 +5,8 @@ import math
 import pytest
 
 from warmpath.engine.step_model import StepModel
-from warmpath.engine.step_trace import overlaps, profile_from_trace, read_step_trace, trace_variation
+from warmpath.engine.step_trace import (contention_over_model, overlaps, profile_from_trace, read_step_trace,
+                                        trace_variation)
 
 
 def test_read_step_trace_file_or_folder(tmp_path):
@@ -85,3 +86,19 @@ def test_fit_corrects_the_decode_line_per_batch_size_while_rows_last():
     assert m.decode_s(4, 150) == pytest.approx(m.decode_coef[0] + 4 * m.decode_coef[1] + 600 * m.decode_coef[2])
     assert StepModel.from_json(m.to_json()) == m
     assert StepModel.from_json({"prefill_coef": [0, 0, 0], "decode_coef": [0, 1, 0]}).decode_scale == ()
+
+
+def test_contention_over_model_compares_every_shape_over_the_fit_alone_and_beside_one_other():
+    m = StepModel((0.0, 1e-3, 0.0), (0.01, 0.01, 0.0))      # decode of b: 0.01 + 0.01·b s
+    step = lambda t0, b, exec_s: {"t0": t0, "t1": t0 + 0.1, "exec_s": exec_s, "items": [[1, 50]] * b}  # noqa: E731
+    d = [step(0, 1, 0.02), step(1, 3, 0.04), step(2, 1, 0.022),          # alone: 1.0, 1.0, 1.1 of the model
+         step(10, 2, 0.036), step(11, 1, 0.024), step(12, 3, 0.052),      # beside p: 1.2, 1.2, 1.3
+         step(19.95, 1, 0.5)]                                             # half beside p: neither
+    e = [step(3, 1, 0.02), step(4, 1, 0.02), step(5, 1, 0.02),            # alone: 1.0
+         *(step(t, 1, 0.022) for t in range(13, 19))]                     # beside p: 1.1, six of them
+    p = [{"t0": 10.0, "t1": 20.0, "exec_s": 10.0, "items": [[512, 0]]}]   # 0.095 of it beside others: neither
+    got = contention_over_model({"d": d, "e": e, "p": p}, m, min_steps=3)
+    assert {w: (v["alone"], v["beside"], round(v["contention"], 9)) for w, v in got["workers"].items()} == \
+        {"d": (3, 3, 0.2), "e": (3, 6, 0.1)}
+    assert got["contention"] == pytest.approx((0.2 * 3 + 0.1 * 6) / 9)   # weighted by the steps beside
+    assert contention_over_model({"d": d, "e": e, "p": p}, m, min_steps=4) == {"contention": None, "workers": {}}

@@ -197,8 +197,8 @@ def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path)
 
 
 def test_contention_is_the_calibrations_unless_chosen(tmp_path):
-    """The calibration's ``contention`` (the timed one where calibrate measured it); ``--contention
-    served`` its served phase's, ``timed`` the timed one, a number itself; a figure the calibration
+    """The calibration's ``contention``; ``--contention served`` its served phase's (the steps over
+    the fit where the calibration has that figure, else the same-shape pairs'), ``timed`` the timed one, a number itself; a figure the calibration
     lacks, a word or a negative number is an error naming the flag."""
     import argparse
 
@@ -223,6 +223,9 @@ def test_contention_is_the_calibrations_unless_chosen(tmp_path):
     cal.write_text(json.dumps(body))
     with pytest.raises(ValueError, match="^--contention timed: the calibration has no timed figure"):
         got("--contention", "timed")
+    # a calibration with the served steps' figure over the fit: ``served`` is that one
+    cal.write_text(json.dumps({**body, "contention": 0.083, "contention_served": {"contention": 0.083}}))
+    assert (got(), got("--contention", "served")) == (0.083, 0.083)
 
 
 def test_kv_dtype_halves_every_block_and_overlap_reaches_the_workers(tmp_path):

@@ -108,6 +108,22 @@ def _contention(a: argparse.Namespace, lm) -> dict | None:
     return measure_contention(lm, a.model, a.quantization)
 
 
+def _contention_served(runs: dict, model) -> dict | None:
+    """Every traced run's steps over the fitted model, alone and beside one other worker
+    (``step_trace.contention_over_model``), pooled by the steps beside; ``None`` when no run has
+    enough of both. The served steps' own figure: in two traced 300-s runs (0.2 and 0.35
+    sessions/s) decode steps slowed 1.077× and 1.097× beside one worker, where the timed figure
+    (a neighbour computing flat out) said 1.168× (``docs/benchmarks/sim_accuracy.md``)."""
+    from warmpath.engine.step_trace import contention_over_model
+
+    got = {src: contention_over_model(steps, model) for src, steps in runs.items()}
+    parts = [(w["contention"], w["beside"]) for g in got.values() for w in g["workers"].values()]
+    n = sum(b for _, b in parts)
+    if not n:
+        return None
+    return {"contention": max(0.0, sum(c * b for c, b in parts) / n), "steps_beside": n, "runs": got}
+
+
 def main(a: argparse.Namespace) -> int:
     """Profile (and optionally fit a step trace), write the step model and PPD table."""
     if a.refit:
@@ -169,11 +185,16 @@ def main(a: argparse.Namespace) -> int:
             out[k] = statistics.median(got) if got else None
         out["trace_variation"] = var
         print(f"steps around the fit: cv {out['step_cv']}; slowdown beside one other worker: {out['contention']}")
-    if measured is not None:   # timed beside a second process: steadier than the served steps' overlaps
+    if measured is not None:   # timed beside a second process: steadier than few same-shape pairs
         out["contention_measured"] = measured
         out["contention"] = measured["contention"]
         print(f"slowdown beside one other worker, timed: {measured['contention']:.3f} "
               f"({measured['alone_s'] * 1e3:.1f} ms alone, {measured['beside_s'] * 1e3:.1f} ms beside)")
+    served_c = _contention_served(runs, model)
+    if served_c is not None:   # every served step over the fit: what serving costs (the default)
+        out["contention_served"] = served_c
+        out["contention"] = served_c["contention"]
+        print(f"slowdown beside one other worker, served steps over the fit: {served_c['contention']:.3f}")
     Path(a.out).write_text(json.dumps(out, indent=1))
     print_fit(model)
     for k in ("retokenize_miss", "request_overhead_s", "transfer_cpu"):

@@ -116,3 +116,31 @@ def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2) -> dict:
     return {"step_cv": statistics.pstdev(dev) if len(dev) >= 3 else None,
             "contention": statistics.median(ratios) if ratios else None,
             "steps_alone": sum(len(g["alone"]) for g in groups.values()), "shapes_compared": len(ratios)}
+
+
+def contention_over_model(steps: dict[str, list[dict]], model, min_steps: int = 20, band: float = 0.1) -> dict:
+    """How much slower steps compute while one other worker steps beside them, every step's
+    compute time taken over the step model's (``model.step_s``), so steps of every shape count
+    (:func:`trace_variation` compares only shapes that happened to run both ways, a handful in a
+    short trace). Per worker: median over the model of the steps with another worker stepping
+    through ``1 ± band`` of them, over the same of the steps that ran alone, less 1, where each
+    has ``min_steps``; ``contention``: their mean weighted by the steps beside (``None`` where
+    no worker has enough of both)."""
+    ov = overlaps(steps)
+    per: dict[str, dict] = {}
+    for w, mine in steps.items():
+        alone, one = [], []
+        for s, k in zip(mine, ov[w]):
+            est = model.step_s([tuple(x) for x in s["items"]]) if s["items"] else 0.0
+            if est <= 0 or s["exec_s"] <= 0:
+                continue
+            if k < ALONE:
+                alone.append(s["exec_s"] / est)
+            elif abs(k - 1.0) <= band:
+                one.append(s["exec_s"] / est)
+        if len(alone) >= min_steps and len(one) >= min_steps:
+            per[w] = {"alone": len(alone), "beside": len(one),
+                      "contention": statistics.median(one) / statistics.median(alone) - 1.0}
+    n = sum(v["beside"] for v in per.values())
+    return {"contention": sum(v["contention"] * v["beside"] for v in per.values()) / n if n else None,
+            "workers": per}

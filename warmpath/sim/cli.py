@@ -61,9 +61,10 @@ def add_parser(sub) -> None:
                    help="share of answers the clients send back as other token ids (re-tokenized text): "
                         "the next turn recomputes them (default: the calibration's measurement, else 0)")
     s.add_argument("--contention", default=None, metavar="timed|served|X",
-                   help="--hardware cpu: slowdown of a step per other busy core — the calibration's timed "
-                        "figure (a neighbour computing flat out: the default where measured), its served "
-                        "phase's (overlapping served steps, an average over the load), or a number")
+                   help="--hardware cpu: slowdown of a step per other busy core — the calibration's served "
+                        "phase's (its steps over the fit, beside one other worker vs alone: the default where "
+                        "measured), its timed figure (a decode batch beside a neighbour computing flat out), "
+                        "or a number")
     s.add_argument("--max-in-flight", type=int, default=None,
                    help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
@@ -105,7 +106,8 @@ def _contention(choice: str | None, cal: dict) -> dict:
         return {}
     if choice in ("timed", "served"):
         got = ((cal.get("contention_measured") or {}).get("contention") if choice == "timed"
-               else ((cal.get("trace_variation") or {}).get("served") or {}).get("contention"))
+               else (cal.get("contention_served") or {}).get("contention",   # older: same-shape pairs
+                                                             ((cal.get("trace_variation") or {}).get("served") or {}).get("contention")))
         if got is None:
             raise ValueError(f"--contention {choice}: the calibration has no {choice} figure")
         return {"contention": max(0.0, float(got))}
