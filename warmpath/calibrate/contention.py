@@ -7,7 +7,10 @@ and memory. Inferred from a served run's overlapping steps (``engine/step_trace.
 alone and beside one other worker: two calibrations of one engine on this machine gave 0.067
 and 0.148 from their 2 × 60 s served phases where two 300-s traced runs gave 0.064 and 0.072.
 Here it is measured directly: a decode batch of contexts of its own is timed alone, then while
-a second process (the same model, one thread) runs prefill steps, then alone again.
+a second process (the same model, one thread) runs prefill steps, then alone again. One shape
+beside a neighbour computing flat out: where a served phase ran, calibrate's default is the
+served steps' own figure over the fit (``step_trace.contention_over_model``; 1.08–1.10× where
+this said 1.17×, the same afternoon), and this one is kept as ``contention_measured``.
 
     python -m warmpath.cli calibrate ...   # writes ``contention`` and ``contention_measured``
 """
