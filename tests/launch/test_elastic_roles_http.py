@@ -35,8 +35,9 @@ def test_a_prefill_worker_becomes_a_replica_under_load_with_no_request_lost(tmp_
         # one at a time, each local on the idle decode worker, until the router (once a second)
         # sees it decode: the share routed local is then 1 (concurrent requests first would let
         # the policy send some remote, and the share could fall under 0.5 before the change)
+        changed = lambda: httpx.get(base + "/v1/cluster", timeout=5).json()["elastic"]["changes"]   # noqa: E731
         got, deadline = [], time.monotonic() + 20
-        while len(got) < 4 or (time.monotonic() < deadline and not httpx.get(base + "/v1/cluster", timeout=5).json()["elastic"]["changes"]):
+        while len(got) < 4 or (time.monotonic() < deadline and not changed()):
             got.append(ask(base, len(got)))
         with ThreadPoolExecutor(4) as pool:                             # then while the change drains
             got += list(pool.map(lambda i: ask(base, i), range(len(got), len(got) + N)))

@@ -12,7 +12,7 @@ beside a neighbour computing flat out: where a served phase ran, calibrate's def
 served steps' own figure over the fit (``step_trace.contention_over_model``; 1.08–1.10× where
 this said 1.17×, the same afternoon), and this one is kept as ``contention_measured``.
 
-    python -m warmpath.cli calibrate ...   # writes ``contention`` and ``contention_measured``
+    python -m warmpath.cli calibrate ...   # writes ``contention_measured`` (and ``contention`` without a served phase)
 """
 
 from __future__ import annotations

@@ -105,9 +105,9 @@ def _contention(choice: str | None, cal: dict) -> dict:
     if choice is None:
         return {}
     if choice in ("timed", "served"):
+        shapes = ((cal.get("trace_variation") or {}).get("served") or {}).get("contention")   # older calibrations
         got = ((cal.get("contention_measured") or {}).get("contention") if choice == "timed"
-               else (cal.get("contention_served") or {}).get("contention",   # older: same-shape pairs
-                                                             ((cal.get("trace_variation") or {}).get("served") or {}).get("contention")))
+               else (cal.get("contention_served") or {}).get("contention", shapes))
         if got is None:
             raise ValueError(f"--contention {choice}: the calibration has no {choice} figure")
         return {"contention": max(0.0, float(got))}
