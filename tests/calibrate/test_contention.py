@@ -29,13 +29,15 @@ def test_the_served_figure_pools_every_run_by_its_steps_beside():
     (``step_trace.contention_over_model``, min 20 of each), pooled by steps beside; none below 0."""
     from warmpath.calibrate.cli import _contention_served
     from warmpath.engine.step_model import StepModel
+    from warmpath.engine.step_trace import overlaps
 
     m = StepModel((0.0, 1e-3, 0.0), (0.01, 0.01, 0.0))      # a decode of one: 0.02 s
     step = lambda t0, exec_s: {"t0": t0, "t1": t0 + 0.1, "exec_s": exec_s, "items": [[1, 50]]}  # noqa: E731
 
-    def run(alone_s: float, beside_s: float, n_beside: int) -> dict:
+    def run(alone_s: float, beside_s: float, n_beside: int) -> tuple[dict, dict]:
         d = [step(i, alone_s) for i in range(20)] + [step(100 + i, beside_s) for i in range(n_beside)]
-        return {"d": d, "p": [{"t0": 100.0, "t1": 100.0 + n_beside, "exec_s": 1.0, "items": [[512, 0]]}]}
+        steps = {"d": d, "p": [{"t0": 100.0, "t1": 100.0 + n_beside, "exec_s": 1.0, "items": [[512, 0]]}]}
+        return steps, overlaps(steps)
 
     got = _contention_served({"a": run(0.02, 0.024, 20), "b": run(0.02, 0.021, 60)}, m)
     assert (round(got["contention"], 9), got["steps_beside"]) == (round((0.2 * 20 + 0.05 * 60) / 80, 9), 80)

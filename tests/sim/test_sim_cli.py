@@ -198,8 +198,9 @@ def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path)
 
 def test_contention_is_the_calibrations_unless_chosen(tmp_path):
     """The calibration's ``contention``; ``--contention served`` its served phase's (the steps over
-    the fit where the calibration has that figure, else the same-shape pairs'), ``timed`` the timed one, a number itself; a figure the calibration
-    lacks, a word or a negative number is an error naming the flag."""
+    the fit where the calibration has that figure, else the same-shape pairs'), ``timed`` the timed
+    one, a number itself; a figure the calibration lacks, a word or a negative number is an error
+    naming the flag."""
     import argparse
 
     from warmpath.sim.cli import add_parser, setup_from_args

@@ -65,14 +65,16 @@ def refit(src: str, out: str, l3_gbps: float, network_gbps: float) -> int:
 
 
 def _traced(paths: list[str]):
-    """Each step-trace path's steps, and the profile of the steps that ran alone in them."""
-    from warmpath.engine.step_trace import profile_from_trace, read_step_trace
+    """Each step-trace path's steps with their overlaps (``step_trace.overlaps``, read once for
+    every use), and the profile of the steps that ran alone in them."""
+    from warmpath.engine.step_trace import overlaps, profile_from_trace, read_step_trace
 
     traced, runs = None, {}
     for src in paths:
         try:
-            runs[src] = read_step_trace(Path(src))
-            prof = profile_from_trace(runs[src])
+            steps = read_step_trace(Path(src))
+            runs[src] = (steps, overlaps(steps))
+            prof = profile_from_trace(*runs[src])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--from-trace {src}: not a step trace ({e})") from e
         traced = prof if traced is None else traced.extend(prof)
@@ -109,14 +111,15 @@ def _contention(a: argparse.Namespace, lm) -> dict | None:
 
 
 def _contention_served(runs: dict, model) -> dict | None:
-    """Every traced run's steps over the fitted model, alone and beside one other worker
-    (``step_trace.contention_over_model``), pooled by the steps beside; ``None`` when no run has
+    """Every traced run's steps (``runs``: source → (steps, overlaps), as :func:`_traced`'s) over
+    the fitted model, alone and beside one other worker (``step_trace.contention_over_model``),
+    pooled by the steps beside; ``None`` when no run has
     enough of both. The served steps' own figure: in two traced 300-s runs (0.2 and 0.35
     sessions/s) decode steps slowed 1.077× and 1.097× beside one worker, where the timed figure
     (a neighbour computing flat out) said 1.168× (``docs/benchmarks/sim_accuracy.md``)."""
     from warmpath.engine.step_trace import contention_over_model
 
-    got = {src: contention_over_model(steps, model) for src, steps in runs.items()}
+    got = {src: contention_over_model(steps, model, ov=ov) for src, (steps, ov) in runs.items()}
     parts = [(w["contention"], w["beside"]) for g in got.values() for w in g["workers"].values()]
     n = sum(b for _, b in parts)
     if not n:
@@ -179,7 +182,7 @@ def main(a: argparse.Namespace) -> int:
                                       lm.config.max_position_embeddings, kvb)
     out.update(fit)
     if runs:   # how the served steps scatter around the fit, and slow each other (the CPU profile)
-        var = {src: trace_variation(steps) for src, steps in runs.items()}
+        var = {src: trace_variation(steps, ov=ov) for src, (steps, ov) in runs.items()}
         for k in ("step_cv", "contention"):
             got = [v[k] for v in var.values() if v[k] is not None]
             out[k] = statistics.median(got) if got else None

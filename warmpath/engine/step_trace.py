@@ -57,13 +57,14 @@ def overlaps(steps: dict[str, list[dict]]) -> dict[str, list[float]]:
     return out
 
 
-def profile_from_trace(steps: dict[str, list[dict]]) -> StepProfile:
+def profile_from_trace(steps: dict[str, list[dict]], ov: dict[str, list[float]] | None = None) -> StepProfile:
     """Rows from the workers' step traces of one run: one-sequence prefill steps, pure decode
     steps and mixed steps (decodes plus prefill chunks: their token sum at its token-weighted
     context) that ran alone, timed without their KV-tier work (the simulator charges that
-    separately); steps of several prefills and no decode are left out."""
+    separately); steps of several prefills and no decode are left out. ``ov``: the steps'
+    :func:`overlaps`, where the caller has them already (the trace's other readings share them)."""
     prof = StepProfile()
-    ov = overlaps(steps)
+    ov = ov if ov is not None else overlaps(steps)
     for w, mine in steps.items():
         for s, k in zip(mine, ov[w]):
             items = s["items"]
@@ -90,7 +91,7 @@ def _shape(items: list) -> tuple:
     return ("prefill", tuple(n for n, _ in items), tuple(c // 64 for _, c in items))
 
 
-def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2) -> dict:
+def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2, ov: dict[str, list[float]] | None = None) -> dict:
     """How real steps vary, for the simulator's CPU profile, comparing steps of one worker and
     one shape (so that no model error enters).
 
@@ -98,8 +99,9 @@ def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2) -> dict:
     mean (shapes with 3+ such steps). ``contention``: how much slower a step computes while
     about one other worker steps beside it (two processes on two cores: no core is shared,
     so this is what the shared caches and memory cost) than the same shape alone — the median
-    over shapes with ``min_steps`` of each. ``None`` where the trace has no such steps."""
-    ov = overlaps(steps)
+    over shapes with ``min_steps`` of each. ``None`` where the trace has no such steps. ``ov``: as
+    :func:`profile_from_trace`'s."""
+    ov = ov if ov is not None else overlaps(steps)
     groups: dict[tuple, dict[str, list[float]]] = {}
     for w, mine in steps.items():
         for s, k in zip(mine, ov[w]):
@@ -118,15 +120,16 @@ def trace_variation(steps: dict[str, list[dict]], min_steps: int = 2) -> dict:
             "steps_alone": sum(len(g["alone"]) for g in groups.values()), "shapes_compared": len(ratios)}
 
 
-def contention_over_model(steps: dict[str, list[dict]], model, min_steps: int = 20, band: float = 0.1) -> dict:
+def contention_over_model(steps: dict[str, list[dict]], model, min_steps: int = 20, band: float = 0.1,
+                          ov: dict[str, list[float]] | None = None) -> dict:
     """How much slower steps compute while one other worker steps beside them, every step's
     compute time taken over the step model's (``model.step_s``), so steps of every shape count
     (:func:`trace_variation` compares only shapes that happened to run both ways, a handful in a
     short trace). Per worker: median over the model of the steps with another worker stepping
     through ``1 ± band`` of them, over the same of the steps that ran alone, less 1, where each
     has ``min_steps``; ``contention``: their mean weighted by the steps beside (``None`` where
-    no worker has enough of both)."""
-    ov = overlaps(steps)
+    no worker has enough of both). ``ov``: as :func:`profile_from_trace`'s."""
+    ov = ov if ov is not None else overlaps(steps)
     per: dict[str, dict] = {}
     for w, mine in steps.items():
         alone, one = [], []
