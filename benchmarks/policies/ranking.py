@@ -11,8 +11,11 @@ the target with every lower rate meeting it (``targets.highest_met``).
 
 Workload: ``benchmarks/common/workload.agent`` (3 primed 1,536-token repositories, 25% new
 2,048-token documents, 1-3 turns, 32-token answers), arrivals from ``--seeds``; each arm is
-started fresh per seed, primed, then run at each rate in turn (stopping once both targets
-missed). TTFT is timed from arrival; the client times out at ``--timeout`` (a failure).
+started fresh per seed and primed; then each rate's points run one arm after the other, in an
+order rotated from rate to rate, every arm's cluster up meanwhile (an arm stops once it missed
+both targets; ``--sequential``: each arm's whole sweep in turn, as before 6 December), so the
+host's drift is shared by the arms. TTFT is timed from arrival; the client times out at
+``--timeout`` (a failure).
 Part ``sim`` replays the same arms, seeds and rates on the simulator's CPU profile built from
 ``warmpath calibrate``'s output (``--calibration``), as a user gets it, its decodes priced as the
 pinned workers served them in the unloaded run (``--sim-decode served``; ``ranking_sim``).
@@ -135,32 +138,78 @@ def unloaded_tpot(sessions: int, gap: float, timeout: float, encode, out: Path) 
     return statistics.median(tpots)
 
 
-def real_arm(name: str, seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
-             encode, out: Path, calibration: Path) -> dict:
-    """One arm, started fresh and primed, at each rate until both targets miss."""
-    c = start(ARMS[name], router_argv(ARMS[name], targets, calibration))
-    runs, points = {}, {}
+class ArmRun:
+    """One arm's cluster for one seed: started fresh and primed, then run point by point (each
+    rate a fresh client) until both targets miss; :meth:`finish` stops it and writes its runs."""
 
-    async def sweep():
-        t = OpenAITarget(c.url, timeout_s=timeout)
+    def __init__(self, name: str, seed: int, targets: dict, calibration: Path) -> None:
+        self.name, self.seed, self.targets = name, seed, targets
+        self.runs, self.points, self.started = {}, {}, {}
+        self.c = start(ARMS[name], router_argv(ARMS[name], targets, calibration))
         try:
-            for r in rates:
-                t0 = time.time()
-                res = await run_rate(t, agent, r, duration, targets["joint"], seed=seed, encode=encode, quiet=True)
-                runs[r] = res
-                points[r] = verdicts(records(res["requests"]), res["duration_s"], r, targets)
-                show(name, seed, r, points[r], time.time() - t0)
-                if not any(v["met"] for v in points[r].values()):
-                    break
-        finally:
-            await t.close()
+            prime(self.c.url)
+        except BaseException:
+            self.c.stop()
+            raise
+
+    @property
+    def going(self) -> bool:
+        """Not stopped yet: no rate run, or the last one met a target."""
+        return not self.points or any(v["met"] for v in self.points[max(self.points)].values())
+
+    def point(self, rate: float, duration: float, timeout: float, encode) -> None:
+        """The point at ``rate`` (its wall-clock start kept: ``started``)."""
+        async def go():
+            t = OpenAITarget(self.c.url, timeout_s=timeout)
+            try:
+                return await run_rate(t, agent, rate, duration, self.targets["joint"], seed=self.seed, encode=encode,
+                                      quiet=True)
+            finally:
+                await t.close()
+        t0 = time.time()
+        self.started[rate] = t0
+        res = self.runs[rate] = asyncio.run(go())
+        self.points[rate] = verdicts(records(res["requests"]), res["duration_s"], rate, self.targets)
+        show(self.name, self.seed, rate, self.points[rate], time.time() - t0)
+
+    def finish(self, out: Path) -> dict:
+        """Stop the cluster; write its runs (``out/<arm>_s<seed>``); its points and goodputs."""
+        self.c.stop()
+        write_results(out / f"{self.name}_s{self.seed}", {"target": self.name,
+                                                          **sweep_summary(self.runs, self.targets["joint"])})
+        return {"points": self.points, "goodput": goodputs(self.points),
+                "started": {str(r): t for r, t in self.started.items()}}
+
+
+def rotated(arms: list[str], k: int) -> list[str]:
+    """``arms`` starting at its ``k``-th (mod its length): the order of one rate's points."""
+    k %= max(1, len(arms))
+    return arms[k:] + arms[:k]
+
+
+def real_seed(names: list[str], seed: int, rates: list[float], duration: float, timeout: float, targets: dict,
+              encode, out: Path, calibration: Path, interleave: bool = True) -> dict:
+    """The arms ``names`` on one seed. Interleaved (the default): every arm's cluster up at once
+    (the idle ones wait), each rate's points run one arm after the other in an order rotated
+    from rate to rate, so a host that speeds up or slows down over the sweep (it does, by up to
+    a quarter within an hour: ``docs/benchmarks/sim_accuracy.md``) is shared by the arms rather
+    than landing on one; otherwise each arm's whole sweep in turn, as before."""
+    if not interleave:
+        return {n: real_seed([n], seed, rates, duration, timeout, targets, encode, out, calibration)[n]
+                for n in names}
+    runs: dict[str, ArmRun] = {}
     try:
-        prime(c.url)
-        asyncio.run(sweep())
+        for n in names:
+            runs[n] = ArmRun(n, seed, targets, calibration)
+        for i, r in enumerate(rates):
+            for n in rotated(names, i + seed):
+                if runs[n].going:
+                    runs[n].point(r, duration, timeout, encode)
     finally:
-        c.stop()
-    write_results(out / f"{name}_s{seed}", {"target": name, **sweep_summary(runs, targets["joint"])})
-    return {"points": points, "goodput": goodputs(points)}
+        got = {}
+        for n, run in runs.items():
+            got[n] = run.finish(out)
+    return got
 
 
 def show(name: str, seed: int, rate: float, v: dict, wall: float) -> None:
@@ -193,6 +242,9 @@ def parser() -> argparse.ArgumentParser:
                         "TPOT over the simulated one, ranking_sim.served_decode_factor) or as calibrated")
     p.add_argument("--redo", action="store_true", help="recompute the parts asked for even where ranking.json has them")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/ranking"))
+    p.add_argument("--sequential", action="store_true",
+                   help="real part: each arm's whole sweep in turn (the default interleaves a seed's arms point "
+                        "by point, real_seed)")
     p.add_argument("--worker-arg", action="append", default=[],
                    help="an extra flag for every worker (repeat; e.g. --worker-arg=--kv-l3-overlap --worker-arg=on)")
     return p
@@ -236,14 +288,18 @@ def main() -> int:
         result["sim_decode_factor"] = factor
     for part in parts:
         for seed in seeds:
+            if part == "real":
+                todo = [arm for arm in arms if f"{arm}/{seed}" not in result.get(part, {})]
+                got = real_seed(todo, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real",
+                                a.calibration, not a.sequential) if todo else {}
+                result.setdefault(part, {}).update({f"{arm}/{seed}": v for arm, v in got.items()})
+                path.write_text(json.dumps(result, indent=1))
+                continue
             for arm in arms:
                 key = f"{arm}/{seed}"
                 if key in result.get(part, {}):
                     continue
-                if part == "real":
-                    got = real_arm(arm, seed, rates, a.duration, a.timeout, targets, encode, a.out / "real",
-                                   a.calibration)
-                elif part == "sim":
+                if part == "sim":
                     from benchmarks.policies.ranking_sim import sim_arm
                     got = sim_arm(ARMS[arm], seed, rates, a.duration, a.timeout, targets, a.calibration, a.sim_seeds,
                                   factor)

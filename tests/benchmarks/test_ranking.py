@@ -62,7 +62,7 @@ def test_every_arm_is_pinned_one_worker_per_core_and_has_a_plan_candidate():
         "pd-1p1d@dynamic": {"prefill-0": "0", "decode-0": "1"}, "goodput-1p1d": {"prefill-0": "0", "decode-0": "1"}}
     cands = plan_candidates()
     assert {a: cands[c].topology().workers for a, c in CANDIDATES.items()} == {
-        a: t.workers for a, t in ARMS.items() if a != "goodput-1p1d"}     # plan's space has no goodput candidate
+        a: t.workers for a, t in ARMS.items() if ARMS[a].policy != "goodput"}   # plan's space has no goodput candidate
     assert cands[CANDIDATES["pd-1p1d@dynamic"]].ppd == "dynamic"
 
 
@@ -131,3 +131,54 @@ def test_the_sim_takes_the_workers_kv_dtype_and_overlap_from_worker_args():
     # SmolLM2-135M: 30 layers x 2 x 3 KV heads x 64 x 4 bytes, then x 2 bytes
     assert (plain.model.kv_bytes_per_token, half.model.kv_bytes_per_token) == (46080, 23040)
     assert (plain.l3_overlap, half.l3_overlap) == (False, True)
+
+
+def test_rotated_starts_each_rate_at_the_next_arm():
+    from benchmarks.policies.ranking import rotated
+
+    arms = ["a", "b", "c"]
+    assert [rotated(arms, k) for k in (0, 1, 2, 3, 14)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
+                                                           ["a", "b", "c"], ["c", "a", "b"]]
+    assert rotated([], 5) == []
+
+
+def test_a_seeds_arms_run_point_by_point_in_rotated_order_and_all_stop(monkeypatch, tmp_path):
+    """The schedule only (the clusters are what ``ArmRun`` starts; here a recorder stands in):
+    rate by rate, the order rotated by rate index + seed; an arm that missed both targets runs no
+    more points; every arm is finished, also when a point fails."""
+    from benchmarks.policies import ranking
+
+    calls = []
+    misses = {("b", 0.1)}          # b misses both targets at 0.1, so it does not run 0.15
+
+    class Recorder:
+        def __init__(self, name, seed, targets, calibration):
+            self.name, self.points = name, {}
+
+        @property
+        def going(self):
+            return not self.points or self.points[max(self.points)]
+
+        def point(self, rate, duration, timeout, encode):
+            calls.append((self.name, rate))
+            if (self.name, rate) == ("c", 0.15) and fail:
+                raise RuntimeError("a point failed")
+            self.points[rate] = (self.name, rate) not in misses
+
+        def finish(self, out):
+            calls.append((self.name, "finish"))
+            return {"points": dict(self.points)}
+
+    monkeypatch.setattr(ranking, "ArmRun", Recorder)
+    fail = False
+    got = ranking.real_seed(["a", "b", "c"], 1, [0.05, 0.1, 0.15], 1.0, 1.0, {}, None, tmp_path, tmp_path)
+    assert calls == [("b", 0.05), ("c", 0.05), ("a", 0.05),      # rate 0: rotated by 0 + seed 1
+                     ("c", 0.1), ("a", 0.1), ("b", 0.1),
+                     ("a", 0.15), ("c", 0.15),                   # b stopped at its miss
+                     ("a", "finish"), ("b", "finish"), ("c", "finish")]
+    assert got["b"] == {"points": {0.05: True, 0.1: False}}
+    calls.clear()
+    fail = True
+    with pytest.raises(RuntimeError, match="a point failed"):
+        ranking.real_seed(["a", "b", "c"], 1, [0.05, 0.1, 0.15], 1.0, 1.0, {}, None, tmp_path, tmp_path)
+    assert [c for c in calls if c[1] == "finish"] == [("a", "finish"), ("b", "finish"), ("c", "finish")]
