@@ -154,17 +154,17 @@ def _router(a: argparse.Namespace) -> int:
             steps = StepModel.from_json(cal["step_model"]) if "step_model" in cal else None
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
+    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
+                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share))
+              if a.policy == "goodput"
+              else POLICIES[a.policy]())
     cfg = RouterConfig(a.host, a.port, AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue),
                        DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
                        ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
-                       elastic=ElasticConfig.from_mode(a.elastic, a.policy, POLICIES[a.policy].roles,
+                       elastic=ElasticConfig.from_mode(a.elastic, a.policy, policy.roles, policy.computes_anywhere,
                                                        **elastic_timing(a)))
-    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
-                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share))
-              if a.policy == "goodput"
-              else POLICIES[a.policy]())
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
         state.decider.model.steps[None] = steps

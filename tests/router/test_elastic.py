@@ -2,6 +2,8 @@
 role the fleet started with, waits out a cooldown and the last change's drain (no flapping);
 the CPD tiers as before, and decode / replica by KV, TPOT and the share routed local."""
 
+from dataclasses import replace
+
 import pytest
 
 from warmpath.bench.targets import Target
@@ -189,3 +191,51 @@ def test_a_decision_counts_as_local_when_one_worker_does_both():
         d.decide_route(rv, snap)
         d.decide_route(rv, snap, arrival=False)      # a second decision for one request (or /ready): not counted
         assert list(d.recent_local) == [local]
+
+
+SPARE = ElasticConfig(roles=ROLES, hold_s=0.0, cooldown_s=0.0, spare_last=True)
+
+
+def pair(p_role="prefill", kv=0.0, p_kv=0.0):
+    """A 1P1D pair: p0 (``p_role``, KV ``p_kv``) and d0 (decode, KV ``kv``)."""
+    return [WorkerView("p0", p_role, kv_usage=p_kv), WorkerView("d0", "decode", kv_usage=kv)]
+
+
+def test_spare_last_lends_a_pairs_only_prefill_worker_as_a_replica_and_repays_it_when_all_is_calm():
+    assert Elastic(ALL).step(pair(kv=0.99), Load(q, local_share=0.6), 0.0) is None   # each started role keeps one
+    e = Elastic(SPARE)
+    ch = e.step(pair(kv=0.99), Load(q, local_share=0.6), 0.0)      # decode 1.10 vs prefill 0: p0 lent
+    assert (ch.worker, ch.old, ch.new) == ("p0", "prefill", "replica")
+    # pressed no more, but d0 at KV 0.54 (0.60 > 0.5): not calm, nothing moves
+    assert e.step(pair("replica", kv=0.54), Q, 1.0) is None
+    ch = e.step(pair("replica", kv=0.45, p_kv=0.36), Q, 2.0)       # 0.50 and 0.40: every role calm
+    assert (ch.worker, ch.old, ch.new) == ("p0", "replica", "prefill")
+    assert ch.reason == "repaid to prefill (its last worker): every role's pressure <= 0.50 for 0s"
+
+
+def test_a_repayment_waits_for_calm_held_and_a_pressure_in_between_restarts_the_clock():
+    e = Elastic(replace(SPARE, hold_s=5.0))
+    for t in (0.0, 5.0):                                            # decode pressed, held 5 s: p0 lent
+        ch = e.step(pair(kv=0.99), Load(q, local_share=0.6), t)
+    assert ch.new == "replica"
+    assert e.step(pair("replica"), Q, 6.0) is None                  # calm from 6
+    assert e.step(pair("replica", kv=0.99), Q, 8.0) is None         # decode pressed again (no donor): clock reset
+    assert e.step(pair("replica"), Q, 9.0) is None and e.step(pair("replica"), Q, 13.9) is None
+    assert e.step(pair("replica"), Q, 14.0).new == "prefill"
+
+
+def test_spare_last_never_leaves_the_fleet_without_a_worker_that_decodes():
+    # the prefill tier swamped (5 s) and d0 idle: d0 is the only worker that decodes -> it stays
+    busy = [WorkerView("p0", "prefill", queued_prefill_tokens=500), WorkerView("d0", "decode")]
+    assert Elastic(SPARE).step(busy, Q, 0.0) is None
+    # with a replica beside it, the decode worker's last may go to the prefill tier
+    busy.append(WorkerView("r0", "replica", kv_usage=0.45))
+    assert Elastic(SPARE).step(busy, Q, 0.0).worker == "d0"
+
+
+def test_only_a_policy_computing_prompts_anywhere_under_roles_spares_a_last_worker():
+    assert GoodputPolicy().computes_anywhere and not GoodputPolicy(GoodputConfig(local=False)).computes_anywhere
+    assert not ReplicaPolicy().computes_anywhere and not CPDPolicy().computes_anywhere
+    assert ElasticConfig.from_mode("roles", "goodput", GoodputPolicy.roles, True).spare_last
+    assert not ElasticConfig.from_mode("roles", "goodput", GoodputPolicy.roles, False).spare_last
+    assert not ElasticConfig.from_mode("on", "cpd", CPDPolicy.roles, True).spare_last

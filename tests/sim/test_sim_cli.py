@@ -156,6 +156,12 @@ def test_repro_cpd_assumption_flags_and_validation():
     assert g.target.flat() == {"ttft_p90": 2.0}
     h = asm.setup("GP-1C2R")        # the same 12 GPUs as a TP4 cold tier beside two TP4 replicas
     assert (h.topology.policy, h.topology.workers, h.gpus) == ("goodput", {"pre-prefill": 1, "replica": 2}, 12)
+    assert h.elastic is None           # as `warmpath router` runs goodput: no elastic roles
+    from warmpath.sim.run import elastic_config, policy_for
+    e = asm.setup("GP-1C2R-E")          # the same under --elastic roles: the cold tier's one node may be lent
+    assert (e.topology.workers, e.elastic) == ({"pre-prefill": 1, "replica": 2}, "roles")
+    el = elastic_config(e, policy_for(e))
+    assert el.enabled and el.spare_last and el.roles == ("pre-prefill", "prefill", "decode", "replica")
     with pytest.raises(dataclasses.FrozenInstanceError):
         d.model = "x"
     for kw, msg in ((dict(model="gpt-9"), "--model must be one of"), (dict(cold_share=1.0), "cold_share must be"),

@@ -15,7 +15,11 @@ A role's pressure is the mean over its workers (only the roles in ``roles`` take
 
 **The rule, each pass.** A role is *pressed* when its pressure exceeds ``min_pressure`` and
 ``ratio`` × a donor's. A *donor* is another role with a worker to spare: more than one, or
-any at all for a role the fleet did not start with (each role a worker started in keeps one).
+any at all for a role the fleet did not start with (each role a worker started in keeps one) —
+or, with ``spare_last`` (a policy that computes any prompt on a decode-type worker: the
+``goodput`` decision with local paths), its last one too, as long as a worker that decodes
+(decode or replica) is left: a 1P1D pair whose decode side is pressed becomes two workers that
+both compute and decode, as replicas do.
 The most pressed role (ties in ``ROLES`` order) takes the least-pressed worker of the least
 pressed donor (under ``roles``, at equal pressure one not in the role it started in: a lent
 worker goes back) — when the pressure has held ``hold_s`` without a break, ``cooldown_s`` has
@@ -23,6 +27,11 @@ passed since the last change and the last change has drained. The new role is th
 one, except that a pressed *decode* side becomes a **replica** when ``replica`` takes part
 and the recent share of requests routed local (prompt and decode on one worker) is at least
 ``local_share``: the work arrives whole, so the worker takes it whole, without handoffs.
+
+**Repaying a last worker.** A worker lent out of a role that has no worker left goes back to
+it once every role has been calm — pressure at most ``min_pressure / ratio`` — for ``hold_s``
+(and ``cooldown_s`` has passed): the fleet returns to the layout it started in when it no
+longer needs the loan.
 
 **Draining.** The router routes by the new role at once (nothing of the old role's traffic
 goes there any more); what the worker holds that the new role cannot serve — running
@@ -60,6 +69,7 @@ class ElasticConfig:
     drain_s: float = 120.0                  # a change counts as drained after this long regardless
     lent_first: bool = False                # at equal pressure a worker lent from another role goes back first
                                             # (``roles``; ``on`` keeps the CPD tiers' choice: the lowest id)
+    spare_last: bool = False                # a started role's last worker may be lent (module docstring)
 
     def __post_init__(self) -> None:
         if self.ratio < 1 or min(self.min_pressure, self.hold_s, self.cooldown_s, self.drain_s) < 0:
@@ -74,16 +84,19 @@ class ElasticConfig:
             raise ValueError(f"elastic roles: need two or more of {ROLES}, got {self.roles}")
 
     @classmethod
-    def from_mode(cls, mode: str, policy: str, policy_roles: tuple[str, ...] = ROLES, **kw) -> ElasticConfig:
+    def from_mode(cls, mode: str, policy: str, policy_roles: tuple[str, ...] = ROLES, computes_anywhere: bool = False,
+                  **kw) -> ElasticConfig:
         """``--elastic``: ``on`` (the CPD tiers), ``roles`` (every role the policy routes to),
-        ``off``, ``auto`` (on for the ``cpd`` policy)."""
+        ``off``, ``auto`` (on for the ``cpd`` policy). ``computes_anywhere``: the policy computes
+        any prompt on a decode-type worker (``RoutingPolicy.computes_anywhere``), so under
+        ``roles`` a started role's last worker may be lent (``spare_last``)."""
         if mode not in MODES:
             raise ValueError(f"--elastic must be one of {MODES}, got {mode!r}")
         if mode == "auto":
             mode = "on" if policy == "cpd" else "off"
         roles = TIERS if mode in ("on", "off") else tuple(r for r in ROLES if r in policy_roles)
         return cls(enabled=mode != "off" and len(roles) >= 2, roles=roles if len(roles) >= 2 else TIERS,
-                   lent_first=mode == "roles", **kw)
+                   lent_first=mode == "roles", spare_last=computes_anywhere and mode == "roles", **kw)
 
 
 def with_policy_units(cfg: ElasticConfig, policy) -> ElasticConfig:
@@ -140,6 +153,7 @@ class Elastic:
 
     cfg: ElasticConfig = ElasticConfig()
     pressed_since: dict[str, float] = field(default_factory=dict)
+    calm_since: dict[str, float] = field(default_factory=dict)   # lent last workers: since their borrower is calm
     last_change: float = float("-inf")
     changes: list[RoleChange] = field(default_factory=list)
     started: dict[str, str] = field(default_factory=dict)       # worker -> the role it was first seen in
@@ -163,10 +177,38 @@ class Elastic:
         need = {self.started[w.worker_id] for w in views}
         for r in pressed:
             dest = self._dest(r, load)
-            donors = [d for d in p if d not in (r, dest) and len(by[d]) > (d in need) and over(r, d)]
+            donors = [d for d in p if d not in (r, dest) and len(by[d]) > (d in need and not self._spare(d, dest, by))
+                      and over(r, d)]
             since = self.pressed_since[r]
             if donors and now - since >= self.cfg.hold_s and now - self.last_change >= self.cfg.cooldown_s:
                 return self._move(r, dest, min(donors, key=lambda d: (p[d], ROLES.index(d))), p, by, load, since, now)
+        if pressed:
+            self.calm_since = {}
+            return None
+        return self._repay(views, by, p, now)
+
+    def _spare(self, donor: str, dest: str, by: dict) -> bool:
+        """``spare_last``: the donor's last worker may go, a worker that decodes being left."""
+        decoders = sum(len(by.get(x, ())) for x in DECODES) - (donor in DECODES) + (dest in DECODES)
+        return self.cfg.spare_last and decoders >= 1
+
+    def _repay(self, views: list[WorkerView], by: dict, p: dict, now: float) -> RoleChange | None:
+        """A worker lent out of a role now empty goes back once every role was calm ``hold_s``."""
+        calm = self.cfg.min_pressure / self.cfg.ratio
+        owed = sorted((w for w in views if w.role in p and self.started[w.worker_id] in by
+                       and not by[self.started[w.worker_id]]), key=lambda w: w.worker_id)
+        top = max((p[r] for r, ws in by.items() if ws), default=0.0)
+        self.calm_since = {w.worker_id: self.calm_since.get(w.worker_id, now) for w in owed if top <= calm}
+        for w in owed:
+            since = self.calm_since.get(w.worker_id)
+            if since is not None and now - since >= self.cfg.hold_s and now - self.last_change >= self.cfg.cooldown_s:
+                home = self.started[w.worker_id]
+                ch = RoleChange(now, w.worker_id, w.role, home, f"repaid to {home} (its last worker): every role's "
+                                f"pressure <= {calm:.2f} for {now - since:.0f}s")
+                self.changes.append(ch)
+                del self.changes[:-100]
+                self.last_change, self.draining, self.pressed_since, self.calm_since = now, ch, {}, {}
+                return ch
         return None
 
     def _move(self, r: str, dest: str, donor: str, p: dict, by: dict, load: Load, since: float,

@@ -31,6 +31,7 @@ class RoutingPolicy(ABC):
     cold_rule: ColdRule = ColdRule()     # what "cold" means for this policy's metrics and admission
     decides_local = False                # True: route() takes allow_local and picks local paths itself (no PPD switch)
     roles: tuple[str, ...] = ("pre-prefill", "prefill", "decode")   # the roles it routes to (elastic roles move among them)
+    computes_anywhere = False            # True: any prompt may be computed on a decode-type worker (elastic.spare_last)
 
     @abstractmethod
     def route(self, req: RequestView, snap: Snapshot) -> Decision:
@@ -185,6 +186,7 @@ class GoodputPolicy(RoutingPolicy):
     def __init__(self, cfg: GoodputConfig = GoodputConfig()) -> None:
         self.cfg = cfg
         self.cold_rule = ColdRule(cfg.cold_threshold, cfg.min_cached_tokens)
+        self.computes_anywhere = cfg.local   # its local paths compute any prompt on a decode-type worker
 
     def route(self, req: RequestView, snap: Snapshot, allow_local: bool = True) -> Decision:
         preds = paths(req, snap, self.cfg, allow_local)

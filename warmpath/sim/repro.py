@@ -38,7 +38,10 @@ CPD_CONFIGS = {
     "GP-1D": Topology("GP-1D", "goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4}),   # CPD-1D's, path decision
     # CPD-1D's 12 GPUs as a TP4 cold tier beside two TP4 replicas, path decision (map arm goodput-replica)
     "GP-1C2R": Topology("GP-1C2R", "goodput", {"pre-prefill": 1, "replica": 2}),
+    # the same under elastic roles: the cold tier's one node may turn replica (``router/elastic.py``)
+    "GP-1C2R-E": Topology("GP-1C2R-E", "goodput", {"pre-prefill": 1, "replica": 2}),
 }
+CPD_ELASTIC = {"GP-1C2R-E": "roles"}   # config -> its router's --elastic (others: the default)
 CPD_WORKLOAD = dict(repos=16, context=65536, warm_ratio=0.8, doc_tokens=65536, turns=4, question=2048,
                     answer=128)
 
@@ -91,7 +94,8 @@ class CPDAssumptions:
     def setup(self, name: str) -> SimSetup:
         return replace(cpd_setup(self.topology(name), self.max_in_flight), model=MODELS[self.model],
                        tp={"prefill": 4, "pre-prefill": 4, "decode": self.decode_tp, "replica": 4},
-                       max_concurrency=self.max_concurrency, target=CPD_TARGET)   # goodput routes for the repro's
+                       max_concurrency=self.max_concurrency, target=CPD_TARGET,   # goodput routes for the repro's
+                       elastic=CPD_ELASTIC.get(name))
 
 
 BLOG = {"2P1D": "0.75-0.8 QPS/GPU", "CPD-1D": "1.1-1.15 QPS/GPU", "gain": "+35-40%"}

@@ -126,7 +126,7 @@ def elastic_config(s: SimSetup, policy) -> ElasticConfig:
     if isinstance(s.elastic, ElasticConfig):
         return s.elastic
     mode = {None: "auto", True: "on", False: "off"}.get(s.elastic, s.elastic)
-    return ElasticConfig.from_mode(mode, s.topology.policy, policy.roles)
+    return ElasticConfig.from_mode(mode, s.topology.policy, policy.roles, policy.computes_anywhere)
 
 
 def policy_for(s: SimSetup):
