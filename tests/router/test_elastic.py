@@ -16,6 +16,7 @@ from warmpath.router.elastic import (
     RoleChange,
     held,
     pressure,
+    slots_used,
 )
 from warmpath.router.goodput import GoodputConfig
 from warmpath.router.policy import CPDPolicy, GoodputPolicy, PDPolicy, ReplicaPolicy
@@ -182,6 +183,22 @@ def test_the_decider_feeds_the_rule_its_policy_units_and_the_share_routed_local(
     assert (ch.worker, ch.new) == ("p0", "replica") and ch.reason.endswith("local share 0.75")
 
 
+def test_a_decode_type_worker_counts_its_slots_in_use_with_its_share_of_the_waiting():
+    views = [WorkerView("c0", "pre-prefill"), WorkerView("d0", "decode", running=3), WorkerView("r0", "replica", running=1)]
+    used = slots_used(lambda w: w.running, views, 4, {"d0": 4, "r0": 4, "c0": 8})   # 4 waiting: 2 each
+    assert (used(views[1]), used(views[2])) == (1.25, 0.75)      # (3 + 2) / 4, (1 + 2) / 4
+    assert slots_used(lambda w: w.running, views, 4, {})(views[1]) == 0.0   # slots unknown
+    assert pressure(ALL, views[1], Load(q, slots_used=used)) == 1.25
+    # the decider takes the admission's waiting and slots: a 1C + 1R pair with 4 waiting lends
+    # its cold worker (no queue) to the replica side under spare_last
+    d = RouteDecider(GoodputPolicy(), elastic=SPARE)
+    pair_ = [WorkerView("c0", "pre-prefill"), WorkerView("r0", "replica", running=4)]
+    assert d.rebalance(pair_, 0.0, waiting=0, slots={"r0": 4, "c0": 8}) is None          # full, none waiting: 1.0
+    ch = d.rebalance(pair_, 1.0, waiting=2, slots={"r0": 4, "c0": 8})                     # (4 + 2) / 4 = 1.5
+    assert (ch.worker, ch.old, ch.new) == ("c0", "pre-prefill", "replica")
+    assert ch.reason.startswith("replica pressure 1.50 vs pre-prefill 0.00")
+
+
 def test_a_decision_counts_as_local_when_one_worker_does_both():
     rv = RequestView(32, (), 16)
     for policy, workers, local in ((ReplicaPolicy(), [WorkerView("r0", "replica")], True),
@@ -208,9 +225,11 @@ def test_spare_last_lends_a_pairs_only_prefill_worker_as_a_replica_and_repays_it
     assert (ch.worker, ch.old, ch.new) == ("p0", "prefill", "replica")
     # pressed no more, but d0 at KV 0.54 (0.60 > 0.5): not calm, nothing moves
     assert e.step(pair("replica", kv=0.54), Q, 1.0) is None
-    ch = e.step(pair("replica", kv=0.45, p_kv=0.36), Q, 2.0)       # 0.50 and 0.40: every role calm
+    # 0.40 and 0.40 are calm, but without p0 the two decode-type workers' load falls on one: 0.80
+    assert e.step(pair("replica", kv=0.36, p_kv=0.36), Q, 2.0) is None
+    ch = e.step(pair("replica", kv=0.2, p_kv=0.18), Q, 3.0)        # 0.22 and 0.20, without p0 0.44 / 0.40
     assert (ch.worker, ch.old, ch.new) == ("p0", "replica", "prefill")
-    assert ch.reason == "repaid to prefill (its last worker): every role's pressure <= 0.50 for 0s"
+    assert ch.reason == "repaid to prefill (its last worker): every role's pressure <= 0.50 without it for 0s"
 
 
 def test_a_repayment_waits_for_calm_held_and_a_pressure_in_between_restarts_the_clock():

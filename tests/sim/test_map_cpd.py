@@ -33,6 +33,12 @@ def test_replica_arm_uses_the_same_gpus():
     assert arm_setup("2P1D", "pd", None, None).gpus == 12 == arm_setup("2P1D", "cpd", None, None).gpus
 
 
+def test_the_hybrid_arm_and_its_elastic_twin_share_the_layout_only_the_twin_moves_roles():
+    h, e = arm_setup("2P1D", "goodput-replica", None, None), arm_setup("2P1D", "goodput-replica-e", None, None)
+    assert h.topology.workers == e.topology.workers == {"pre-prefill": 1, "replica": 2}
+    assert (h.gpus, e.gpus, h.tp["replica"], h.elastic, e.elastic) == (12, 12, 4, None, "roles")
+
+
 def test_unloaded_tpot_is_the_mean_batch1_step_over_each_answer():
     sessions = [Session("a", [Turn([0] * 10, 4), Turn([0] * 5, 3)], prefix=[0] * 100),
                 Session("b", [Turn([0] * 7, 1)])]

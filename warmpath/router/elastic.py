@@ -7,8 +7,11 @@ load). The router (``route.py``) and the simulator run this one rule.
 * pre-prefill / prefill: its predicted queue (seconds of queued prompt work, the router's
   learnt model) over ``cold_queue_s`` / ``warm_queue_s`` (with every role taking part, the
   goodput target's cold / warm TTFT bounds; else 1 s each, as the CPD tiers always had);
-* decode: the larger of its KV use over ``kv_high`` and its running requests' predicted
-  TPOT over ``tpot_s`` (the goodput target's running-TPOT bound; no TPOT term without one);
+* decode: the largest of its KV use over ``kv_high``, its running requests' predicted TPOT
+  over ``tpot_s`` (the goodput target's running-TPOT bound; no TPOT term without one) and its
+  slots in use — the requests it holds plus its share of those waiting at the router's
+  admission, over the slots admission counts for it (``admission.worker_slots``): requests
+  waiting for room while the prompt tiers hold few mean the decoders are the fleet's limit;
 * replica: the larger of the two (it computes prompts and decodes them).
 
 A role's pressure is the mean over its workers (only the roles in ``roles`` take part).
@@ -29,9 +32,10 @@ and the recent share of requests routed local (prompt and decode on one worker) 
 ``local_share``: the work arrives whole, so the worker takes it whole, without handoffs.
 
 **Repaying a last worker.** A worker lent out of a role that has no worker left goes back to
-it once every role has been calm — pressure at most ``min_pressure / ratio`` — for ``hold_s``
-(and ``cooldown_s`` has passed): the fleet returns to the layout it started in when it no
-longer needs the loan.
+it once every role would be calm without it — pressure at most ``min_pressure / ratio``, the
+roles doing its work carrying it on one worker fewer — for ``hold_s`` (and ``cooldown_s`` has
+passed): the fleet returns to the layout it started in when it no longer needs the loan, and
+not when the loan is what keeps it calm.
 
 **Draining.** The router routes by the new role at once (nothing of the old role's traffic
 goes there any more); what the worker holds that the new role cannot serve — running
@@ -121,6 +125,16 @@ class Load:
     tpot_s: Callable[[WorkerView], float] = lambda w: 0.0
     decoding: Callable[[WorkerView], int] = lambda w: w.running
     local_share: float = 0.0
+    slots_used: Callable[[WorkerView], float] = lambda w: 0.0   # decode-type: share of its admission slots held
+
+
+def slots_used(decoding: Callable[[WorkerView], int], views: list[WorkerView], waiting: int,
+               slots: dict[str, int]) -> Callable[[WorkerView], float]:
+    """A decode-type worker's slots in use: the requests it holds plus an equal share of the
+    ``waiting`` ones (the router's admission queue) among the decode-type workers of ``views``,
+    over its ``slots`` (``admission.FleetLimit.slots``); 0 where its slots are unknown."""
+    share = waiting / max(1, sum(1 for v in views if v.role in DECODES))
+    return lambda w: (decoding(w) + share) / slots[w.worker_id] if slots.get(w.worker_id) else 0.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +151,7 @@ def pressure(cfg: ElasticConfig, w: WorkerView, load: Load) -> float:
     warm = cfg.warm_queue_s or 1.0
     if w.role in TIERS:
         return load.queue_s(w) / (cfg.cold_queue_s or 1.0 if w.role == "pre-prefill" else warm)
-    dec = max(w.kv_usage / cfg.kv_high, load.tpot_s(w) / cfg.tpot_s if cfg.tpot_s else 0.0)
+    dec = max(w.kv_usage / cfg.kv_high, load.tpot_s(w) / cfg.tpot_s if cfg.tpot_s else 0.0, load.slots_used(w))
     return dec if w.role == "decode" else max(dec, load.queue_s(w) / warm)
 
 
@@ -193,23 +207,34 @@ class Elastic:
         return self.cfg.spare_last and decoders >= 1
 
     def _repay(self, views: list[WorkerView], by: dict, p: dict, now: float) -> RoleChange | None:
-        """A worker lent out of a role now empty goes back once every role was calm ``hold_s``."""
+        """A worker lent out of a role now empty goes back once every role would be calm
+        without it (:meth:`_without`) for ``hold_s``."""
         calm = self.cfg.min_pressure / self.cfg.ratio
         owed = sorted((w for w in views if w.role in p and self.started[w.worker_id] in by
                        and not by[self.started[w.worker_id]]), key=lambda w: w.worker_id)
-        top = max((p[r] for r, ws in by.items() if ws), default=0.0)
-        self.calm_since = {w.worker_id: self.calm_since.get(w.worker_id, now) for w in owed if top <= calm}
+        self.calm_since = {w.worker_id: self.calm_since.get(w.worker_id, now) for w in owed
+                           if self._without(w, by, p) <= calm}
         for w in owed:
             since = self.calm_since.get(w.worker_id)
             if since is not None and now - since >= self.cfg.hold_s and now - self.last_change >= self.cfg.cooldown_s:
                 home = self.started[w.worker_id]
                 ch = RoleChange(now, w.worker_id, w.role, home, f"repaid to {home} (its last worker): every role's "
-                                f"pressure <= {calm:.2f} for {now - since:.0f}s")
+                                f"pressure <= {calm:.2f} without it for {now - since:.0f}s")
                 self.changes.append(ch)
                 del self.changes[:-100]
                 self.last_change, self.draining, self.pressed_since, self.calm_since = now, ch, {}, {}
                 return ch
         return None
+
+    @staticmethod
+    def _without(w: WorkerView, by: dict, p: dict) -> float:
+        """The highest role pressure once ``w`` leaves: the roles doing its work (every
+        decode-type role, when it decodes) carry it on ``n − 1`` workers instead of ``n``
+        (infinite when it is their only worker)."""
+        family = DECODES if w.role in DECODES else (w.role,)
+        n = sum(len(by.get(r, ())) for r in family)
+        scale = n / (n - 1) if n > 1 else float("inf")
+        return max((p[r] * (scale if r in family else 1.0) for r, ws in by.items() if ws), default=0.0)
 
     def _move(self, r: str, dest: str, donor: str, p: dict, by: dict, load: Load, since: float,
               now: float) -> RoleChange:

@@ -37,6 +37,7 @@ from warmpath.router.elastic import (
     ElasticConfig,
     Load,
     RoleChange,
+    slots_used,
     with_policy_units,
 )
 from warmpath.router.estimate import estimate
@@ -207,17 +208,20 @@ class RouteDecider:
         return ttft_err, tpot_err
 
     def rebalance(self, views: list[WorkerView], now: float,
-                  decoding: Callable[[WorkerView], int] | None = None) -> RoleChange | None:
+                  decoding: Callable[[WorkerView], int] | None = None, waiting: int = 0,
+                  slots: dict[str, int] | None = None) -> RoleChange | None:
         """Elastic roles: a role change to apply now, if the load calls for one. ``views``
         with the load the policies see; ``decoding(view)``: requests decoding there (default
-        the view's ``running``)."""
+        the view's ``running``); ``waiting``: requests waiting at admission, ``slots``: each
+        worker's admission slots (``admission.FleetLimit.slots``)."""
         snap = Snapshot(views, {}, None, self.model.kv_bytes_per_token, self.network_bytes_s, self.model, {}, now)
         chunk = getattr(getattr(self.policy, "cfg", None), "chunk_tokens", DEFAULT_CHUNK)
         tpot = ((lambda w: current_tpot(step_cost(snap, w), w, 128, chunk, tpot_scale(snap, w)))
                 if self.elastic.cfg.tpot_s else (lambda w: 0.0))
         local = sum(self.recent_local) / len(self.recent_local) if self.recent_local else 0.0
-        load = Load(lambda w: self.model.of(w).queue_s(w.queued_prefill_tokens), tpot,
-                    decoding or (lambda w: w.running), local)
+        decoding = decoding or (lambda w: w.running)
+        load = Load(lambda w: self.model.of(w).queue_s(w.queued_prefill_tokens), tpot, decoding, local,
+                    slots_used(decoding, views, waiting, slots or {}))
         return self.elastic.step(views, load, now)
 
     def decode_for(self, snap: Snapshot) -> str:

@@ -110,7 +110,7 @@ class RouterState:
         the dashboard's role log with its reason."""
         with self.lock:
             views = self.load.views(self.routable(), time.monotonic())
-        ch = self.decider.rebalance(views, now)
+        ch = self.decider.rebalance(views, now, waiting=self.admission.waiting(), slots=self.admission.current.slots)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
             self.dashboard.note_change(ch.worker, ch.old, ch.new, ch.reason)

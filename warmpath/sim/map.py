@@ -39,7 +39,8 @@ COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-k
                        "cpd_vs_replica": ("cpd", "replica"), "goodput_vs_cpd": ("goodput", "cpd"),
                        "goodput_vs_pd": ("goodput", "pd"), "goodput_vs_replica": ("goodput", "replica"),
                        "goodput-replica_vs_pd": ("goodput-replica", "pd"),
-                       "goodput-replica_vs_replica": ("goodput-replica", "replica")},
+                       "goodput-replica_vs_replica": ("goodput-replica", "replica"),
+                       "goodput-replica-e_vs_replica": ("goodput-replica-e", "replica")},
                "ppd": {"dynamic_vs_x0": ("dynamic", "x0"), "x1_vs_x0": ("x1", "x0")}}
 PPD_ARMS = ("x0", "x1", "dynamic")
 
@@ -51,8 +52,8 @@ class MapConfig:
     ``context_tokens`` is the warm repositories' shared context. PPD: a session is a turn of
     ``history - answer`` new tokens and its ``answer``, then an append and another ``answer``;
     ``loads`` are sessions/s on the ``ppd_split`` cluster (TP1 workers). CPD only: ``arms``
-    (of ``cpd``, ``pd``, ``pd-kv``, ``replica`` — the default — ``goodput`` and
-    ``goodput-replica``) and ``tpot_targets`` (``none`` or factors of
+    (of ``cpd``, ``pd``, ``pd-kv``, ``replica`` — the default — ``goodput``,
+    ``goodput-replica`` and ``goodput-replica-e``) and ``tpot_targets`` (``none`` or factors of
     the unloaded TPOT; ``sim/map_cpd.py``)."""
 
     kind: str = "cpd"

@@ -8,7 +8,9 @@
   it is judged by the target it routes for, so it runs one sweep per TPOT target);
   ``goodput-replica`` (the same decision on a hybrid layout: the cold tier's ``p // 2``
   pre-prefill nodes TP4, every other node one TP4 replica — documents computed apart,
-  handed to a replica, warm turns aggregated).
+  handed to a replica, warm turns aggregated); ``goodput-replica-e``: that layout under elastic
+  roles (``--elastic roles``: the cold tier's node may turn replica while the replicas are
+  full and go back when all is calm, ``router/elastic.py``).
 * **TPOT targets**: ``none`` (the repro's TTFT p90 ≤ 2 s alone) or ``k`` — the same plus a
   per-request TPOT p90 bound of ``k ×`` the cell's *unloaded* TPOT (``bench/targets.Target``:
   at share 0.9 each request's own TPOT is bounded). The unloaded TPOT is the roofline's:
@@ -41,7 +43,8 @@ from warmpath.sim.run import simulate_rate
 from warmpath.sim.step_time import Roofline
 from warmpath.stats import percentile
 
-ARMS = ("cpd", "pd", "pd-kv", "replica", "goodput", "goodput-replica")
+ARMS = ("cpd", "pd", "pd-kv", "replica", "goodput", "goodput-replica", "goodput-replica-e")
+ELASTIC = {"goodput-replica-e": "roles"}   # arm -> its router's --elastic (others: the default)
 FIXED_ARMS = ("cpd", "pd", "pd-kv", "replica")   # the default: the fixed baselines
 GPUS_PER_NODE = 4                   # the blog's nodes: one TP4 prefill-type worker or four TP1 decoders
 REPLICA_TP = 4
@@ -75,7 +78,7 @@ def cpd_topology(split: str, arm: str) -> Topology:
     p, d = parse_split(split)
     if arm == "replica":
         return Topology(f"{split}-replica", "replica", {"replica": p + d})
-    if arm == "goodput-replica":
+    if arm in ("goodput-replica", "goodput-replica-e"):
         return Topology(f"{split}-{arm}", "goodput", {"pre-prefill": p // 2, "replica": p - p // 2 + d})
     roles = {"pre-prefill": p // 2, "prefill": p - p // 2} if arm in ("cpd", "goodput") else {"prefill": p}
     return Topology(f"{split}-{arm}", arm, {**roles, "decode": d * GPUS_PER_NODE})
@@ -84,7 +87,7 @@ def cpd_topology(split: str, arm: str) -> Topology:
 def arm_setup(split: str, arm: str, max_in_flight: int | None, kv_blocks: int | None):
     """``warmpath repro cpd``'s cluster for the arm (replicas TP4)."""
     s = cpd_setup(cpd_topology(split, arm), max_in_flight)
-    return replace(s, tp={**s.tp, "replica": REPLICA_TP}, kv_blocks=kv_blocks)
+    return replace(s, tp={**s.tp, "replica": REPLICA_TP}, kv_blocks=kv_blocks, elastic=ELASTIC.get(arm))
 
 
 def cell_workload(context_tokens: int, cell: dict) -> dict:

@@ -26,6 +26,7 @@ TITLES = {"cpd_vs_pd": "CPD / PD goodput", "cpd_vs_pd-kv": "CPD / pd-kv goodput"
           "goodput_vs_replica": "goodput policy / TP4 replicas goodput",
           "goodput-replica_vs_pd": "goodput, cold tier + TP4 replicas / PD goodput",
           "goodput-replica_vs_replica": "goodput, cold tier + TP4 replicas / TP4 replicas goodput",
+          "goodput-replica-e_vs_replica": "goodput, cold tier + TP4 replicas, elastic roles / TP4 replicas goodput",
           "dynamic_vs_x0": "PPD dynamic: turn-2+ TTFT p50 x=0 / dynamic",
           "x1_vs_x0": "PPD x=1: turn-2+ TTFT p50 x=0 / x=1"}
 CLIP = 3.0                      # log2 of the largest gain (and 1 / it) the colours tell apart
@@ -190,7 +191,8 @@ def plot_comparison(result: dict, comparison: str, path: Path) -> Path:
     return path
 
 
-ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red", "goodput": "tab:purple", "goodput-replica": "tab:brown"}
+ARM_COLORS = {"cpd": "tab:blue", "pd": "tab:orange", "pd-kv": "tab:green", "replica": "tab:red", "goodput": "tab:purple", "goodput-replica": "tab:brown",
+              "goodput-replica-e": "tab:pink"}
 
 
 def winner_text(w: dict, rates: list) -> tuple[str, str]:

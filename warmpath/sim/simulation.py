@@ -143,7 +143,8 @@ class Simulation(Endings):
         if self.now >= self._next_rebalance:   # the router's once-a-second elastic pass
             self._next_rebalance = self.now + 1.0
             ch = self.decider.rebalance([w.view() for w in self.workers.values()], self.now,
-                                        lambda v: self.workers[v.worker_id].decoding())
+                                        lambda v: self.workers[v.worker_id].decoding(),
+                                        self.admission.waiting(), self.admission.current.slots)
             if ch is not None:
                 self.workers[ch.worker].set_role(ch.new)
                 self.stats.role_changes.append((ch.at, ch.worker, ch.new))
