@@ -167,7 +167,7 @@ class Elastic:
 
     cfg: ElasticConfig = ElasticConfig()
     pressed_since: dict[str, float] = field(default_factory=dict)
-    calm_since: dict[str, float] = field(default_factory=dict)   # lent last workers: since their borrower is calm
+    calm_since: dict[str, float] = field(default_factory=dict)   # lent last workers: since all is calm without them
     last_change: float = float("-inf")
     changes: list[RoleChange] = field(default_factory=list)
     started: dict[str, str] = field(default_factory=dict)       # worker -> the role it was first seen in
