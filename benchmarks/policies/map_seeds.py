@@ -17,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-FIXED = ("cpd", "pd", "pd-kv", "replica")
+from warmpath.sim.map_cpd import FIXED_ARMS, winner
+
 SHARE = 0.97
 
 
@@ -33,7 +34,7 @@ def verdict(arm: float | None, best: float | None, share: float = SHARE) -> tupl
     return a / b, a >= share * b - 1e-12
 
 
-def compare(maps: dict[str, dict], arm: str, fixed: tuple[str, ...] = FIXED, share: float = SHARE) -> dict:
+def compare(maps: dict[str, dict], arm: str, fixed: tuple[str, ...] = FIXED_ARMS, share: float = SHARE) -> dict:
     """Per seed (``maps``: seed label → ``map.json``), cell and TPOT target: the best fixed
     arm's goodput, the arm's, the ratio and whether it met ``share``; the counts met."""
     rows, counts = [], {}
@@ -42,11 +43,10 @@ def compare(maps: dict[str, dict], arm: str, fixed: tuple[str, ...] = FIXED, sha
             raise ValueError(f"seed {seed}: the map has no arm {arm!r} (arms {m['arms']})")
         for c in m["cells"]:
             for t in m["tpot_targets"]:
-                got = {a: c["arms"][a][t]["goodput"] for a in fixed if a in c["arms"]}
-                best = max((g for g in got.values() if g is not None), default=None)
-                ratio, met = verdict(c["arms"][arm][t]["goodput"], best, share)
-                rows.append({"seed": seed, "cell": cell_key(c), "tpot": t, "best_fixed": best,
-                             "best_arms": [a for a, g in got.items() if g == best and best is not None],
+                best = winner({a: c["arms"][a][t]["goodput"] for a in fixed if a in c["arms"]}, m["config"]["rates"])
+                ratio, met = verdict(c["arms"][arm][t]["goodput"], best["goodput"], share)
+                rows.append({"seed": seed, "cell": cell_key(c), "tpot": t, "best_fixed": best["goodput"],
+                             "best_arms": best["arms"],
                              "arm": c["arms"][arm][t]["goodput"], "ratio": ratio, "met": met})
                 k = counts.setdefault(seed, {}).setdefault(t, [0, 0])
                 k[0] += met

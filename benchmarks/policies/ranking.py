@@ -206,9 +206,14 @@ def real_seed(names: list[str], seed: int, rates: list[float], duration: float, 
                 if runs[n].going:
                     runs[n].point(r, duration, timeout, encode)
     finally:
-        got = {}
-        for n, run in runs.items():
-            got[n] = run.finish(out)
+        got, failed = {}, []
+        for n, run in runs.items():   # every cluster stops, even when one's finish fails
+            try:
+                got[n] = run.finish(out)
+            except Exception as e:   # noqa: BLE001 - re-raised below, once the others have stopped
+                failed.append(e)
+    if failed:
+        raise failed[0]
     return got
 
 

@@ -22,7 +22,7 @@ def cell(split, goodputs):
 
 
 def test_compare_counts_each_seed_and_target():
-    m = {"arms": ["cpd", "replica", "ga"], "tpot_targets": ["none", "2"],
+    m = {"arms": ["cpd", "replica", "ga"], "tpot_targets": ["none", "2"], "config": {"rates": [0.2, 1.2]},
          "cells": [cell("2P1D", {"cpd": {"none": 1.2, "2": 0.3}, "replica": {"none": 1.0, "2": 0.4},
                                  "ga": {"none": 0.8, "2": 0.6}}),
                    cell("2P2D", {"cpd": {"none": None, "2": None}, "replica": {"none": 0.5, "2": None},

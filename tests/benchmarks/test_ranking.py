@@ -167,10 +167,12 @@ def test_a_seeds_arms_run_point_by_point_in_rotated_order_and_all_stop(monkeypat
 
         def finish(self, out):
             calls.append((self.name, "finish"))
+            if self.name == "a" and finish_fails:
+                raise OSError("could not write a's results")
             return {"points": dict(self.points)}
 
     monkeypatch.setattr(ranking, "ArmRun", Recorder)
-    fail = False
+    fail = finish_fails = False
     got = ranking.real_seed(["a", "b", "c"], 1, [0.05, 0.1, 0.15], 1.0, 1.0, {}, None, tmp_path, tmp_path)
     assert calls == [("b", 0.05), ("c", 0.05), ("a", 0.05),      # rate 0: rotated by 0 + seed 1
                      ("c", 0.1), ("a", 0.1), ("b", 0.1),
@@ -181,4 +183,9 @@ def test_a_seeds_arms_run_point_by_point_in_rotated_order_and_all_stop(monkeypat
     fail = True
     with pytest.raises(RuntimeError, match="a point failed"):
         ranking.real_seed(["a", "b", "c"], 1, [0.05, 0.1, 0.15], 1.0, 1.0, {}, None, tmp_path, tmp_path)
+    assert [c for c in calls if c[1] == "finish"] == [("a", "finish"), ("b", "finish"), ("c", "finish")]
+    calls.clear()
+    fail, finish_fails = False, True     # one arm's finish fails: the others still stop, then it raises
+    with pytest.raises(OSError, match="a's results"):
+        ranking.real_seed(["a", "b", "c"], 1, [0.05], 1.0, 1.0, {}, None, tmp_path, tmp_path)
     assert [c for c in calls if c[1] == "finish"] == [("a", "finish"), ("b", "finish"), ("c", "finish")]
