@@ -57,3 +57,6 @@ def test_goodput_flags_parse_and_a_bad_slack_share_is_named(capsys):
     assert serve_namespace([]).goodput_slack_share is None          # the router's default then
     assert main(["router", "--policy", "goodput", "--goodput-slack-share", "2", "--port", "0"]) == 2
     assert "slack_share must be in (0, 1], got 2.0" in capsys.readouterr().err
+    assert serve_namespace(["--goodput-hold-share", "0"]).goodput_hold_share == 0.0
+    assert main(["router", "--policy", "goodput", "--goodput-hold-share", "-1", "--port", "0"]) == 2
+    assert "hold_share must be in [0, 1], got -1.0" in capsys.readouterr().err

@@ -155,7 +155,8 @@ def _router(a: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
-                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share))
+                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share,
+                                          hold_share=a.goodput_hold_share))
               if a.policy == "goodput"
               else POLICIES[a.policy]())
     cfg = RouterConfig(a.host, a.port, AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue),
@@ -204,7 +205,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``warmpath`` command line: every subcommand, or (``only``) the core ones and that
     one, so that starting a worker does not import the benchmark and simulator modules."""
     from warmpath.launch.topology import PPD_MODES
-    from warmpath.router.goodput import SLACK_SHARE
+    from warmpath.router.goodput import HOLD_SHARE, SLACK_SHARE
     from warmpath.router.policy import POLICIES
 
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
@@ -231,6 +232,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--goodput-slack-share", type=float, default=SLACK_SHARE,
                     help="goodput policy: the share of each request's TPOT slack (bound - unloaded TPOT) "
                          "a decision plans to use (1: pack up to the bound)")
+    rt.add_argument("--goodput-hold-share", type=float, default=HOLD_SHARE,
+                    help="goodput policy: hold a request whose decode batch would push it or the running "
+                         "decodes past the TPOT bound while its held time + predicted TTFT stay within this "
+                         "share of its TTFT bound (0: never hold)")
     _admission_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)

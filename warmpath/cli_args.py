@@ -286,6 +286,9 @@ def add_serve_parser(sub, fn=None) -> None:
     s.add_argument("--goodput-slack-share", type=float, default=None,
                    help="goodput policy: the share of each request's TPOT slack a decision plans to use "
                         "(default 0.5; 1: pack up to the bound)")
+    s.add_argument("--goodput-hold-share", type=float, default=None,
+                   help="goodput policy: hold a request that would push the decodes past the TPOT bound "
+                        "within this share of its TTFT bound (default 0.75; 0: never hold)")
     s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
                    help="elastic roles: on (between the CPD tiers) | roles (among pre-prefill, prefill, decode "
                         "and replica, those the policy routes to) | off (auto: on for cpd topologies)")

@@ -34,11 +34,17 @@ LOW_RATE = 0.05
 
 
 def load(d: Path) -> list[dict]:
-    """``d/requests.jsonl``'s answered rows that carry a path, with ``seed`` and ``source``."""
+    """``d/requests.jsonl``'s answered rows that carry a path, with ``seed`` and ``source``. A
+    prediction is made when the router sends the request; the time it waited there before (its
+    ``route`` stage: admission, the policy's hold) is known then, so it is added to the predicted
+    TTFT, which is set beside the TTFT the client measured from its send."""
     m = re.search(r"_s(\d+)$", d.name)
     rows = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
     for r in rows:
         r["seed"], r["source"] = int(m.group(1)) if m else None, d.parent.name
+        waited = (r.get("server_timing") or {}).get("route", 0.0)
+        if r.get("predicted_ttft_s") is not None and waited:
+            r["predicted_ttft_s"] += waited
     return [r for r in rows if r["ok"] and r.get("path")]
 
 

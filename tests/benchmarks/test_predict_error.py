@@ -89,3 +89,19 @@ def test_the_windows_length_comes_from_the_runs_ranking_json(tmp_path):
     assert run_duration([arm]) == 60.0                      # no ranking.json: the default
     (tmp_path / "run" / "ranking.json").write_text(json.dumps({"duration_s": 90.0}))
     assert run_duration([arm]) == 90.0
+
+
+def test_the_time_a_request_waited_at_the_router_is_added_to_its_prediction(tmp_path):
+    import json
+
+    from benchmarks.policies.predict_error import load
+
+    d = tmp_path / "goodput-1p1d_s12"
+    d.mkdir()
+    held = {**row("H", "local", 0.0, 1.2, 2.2, 0.4, 0.03, 0.03), "server_timing": {"route": 0.8}}
+    sent = {**row("S", "local", 0.0, 0.5, 1.5, 0.4, 0.03, 0.03), "server_timing": {"route": 0.0}}
+    bare = row("B", "local", 0.0, 0.5, 1.5, 0.4, 0.03, 0.03)       # no Server-Timing: as predicted
+    d.joinpath("requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (held, sent, bare)))
+    got = {r["sid"]: r["predicted_ttft_s"] for r in load(d)}
+    assert got == {"H": pytest.approx(1.2), "S": 0.4, "B": 0.4}
+    assert {r["seed"] for r in load(d)} == {12}

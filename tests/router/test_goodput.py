@@ -134,23 +134,27 @@ def test_config_is_validated():
     assert GoodputConfig(Target.parse("warm.tpot=0.05,cold.tpot=0.2")).running_tpot_bound() == 0.05
 
 
-def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_path_exists():
+def test_a_local_path_never_pushes_the_running_past_their_bound_while_another_path_keeps_this_one():
     # d0 runs one decode (at 0.011 s, within 0.0129); p0 has a 3 s queue, so the remote path misses
     # this turn's 2 s TTFT bound while local keeps it: each path keeps one request
     rv, hits = follow_up()
     ws = fleet(running=1, p_queue=3000)
-    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129", hold_step_s=0.0)
     sn = snap(ws, hits)
-    got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
+    got = {s.pred.path: (s.kept, s.over, s.ttft_ok) for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
     # local: 511 + 481 tokens beside 1 decode (0.0621 + 0.0591): the running one at
     # (0.1212 + 98·0.012) / 100 = 0.012972 > 0.0129: pushed over; remote leaves it at 0.012
-    assert got == {"local": (1, True), "warm": (1, False)}
-    d = pol.route(rv, sn)
-    assert d.path == "warm" and d.est_ttft_s > 2              # not the lower TTFT
+    assert got == {"local": (1, True, True), "warm": (1, False, False)}
+    # no path but the one that pushes keeps this turn's TTFT: the most kept, then the lowest TTFT
+    assert pol.route(rv, sn).path == "local"
+    # p0 with a 0.5 s queue: the warm tier keeps this turn within 2 s and spares the running one
+    near = snap(fleet(running=1, p_queue=500), hits)
+    d = pol.route(rv, near)
+    assert d.path == "warm" and 1 < d.est_ttft_s < 2          # not the lower TTFT
     assert pol.route(rv, snap([ws[0]], hits)).path == "local"   # no other path: it runs
     # already past the bound (0.011 > 0.0105): at risk on every path here (d0 is the only decode
     # worker), and local pushes nobody over who was within it
-    late = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105")
+    late = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105", hold_step_s=0.0)
     got = {s.pred.path: (s.kept, s.over) for s in score(rv, sn, late.cfg, "warm", paths(rv, sn, late.cfg))}
     assert got == {"local": (0, False), "warm": (0, False)}
     assert late.route(rv, sn).path == "local"
@@ -229,3 +233,69 @@ def test_half_the_slack_keeps_a_follow_up_off_a_decode_worker_it_would_pack_near
     assert {s.pred.path: s.kept for s in score(rv, sn, half.cfg, "warm", paths(rv, sn, half.cfg))} == \
         {"local": 1, "warm": 5}
     assert half.route(rv, sn).prefill == "p0"
+
+
+def test_a_request_that_would_push_the_decodes_past_their_bound_is_held_while_its_ttft_has_slack():
+    # as above: local (TTFT 0.1212 s) pushes d0's decode to 0.012972 > 0.0129, the warm tier
+    # misses this turn's 2 s TTFT: local is the best path, and this turn alone on d0 decodes at
+    # 0.011 s: held 0.1 s, then decided again, while held + 0.1 + 0.1212 <= 0.75 x 2 s
+    rv, hits = follow_up()
+    sn = snap(fleet(running=1, p_queue=3000), hits)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")
+    d = pol.route(rv, sn)
+    assert (d.path, d.hold_s) == ("local", 0.1) and d.reason.endswith("; hold 0.10s")
+    assert pol.route(replace(rv, waited_s=1.27), sn).hold_s == 0.1      # 1.27 + 0.1 + 0.1212 = 1.4912
+    d = pol.route(replace(rv, waited_s=1.3), sn)                         # 1.5212 > 1.5: it goes
+    assert (d.path, d.hold_s) == ("local", 0.0) and d.reason.endswith("; held 1.30s")
+    # nothing running on d0: nobody to push, it goes at once
+    assert pol.route(rv, snap(fleet(running=0, p_queue=3000), hits)).hold_s == 0.0
+    # no TPOT bound, the hold off, or a bound this turn misses even alone on d0 (0.011 > 0.0105): never held
+    assert policy("warm.ttft_p90=2,cold.ttft_p90=20").route(rv, sn).hold_s == 0.0
+    assert policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129", hold_step_s=0.0).route(rv, sn).hold_s == 0.0
+    assert policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0105").route(rv, sn).hold_s == 0.0
+    with pytest.raises(ValueError, match="hold_share"):
+        GoodputConfig(hold_share=1.5)
+
+
+def test_a_request_still_computing_its_prompt_is_stretched_only_by_the_chunks_queued_after_it():
+    # d0 runs one request still computing its 1000-token prompt (511 + 489 tokens, priced beside
+    # the one running: 0.0621 + 0.0599 = 0.122 s queued). A 1000-token document local: its own chunks
+    # (0.122 s) then stretch that request's first decodes: (0.122 + 98 x 0.012) / 100 = 0.01298 >
+    # 0.0125; handed off it leaves it at decode(2) = 0.012. Counted as decoding now, it would be
+    # stretched by its own chunks too and lost on both paths (0.01396 and 0.01298)
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    ws = [WorkerView("d0", "decode", queued_prefill_tokens=1000, running=1, running_tokens=1000, prefilling=1),
+          WorkerView("p0", "prefill", prefill_tok_s=1000)]
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0125", hold_step_s=0.0)
+    sn = snap(ws, session_decode=None)
+    got = {s.pred.path: s for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg))}
+    assert got["local"].pred.prefilling_tpot_s == pytest.approx(0.01298)
+    assert got["warm"].pred.prefilling_tpot_s == pytest.approx(0.012)
+    assert (got["local"].kept, got["local"].over, got["warm"].kept, got["warm"].over) == (1, True, 2, False)
+    assert pol.route(rv, sn).path == "warm"
+
+
+def test_the_router_decides_a_held_request_again_until_it_goes():
+    # router/flow.py's hold: d0 busy (as above: held 0.1 s), then idle at the second decision
+    import asyncio
+    from types import SimpleNamespace
+
+    from warmpath.router.flow import RequestFlow
+    from warmpath.router.metrics import RouterMetrics
+
+    rv, hits = follow_up()
+    busy, idle = snap(fleet(running=1, p_queue=3000), hits), snap(fleet(running=0, p_queue=3000), hits)
+    seen = []
+
+    def snapshot(r, session_decode):
+        seen.append(r.waited_s)
+        return busy if len(seen) == 1 else idle
+
+    state = SimpleNamespace(decider=RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")),
+                            snapshot=snapshot, metrics=RouterMetrics())
+    flow = RequestFlow(state, None)
+    d = flow.decide_route(rv, None)
+    assert d.hold_s == 0.1
+    d = asyncio.run(flow._hold(rv, None, d))
+    assert (d.path, d.hold_s) == ("local", 0.0) and len(seen) == 2 and 0.1 <= seen[1] < 0.5
+    assert "held 0." in d.reason and state.metrics.held._sum.get() == pytest.approx(seen[1], abs=0.05)

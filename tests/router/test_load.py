@@ -25,8 +25,8 @@ def test_in_flight_counts_decodes_and_pending_requests_until_they_end():
 def test_a_handoff_is_bound_for_its_decode_worker_until_its_prefill_returns():
     book = LoadBook()
     with book.bound_for("d", "r1", at=105.0, load_s=0.4), book.bound_for("d", "r2", at=101.5, load_s=0.2):
-        with book.bound_for("d", "r3", at=103.0, load_s=0.0):   # nothing to load: not recorded
-            assert book.incoming("d", 100.0) == ((1.5, 0.2), (5.0, 0.4))   # soonest first
+        with book.bound_for("d", "r3", at=103.0, load_s=0.0):   # nothing to load: its decode still joins d's batch
+            assert book.incoming("d", 100.0) == ((1.5, 0.2), (3.0, 0.0), (5.0, 0.4))   # soonest first
         (v,) = book.views([WorkerView("d", "decode")], 104.0)
         assert v.incoming == ((0.0, 0.2), (1.0, 0.4))    # r2 is overdue: any moment now
         with pytest.raises(RuntimeError), book.bound_for("d", "r4", at=110.0, load_s=1.0):

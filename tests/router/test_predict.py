@@ -10,8 +10,8 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.router.model import RouterModel
-from warmpath.router.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, predict_local,
-                                     predict_remote, step_cost, tpot_scale)
+from warmpath.router.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, decode_steps_s,
+                                     predict_local, predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
@@ -225,36 +225,57 @@ def test_a_handed_off_prompt_stalls_its_decode_worker_while_it_loads_what_that_w
 
 
 def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_land_in():
-    # d0: 4 decodes at 1000 tokens (a step of 5 decodes: 0.015 s). Locally the 1000-token prompt
-    # takes 0.0648 + 0.0632 = 0.128 s (two chunks beside the 4 decodes), then 100 decode steps:
-    # its answer spans 0.128 .. 1.628 s from now. Handoffs bound for d0 land at 0.05 s (before its
-    # first token: no stall), 0.5 s (0.3 s of KV load: +0.003 s per token) and 2.0 s (after it).
+    # d0: 4 decodes at 1000 tokens. Locally the 1000-token prompt takes 0.0648 + 0.0632 = 0.128 s
+    # (two chunks beside the 4 decodes), then 100 decode steps. Handoffs bound for d0 land at
+    # 0.05 s (before its first token: no stall, but one decode more from the start), 0.5 s (0.3 s
+    # of KV load: +0.003 s per token; a decode more after it) and 2.0 s (after its answer).
+    # Steps: 6 decodes (0.016 s) from 0.128 s until 0.5: ceil(0.372 / 0.016) = 24 steps, then the
+    # 76 left at 7 (0.017 s): 0.384 + 1.292 = 1.676 s, 0.01676 per token.
     dw = WorkerView("d0", "decode", running=4, running_tokens=4000,
                     incoming=((0.05, 0.2), (0.5, 0.3), (2.0, 0.4)))
     sn = Snapshot([dw], {"d0": PrefixHit()}, kv_bytes_per_token=1000)
     p = predict_local(dw, req(), sn, SM)
     assert p.ttft_s == pytest.approx(0.128)
-    assert p.tpot_s == pytest.approx(0.015 + 0.003) and p.tpot_parts == (pytest.approx(0.003), pytest.approx(0.015))
-    assert p.running_tpot_s == pytest.approx(predict_local(replace(dw, incoming=()), req(), sn, SM).running_tpot_s)
-    # a landing predicted within 10% before its first token may come after it: counted
+    assert p.tpot_s == pytest.approx(0.003 + 0.01676) and p.tpot_parts == (pytest.approx(0.003), pytest.approx(0.01676))
+    # the running decodes: the two chunks, then 98 of those steps (none of the loads: this path's harm only)
+    assert p.running_tpot_s == pytest.approx((0.128 + 98 * 0.01676) / 100)
+    # a landing predicted within 10% before its first token may come after it: its load counted;
+    # landed by then, it decodes beside this one all along (6 decodes: 0.016)
     near = replace(dw, incoming=((0.9 * 0.128 + 1e-6, 0.2),))
-    assert predict_local(near, req(), sn, SM).tpot_s == pytest.approx(0.015 + 0.002)
+    assert predict_local(near, req(), sn, SM).tpot_s == pytest.approx(0.016 + 0.002)
     # handed off instead (d0 holds the whole prompt: no load of its own): its first token comes
-    # back at the prefill worker's TTFT t; handoffs landing at 0.95 t and t + 0.1 stall it, one at 0.8 t not
+    # back at the prefill worker's TTFT t = 1.0655 s; handoffs landing at 0.95 t and t + 0.1 stall
+    # it, one at 0.8 t not. Decodes: 5 + the two landed before t = 7 (0.017 s) for ceil(0.1 /
+    # 0.017) = 6 steps, then 8 (0.018 s) for 94: (0.102 + 1.692) / 100 = 0.01794 per token
     pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
     full = {"d0": PrefixHit(local_blocks=63)}
     t = predict_remote(pw, replace(dw, incoming=()), req(), Snapshot([pw, dw], full, kv_bytes_per_token=1000), SM).ttft_s
     dw2 = replace(dw, incoming=((0.8 * t, 0.5), (0.95 * t, 0.1), (t + 0.1, 0.3)))
     p = predict_remote(pw, dw2, req(), Snapshot([pw, dw2], full, kv_bytes_per_token=1000), SM)
-    assert p.tpot_s == pytest.approx(0.015 + 0.004) and p.handoff_s == 0.0
-    assert p.running_tpot_s == pytest.approx(0.015)   # the same whichever path: not this request's harm
+    assert p.tpot_s == pytest.approx(0.004 + 0.01794) and p.handoff_s == 0.0
+    # the running decodes from now: 5 decodes (0.015 s) until 0.8 t = 0.8524: 57 steps to 0.855;
+    # 6 (0.016) until 0.95 t = 1.0122: 10 steps to 1.015; 7 (0.017) until t + 0.1 = 1.1655: 9 steps;
+    # 8 (0.018) for the 24 left: (0.855 + 0.16 + 0.153 + 0.432) / 100 = 0.016 (their stalls not this path's)
+    assert p.running_tpot_s == pytest.approx(0.016)
     # lacking 672 tokens of it (20 of 62 blocks held): its own load is what it hands d0 to pay
     part = Snapshot([pw, dw2], {"d0": PrefixHit(local_blocks=20)}, kv_bytes_per_token=1000)
     assert predict_remote(pw, dw2, req(), part, SM).handoff_s == pytest.approx(0.002 + 672_000 / 4e8)
     # loads beside the steps: the handoffs landing in its answer stall only their own requests
+    # (their decodes join the batch all the same)
     ov = replace(dw, overlaps_loads=True)
     assert predict_local(ov, req(), Snapshot([ov], {"d0": PrefixHit()}, kv_bytes_per_token=1000),
-                         SM).tpot_s == pytest.approx(0.015)
+                         SM).tpot_s == pytest.approx(0.01676)
     ov2 = replace(dw2, overlaps_loads=True)
     assert predict_remote(pw, ov2, req(), Snapshot([pw, ov2], full, kv_bytes_per_token=1000),
-                          SM).tpot_s == pytest.approx(0.015)
+                          SM).tpot_s == pytest.approx(0.01794)
+
+
+def test_decode_steps_grow_as_handoffs_land():
+    # 2 decodes; one handoff landed already (at 0: 3 decodes, 0.013 s a step), one at 0.05 s:
+    # ceil(0.05 / 0.013) = 4 steps before it, then 4 decodes (0.014 s) for the 6 left
+    got = decode_steps_s(SM, 2, 1000, ((0.0, 0.0), (0.05, 0.3)), 0.0, 10)
+    assert got == pytest.approx((4 * 0.013 + 6 * 0.014) / 10)
+    assert decode_steps_s(SM, 2, 1000, (), 0.0, 10) == pytest.approx(0.012)
+    # one landing after the answer ends changes nothing; from 0.2 s on, both have landed
+    assert decode_steps_s(SM, 2, 1000, ((5.0, 0.0),), 0.0, 10) == pytest.approx(0.012)
+    assert decode_steps_s(SM, 2, 1000, ((0.0, 0.0), (0.05, 0.0)), 0.2, 10) == pytest.approx(0.014)

@@ -73,3 +73,39 @@ def test_the_map_builds_goodput_replica_as_a_cold_tier_beside_tp4_replicas():
     assert cpd_topology("2P2D", "goodput-replica").workers == {"pre-prefill": 1, "replica": 3}
     s = arm_setup("2P1D", "goodput-replica", None, None)
     assert s.tp == {"prefill": 4, "pre-prefill": 4, "replica": 4} and s.gpus == 12
+
+
+def test_a_warm_turn_that_would_make_three_decodes_waits_for_the_first_answer():
+    """The simulated 1P1D pair of ``ranking52`` (its calibration; 0.1 sessions/s, seed 12): three
+    warm turns come within 0.3 s to the one decode worker, where two decode within the 43.3 ms
+    bound and three do not (52 ms a step). Sent at once all three missed it (45-48 ms); now the
+    later two are held (0.8-0.9 s, their TTFT still within 2 s) until the decodes ahead end, and
+    every turn of the run decodes within the bound (34 ms at most)."""
+    import json
+    from dataclasses import replace as copy
+    from pathlib import Path
+
+    from benchmarks.policies.ranking import ARMS, joint_target
+    from benchmarks.policies.ranking_sim import cpu_setup
+    from benchmarks.sim_accuracy.sim_validation import primes
+    from warmpath.bench.arrivals import session_seed
+    from benchmarks.common.workload import agent
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ranking52"
+    meta = json.loads((root / "ranking.json").read_text())
+    target = joint_target(meta["unloaded_tpot_s"])
+    s = copy(cpu_setup(root / "calibration.json", meta["timeout_s"], meta["sim_decode_factor"]),
+             topology=ARMS["goodput-1p1d"], target=target)
+    sim = build(s)
+    sim.run(primes())
+    seen = len(sim.records)
+    start, times = sim.now + 1.0, arrival_times(ArrivalConfig(0.1, 90.0, seed=12))
+    ss = agent(len(times), session_seed(12, 0.1))
+    for x, t in zip(ss, times):
+        x.start = start + t
+    recs = sim.run(ss)[seen:]
+    held = [r for r in recs if r.route["server_timing"]["route"] > 0.05]
+    assert len(recs) == 21 and all(r.ok for r in recs)
+    assert len(held) >= 2 and all(r.cls == "warm" and r.ttft < 2.0 for r in held)
+    assert max(r.tpot for r in recs) < 0.0433
+    assert not sim._held and not sim._hop.get("decode-0") and sim.admission.in_flight == 0

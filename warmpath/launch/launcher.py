@@ -265,6 +265,8 @@ def start_from_args(a) -> Cluster:
         router_argv += ["--goodput-local", a.goodput_local]
     if getattr(a, "goodput_slack_share", None) is not None:
         router_argv += ["--goodput-slack-share", str(a.goodput_slack_share)]
+    if getattr(a, "goodput_hold_share", None) is not None:
+        router_argv += ["--goodput-hold-share", str(a.goodput_hold_share)]
     if getattr(a, "elastic", "auto") != "auto":
         router_argv += ["--elastic", a.elastic]
     for flag in ("elastic_hold_s", "elastic_cooldown_s"):   # the elastic rule's hysteresis, when given

@@ -53,6 +53,11 @@ class RequestFlow:
                     body: SamplingFields, kind: str, arrival: float) -> Response:
         """Decide the route, admit (429 / wait), then run the request to its response."""
         d = await self._admit(key, rv, sess, self.decide_route(rv, sess))
+        try:
+            d = await self._hold(rv, sess, d)
+        except BaseException:   # the client left while held (or no worker is left): the slot goes on
+            self.s.release()
+            raise
         t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
         t.timing["route"] = t.admitted - arrival
         if sess is not None:
@@ -87,6 +92,19 @@ class RequestFlow:
         except BaseException:
             s.release()
             raise
+
+    async def _hold(self, rv: RequestView, sess: SessionState | None, d: Decision) -> Decision:
+        """A decision that holds the request (``Decision.hold_s``, the goodput policy's: no path
+        keeps the decodes within their TPOT bound now and its TTFT has slack) is made again
+        after each hold, knowing how long it has been held (the simulator does the same)."""
+        if d.hold_s <= 0:
+            return d
+        since = time.monotonic()
+        while d.hold_s > 0:
+            await asyncio.sleep(d.hold_s)
+            d = self.decide_route(replace(rv, waited_s=time.monotonic() - since), sess, arrival=False)
+        self.s.metrics.held.observe(time.monotonic() - since)
+        return d
 
     def _count(self, d: Decision, rv: RequestView) -> None:
         m = self.s.metrics

@@ -13,7 +13,9 @@ Candidates (``router/predict.py`` predicts each one's TTFT and TPOT):
 A path's score is the number of requests predicted within their targets: this one (TTFT
 and TPOT within its class's bounds), and every decode worker's running requests (their
 TPOT within the running bound; the path's decode worker at the TPOT the path leaves it,
-the others at their current). Requests queued for a prompt are not delayed by one that
+the others at their current — those still computing their own prompt there stretched only by
+the chunks queued after theirs, this request's when local: ``PathPrediction.prefilling_tpot_s``).
+Requests queued for a prompt are not delayed by one that
 queues behind them. The most kept wins; a tie goes to the lowest predicted TTFT plus the
 harm the path does to later requests (in units of this request's TTFT bound, so a request
 with slack (a cold one, 20 s) pays ten times what a warm one (2 s) pays for the same harm:
@@ -23,8 +25,11 @@ later arrivals on that decode worker (:func:`local_harm_s`, over their TPOT boun
 answer); then the fewest running on the decode worker, then the ids. A request at risk
 borrows: it takes the path that keeps it within its bound even when that stretches others,
 as long as they stay within theirs — and never a local path that would push the decode
-worker's running requests past their TPOT bound, from within it, while another path exists
-(``Scored.over``: the chunks that stretch them are this request's own). Running requests
+worker's running requests past their TPOT bound, from within it, while another path keeps
+this request's TTFT within its bound (``Scored.over``: the chunks that stretch them are this
+request's own; with no such path, a warm turn is not sent behind a document to spare the
+running decodes a few slow steps — in the simulated ranking52 pair, seed 12, one waited 8 s at
+the prefill worker so). Running requests
 already past it are at risk, not lost: a request's TPOT is its whole answer's, and a decode
 worker over the bound now recovers as its requests finish unless more are sent there — so a
 path to it loses them as a path that pushes a worker past the bound does (counting them lost
@@ -42,6 +47,13 @@ request's context, or at its running requests' mean context) and the bound
 sustained less under a TPOT bound of 2× the unloaded TPOT than under the tighter 1.3× in 3
 of 8 cells and missed the best fixed arm in 6 of 8 at 2×; share 0.5 met or beat it in all
 8 (``docs/benchmarks/policies_sim.md``, "A cold tier beside replicas").
+
+**Hold.** When the best path's batch would push this request, or the running requests within
+their bound now, past their TPOT bound, while this request alone on that worker would be
+within, it waits at the router (:func:`hold_s`) and is decided again — its TTFT slack lent to
+the decodes running (TaiChi's latency shifting), never beyond ``hold_share`` of its TTFT bound.
+On a 1P1D pair where one decode worker keeps two decodes within the bound, three warm turns
+decided within 0.3 s were all lost when sent at once.
 """
 
 from __future__ import annotations
@@ -50,12 +62,14 @@ from dataclasses import dataclass
 
 from warmpath.router.classify import ColdRule
 from warmpath.router.estimate import estimate, harm_s, tier_class
-from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpot, predict_local,
+from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpots, predict_local,
                                      predict_remote, step_cost, tpot_scale)
 from warmpath.router.views import RequestView, Snapshot
 
 
 SLACK_SHARE = 0.5     # of each request's TPOT slack a decision plans to use (module docstring, "Slack")
+HOLD_SHARE = 0.75     # of its TTFT bound a request may spend held plus its predicted TTFT ("Hold")
+HOLD_STEP_S = 0.1     # a held request is decided again after this long
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class GoodputConfig:
     local: bool = True
     slack_share: float = SLACK_SHARE
     harm_weight: float = 1.0
+    hold_share: float = HOLD_SHARE
+    hold_step_s: float = HOLD_STEP_S
     cold_threshold: float = 0.5
     min_cached_tokens: int = 256
 
@@ -80,6 +96,10 @@ class GoodputConfig:
             raise ValueError(f"chunk_tokens must be >= 2, got {self.chunk_tokens}")
         if not 0 < self.slack_share <= 1:
             raise ValueError(f"slack_share must be in (0, 1], got {self.slack_share}")
+        if not 0 <= self.hold_share <= 1:
+            raise ValueError(f"hold_share must be in [0, 1], got {self.hold_share}")
+        if self.hold_step_s < 0:
+            raise ValueError(f"hold_step_s must be >= 0, got {self.hold_step_s}")
         if self.harm_weight < 0:
             raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
         if self.target is not None and not hasattr(self.target, "request_bound"):
@@ -105,6 +125,9 @@ class Scored:
     cost_s: float
     harm_s: float
     over: bool = False     # local, and its chunks push the running requests (within now) past their TPOT bound
+    waitable: bool = False  # its decode worker's batch pushes this request, or the running ones (within
+    #                         now), past their TPOT bound, and this one alone there would be within (its TTFT too)
+    ttft_ok: bool = True    # its predicted TTFT within this request's bound
 
 
 def planned(bound: float | None, lone_s: float, share: float) -> float | None:
@@ -168,8 +191,8 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         me_b[wid] = planned(tpot_b, lone[wid], cfg.slack_share)
         ctx = w.running_tokens // w.running if w.running else req.num_tokens
         run_bw[wid] = planned(run_b, cost.step_s([(1, ctx)]), cfg.slack_share)
-        now_within[wid] = run_bw[wid] is None or current_tpot(cost, w, req.max_tokens, cfg.chunk_tokens,
-                                                              tpot_scale(snap, w)) <= run_bw[wid]
+        now = current_tpots(cost, w, req.max_tokens, cfg.chunk_tokens, tpot_scale(snap, w))
+        now_within[wid] = tuple(run_bw[wid] is None or t <= run_bw[wid] for t in now)   # decoding, prefilling
     total = sum(base.values())
     harm = {}
     mine = cfg.bound([cls], "ttft") or 1.0              # harm in units of this request's TTFT bound
@@ -179,18 +202,44 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
     out = []
     for p in preds:
         me = (ttft_b is None or p.ttft_s <= ttft_b) and (me_b[p.decode] is None or p.tpot_s <= me_b[p.decode])
-        within = run_bw[p.decode] is None or p.running_tpot_s <= run_bw[p.decode]
+        rb, w = run_bw[p.decode], holders[p.decode]
+        pre = min(w.prefilling, w.running)       # its running requests still computing their prompt there
+        within = (rb is None or p.running_tpot_s <= rb, rb is None or p.prefilling_tpot_s <= rb)
         alone = lone[p.decode] if p.path == "local" else 0.0
         h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, alone) * mine
-        out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + (p.running if within else 0), p.ttft_s + h, h,
-                          p.path == "local" and base.get(p.decode, 0) > 0 and now_within[p.decode] and not within))
+        pushes = any(n and now and not ok for n, now, ok in zip((w.running - pre, pre), now_within[p.decode], within))
+        tpot_ok = me_b[p.decode] is None or p.tpot_s <= me_b[p.decode]
+        ttft_ok = ttft_b is None or p.ttft_s <= ttft_b
+        could = me_b[p.decode] is not None and lone[p.decode] < me_b[p.decode] and ttft_ok
+        here = (w.running - pre) * within[0] + pre * within[1]
+        out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + here, p.ttft_s + h, h,
+                          p.path == "local" and pushes, could and (pushes or not tpot_ok), ttft_ok))
     return out
 
 
+def hold_s(got: Scored, req: RequestView, cfg: GoodputConfig, cls: str) -> float:
+    """How long to hold ``req`` before deciding again (0: go now with ``got``, the best path).
+    A request is held when the best path's batch pushes it, or the running requests within their
+    bound now, past their TPOT bound while it alone there would be within (``Scored.waitable``),
+    while its TTFT has slack: the time held so far (``RequestView.waited_s``), the next hold
+    and the path's predicted TTFT within ``hold_share`` of its TTFT bound (none: never held).
+    It lends its TTFT slack to the decodes running (TaiChi's latency shifting): three warm
+    turns decided within 0.3 s on one decode worker that keeps two within the TPOT bound lose
+    all three sent at once, and none when the third waits for the first answer to end."""
+    bound = cfg.bound(request_classes(cls, req.turn), "ttft")
+    if not cfg.hold_step_s or not got.waitable or bound is None:
+        return 0.0
+    left = cfg.hold_share * bound - req.waited_s - got.pred.ttft_s
+    return cfg.hold_step_s if left >= cfg.hold_step_s else 0.0
+
+
 def choose(scored: list[Scored], session_decode: str | None = None) -> Scored:
-    """Of the paths not ``over`` (all, when every one is): the most requests kept; then the
-    lowest TTFT + harm; then the session's decode worker, the fewest running there, the ids."""
+    """Of the paths not ``over`` (all, when every one is, or when none of those left keeps this
+    request's TTFT within its bound: a warm turn is not sent behind a document to spare the
+    running decodes a few slow steps): the most requests kept; then the lowest TTFT + harm; then
+    the session's decode worker, the fewest running there, the ids."""
     if not scored:
         raise LookupError("no candidate path (no decode worker, or none with a prefill worker)")
-    return min(scored, key=lambda s: (s.over, -s.kept, round(s.cost_s, 9), s.pred.decode != session_decode,
+    spare = any(not s.over and s.ttft_ok for s in scored)
+    return min(scored, key=lambda s: (s.over and spare, -s.kept, round(s.cost_s, 9), s.pred.decode != session_decode,
                                       s.pred.running, s.pred.prefill or "", s.pred.decode))

@@ -17,6 +17,7 @@ class WorkerLoad:
     prefill_tokens: int = 0      # prompt tokens sent for computing, not answered yet
     running: int = 0             # requests decoding there
     pending: int = 0             # requests prefilling there, or whose decode will go there
+    prefilling: int = 0          # requests computing their prompt there (sent, no first token yet)
     context_tokens: int = 0      # their contexts (prompt + half the answer each)
 
 
@@ -42,12 +43,16 @@ class LoadBook:
 
     @contextmanager
     def computing(self, worker: str, tokens: int):
-        """``tokens`` prompt tokens queued on ``worker`` for the duration of the block."""
+        """``tokens`` prompt tokens queued on ``worker`` for the duration of the block (one
+        request prefilling there, when any)."""
+        one = 1 if tokens > 0 else 0
         self.add(worker, tokens)
+        self.load[worker].prefilling += one
         try:
             yield
         finally:
             self.add(worker, -tokens)
+            self.load[worker].prefilling -= one
 
     @contextmanager
     def holding(self, *workers: str):
@@ -63,9 +68,9 @@ class LoadBook:
 
     def expect(self, worker: str, key: str, at: float, load_s: float) -> None:
         """A handoff bound for ``worker`` (its prompt computing elsewhere): its first token
-        predicted back at ``at``, then ``load_s`` seconds of KV load there (none: not recorded)."""
-        if load_s > 0:
-            self.bound.setdefault(worker, {})[key] = (at, load_s)
+        predicted back at ``at``, then ``load_s`` seconds of KV load there (maybe none: its decode
+        joins the batch there all the same)."""
+        self.bound.setdefault(worker, {})[key] = (at, load_s)
 
     def landed(self, worker: str, key: str) -> None:
         """The handoff ``key`` reached ``worker`` (or failed): no longer bound there."""
@@ -97,6 +102,6 @@ class LoadBook:
         """``views`` with the queue, running counts, contexts and handoffs bound there this
         router knows of (``now``: the monotonic clock of :meth:`bound_for`'s times)."""
         return [replace(v, queued_prefill_tokens=self.of(v.worker_id).prefill_tokens,
-                        running=self.of(v.worker_id).running,
+                        running=self.of(v.worker_id).running, prefilling=self.of(v.worker_id).prefilling,
                         running_tokens=self.of(v.worker_id).context_tokens,
                         incoming=self.incoming(v.worker_id, now)) for v in views]

@@ -38,6 +38,9 @@ class RouterMetrics:
                                      ["status"], registry=r)
         self.ttft = Histogram("warmpath_router_ttft_seconds", "Arrival to first token", ["cls"],
                               buckets=_LAT, registry=r)
+        self.held = Histogram("warmpath_router_held_seconds", "Requests the goodput policy held before "
+                              "sending (no path kept the decodes within their TPOT bound then): the time held",
+                              buckets=(0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0), registry=r)
         self.queue = Histogram("warmpath_router_queue_seconds",
                                "Admission wait + the prefill engine's queue", ["cls"], buckets=_LAT, registry=r)
         self.tpot = Histogram("warmpath_router_tpot_seconds", "Time per output token after the first",

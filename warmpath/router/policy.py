@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from warmpath.router.classify import ColdRule, reuse
 from warmpath.router.estimate import best, estimate, harm_s, least_loaded_decode, tier_class
-from warmpath.router.goodput import GoodputConfig, choose, paths, score
+from warmpath.router.goodput import GoodputConfig, choose, hold_s, paths, score
 from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 
@@ -192,12 +192,13 @@ class GoodputPolicy(RoutingPolicy):
         preds = paths(req, snap, self.cfg, allow_local)
         cls = self.cold_rule.label(reuse(req, snap), req.num_tokens)
         got = choose(score(req, snap, self.cfg, cls, preds), snap.session_decode_worker)
-        p = got.pred
+        p, wait = got.pred, hold_s(got, req, self.cfg, cls)
         reason = (f"{cls}: {p.path} keeps {got.kept} (of {len(preds)} paths); TTFT {p.ttft_s:.3f}s, TPOT "
-                  f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s")
+                  f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s"
+                  + (f"; held {req.waited_s:.2f}s" if req.waited_s else "") + (f"; hold {wait:.2f}s" if wait else ""))
         return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls, path=p.path,
                         est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s, est_tpot_parts=p.tpot_parts,
-                        est_ttft_parts=p.ttft_parts, est_handoff_load_s=p.handoff_s)
+                        est_ttft_parts=p.ttft_parts, est_handoff_load_s=p.handoff_s, hold_s=wait)
 
 
 POLICIES = {"cpd": CPDPolicy, "pd": PDPolicy, "pd-kv": PDKVPolicy, "replica": ReplicaPolicy, "goodput": GoodputPolicy}

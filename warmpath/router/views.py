@@ -27,8 +27,10 @@ class WorkerView:
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
     overlaps_loads: bool = False       # its L3 loads run beside its steps, not in them (registration)
     running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
-    # handoffs bound here, their prompts computing elsewhere: (seconds until their first token is
-    # predicted back, seconds of the KV load each will make this worker pay), soonest first
+    prefilling: int = 0                # of the running: still computing their own prompt here
+    # handoffs bound here, their prompts computing elsewhere (each one decode more once it lands):
+    # (seconds until their first token is predicted back, seconds of the KV load each will make
+    # this worker pay), soonest first
     incoming: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
@@ -52,6 +54,7 @@ class RequestView:
     new_tokens: int | None = None      # turn 2+: tokens not in the session's history
     max_tokens: int = 128
     ns_hashes: dict = field(default_factory=dict, compare=False)
+    waited_s: float = 0.0              # held by the router so far (the goodput policy's hold)
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,4 @@ class Decision:
     est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share
     est_ttft_parts: tuple[float, float] | None = None   # local on an idle worker: est_ttft_s = fixed + ρ · chunks
     est_handoff_load_s: float = 0.0    # handed off: the KV load it makes its decode worker pay (predicted)
+    hold_s: float = 0.0                # > 0: not dispatched; decide again after this long (goodput's hold)

@@ -42,6 +42,7 @@ class Req:
     kv_hashes: list[bytes] | None = None  # a remote turn's own block hashes (sim/handoff.py), else rv's
     cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
     ended: bool = False                  # the client recorded it (answered, failed or timed out)
+    held_at: float | None = None         # when the policy first held it (``Decision.hold_s``)
 
     def path(self) -> dict:
         """The path it took (``bench/requests_log.ROUTE_KEYS``)."""

@@ -14,7 +14,7 @@ from warmpath.sim.client import Req
 
 class Endings:
     """Mixed into :class:`~warmpath.sim.simulation.Simulation`, which owns the state used here
-    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_by_seq``, ``bound``,
+    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_held``, ``_by_seq``, ``bound``,
     ``workers``, histories) and the plan / dispatch / kick steps."""
 
     def _finish(self, req: Req) -> None:
@@ -49,6 +49,8 @@ class Endings:
         if self._queued.pop(req.rid, None) is not None:
             self.admission.cancel(req.rid)
             return
+        if self._held.pop(req.rid, None) is not None:   # admitted, held by the policy: nothing sent yet
+            return self._release()
         d = req.decision
         self.bound.landed(d.decode, req.rid)
         for sid, wid in ((req.rid + "/p", d.prefill), (req.rid, d.decode)):

@@ -29,7 +29,7 @@ from warmpath.router.sessions import SessionTable
 from warmpath.router.elastic import ElasticConfig
 from warmpath.router.model import PrefillObservation
 from warmpath.router.route import RouteDecider
-from warmpath.router.views import Decision
+from warmpath.router.views import Decision, WorkerView
 from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
 from warmpath.sim.handoff import PDHandoff
@@ -83,6 +83,8 @@ class Simulation(Endings):
         self._tie = itertools.count()
         self._by_seq: dict[str, Req] = {}
         self._queued: dict[str, Req] = {}
+        self._held: dict[str, Req] = {}   # admitted, held by the policy (``Decision.hold_s``)
+        self._hop: dict[str, dict[str, tuple[int, int]]] = {}   # worker -> on the hop there: (new, all tokens)
         self._history: dict[str, list[int]] = {}
         self._hashes: dict[str, list[bytes]] = {}    # session -> block hashes of its history
         self.bound = LoadBook()   # handoffs bound for each decode worker, as the router's book keeps them
@@ -149,14 +151,31 @@ class Simulation(Endings):
                 self.workers[ch.worker].set_role(ch.new)
                 self.stats.role_changes.append((ch.at, ch.worker, ch.new))
         sess = self.sessions.sessions.get(req.session.sid)
-        views = [replace(w.view(), incoming=self.bound.incoming(wid, self.now)) if wid in self.bound.bound
-                 else w.view() for wid, w in self.workers.items()]
+        views = [self._routed_view(wid, w.view()) for wid, w in self.workers.items()]
         snap = self.decider.snapshot(views,
                                      lambda w: self.index.lookup(w, req.rv.block_hashes, self.now),
                                      sess.decode_worker if sess else None, self.kvb, self.now)
         return self.decider.decide_route(req.rv, snap, arrival=arrival)
 
+    def _routed_view(self, wid: str, v: WorkerView) -> WorkerView:
+        """``v`` with what the router has sent ``wid`` that has not reached it: handoffs bound
+        there (their prompts computing elsewhere), and requests on the router's hop to it (as
+        running, prefilling their uncached tokens: the real router books them at once)."""
+        hop = self._hop.get(wid)
+        if hop:
+            new, ctx = sum(n for n, _ in hop.values()), sum(c for _, c in hop.values())
+            v = replace(v, queued_prefill_tokens=v.queued_prefill_tokens + new, running=v.running + len(hop),
+                        running_tokens=v.running_tokens + ctx,
+                        prefilling=v.prefilling + sum(1 for n, _ in hop.values() if n > 0))
+        return replace(v, incoming=self.bound.incoming(wid, self.now)) if wid in self.bound.bound else v
+
     def _dispatch(self, req: Req, d: Decision) -> None:
+        if d.hold_s > 0:   # held by the policy: decided again after the hold, as router/flow.py does
+            req.held_at = self.now if req.held_at is None else req.held_at
+            self._held[req.rid] = req
+            self._at(self.now + d.hold_s, self._unhold, req)
+            return
+        self._held.pop(req.rid, None)
         req.decision, req.admitted = d, self.now
         if d.ppd == "local":
             self.stats.ppd_local += 1
@@ -173,10 +192,24 @@ class Simulation(Endings):
             req.kv_hashes = self.handoff.kv_hashes(req.rid, req.turn, req.rv.block_hashes)
             seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)
             self._submit(d.prefill, seq, req)
-        elif self.overhead:   # the router's hop to the worker that computes it all
+        elif self.overhead:   # the router's hop to the worker that computes it all (on the router's book meanwhile)
+            self._hop.setdefault(d.decode, {})[req.rid] = (len(req.prompt) - d.cached_tokens, len(req.prompt))
             self._at(self.now + self.overhead, self._submit, d.decode, self._decode_seq(req), req)
         else:
             self._submit(d.decode, self._decode_seq(req), req)
+
+    def _unhold(self, req: Req) -> None:
+        """A held request's hold ended: decided again, knowing how long it has been held."""
+        if req.ended:   # abandoned meanwhile (its slot freed there)
+            return
+        req.rv = replace(req.rv, waited_s=self.now - req.held_at)
+        try:
+            d = self._decide_route(req, arrival=False)
+        except LookupError as e:
+            self._held.pop(req.rid, None)
+            self._fail(req, f"no worker: {e}")
+            return self._release()
+        self._dispatch(req, d)
 
     def _decode_seq(self, req: Req) -> Sequence:
         t = req.session.turns[req.turn]
@@ -186,6 +219,7 @@ class Simulation(Endings):
         return seq
 
     def _submit(self, wid: str, seq: Sequence, req: Req) -> None:
+        self._hop.get(wid, {}).pop(req.rid, None)
         if req.ended:   # abandoned on its way here
             return
         self._by_seq[seq.request_id] = req
@@ -247,6 +281,7 @@ class Simulation(Endings):
     def _prefill_done(self, req: Req, seq: Sequence) -> None:
         del self._by_seq[seq.request_id]
         self.bound.landed(req.decision.decode, req.rid)
+        self._hop.setdefault(req.decision.decode, {})[req.rid] = (0, len(req.prompt))   # decodes there next
         started = self.workers[req.decision.prefill].first_scheduled.get(seq.request_id, self.now)
         self.workers[req.decision.prefill].forget(seq.request_id)
         at = self.now + self.net + self.overhead
@@ -264,6 +299,7 @@ class Simulation(Endings):
         self._at(at, self._handoff, req)
 
     def _handoff(self, req: Req) -> None:
+        self._hop.get(req.decision.decode, {}).pop(req.rid, None)
         if req.ended:
             return
         seq = self._decode_seq(req)

@@ -96,10 +96,11 @@ class SimWorker:
             queued = sum(q.num_tokens - q.num_computed_tokens for q in s.waiting)
             admitted = [*s.running, *s.loading]   # a loading sequence runs once its prefix lands
             queued += sum(q.num_tokens - q.num_computed_tokens for q in admitted if q.in_prefill)
-            ctx = sum(q.num_tokens for q in s.running if not q.in_prefill)
+            ctx = sum(q.num_tokens for q in admitted)   # as the router's book counts them: every one sent
             self._view = WorkerView(self.wid, self.role, queued, len(admitted), self.pool.usage,
                                     self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s,
-                                    running_tokens=ctx, overlaps_loads=self.cfg.l3_overlap)
+                                    running_tokens=ctx, overlaps_loads=self.cfg.l3_overlap,
+                                    prefilling=sum(1 for q in admitted if q.in_prefill))
         return self._view
 
     def capacity(self) -> WorkerView:
