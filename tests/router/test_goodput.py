@@ -299,3 +299,16 @@ def test_the_router_decides_a_held_request_again_until_it_goes():
     d = asyncio.run(flow._hold(rv, None, d))
     assert (d.path, d.hold_s) == ("local", 0.0) and len(seen) == 2 and 0.1 <= seen[1] < 0.5
     assert "held 0." in d.reason and state.metrics.held._sum.get() == pytest.approx(seen[1], abs=0.05)
+
+
+def test_a_handoff_whose_first_token_comes_after_the_running_answers_is_not_held():
+    # handed to d0 (one decode running) its TPOT is decode(2) = 0.012 > 0.0115, while alone it
+    # would decode at 0.011: held — if its first token (p0: 1.063 s) comes within a lone answer's
+    # time (100 x 0.011 = 1.1 s); with a 50-token answer (0.55 s) the decode running now has
+    # ended by then, held or not: sent at once
+    rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
+    sn = snap(fleet(running=1), session_decode=None)
+    pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0115")
+    d = pol.route(rv, sn, allow_local=False)
+    assert (d.path, d.hold_s) == ("warm", 0.1) and d.est_ttft_s == pytest.approx(1.063, abs=1e-3)
+    assert pol.route(replace(rv, max_tokens=50), sn, allow_local=False).hold_s == 0.0

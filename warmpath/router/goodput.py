@@ -50,8 +50,10 @@ of 8 cells and missed the best fixed arm in 6 of 8 at 2×; share 0.5 met or beat
 
 **Hold.** When the best path's batch would push this request, or the running requests within
 their bound now, past their TPOT bound, while this request alone on that worker would be
-within, it waits at the router (:func:`hold_s`) and is decided again — its TTFT slack lent to
-the decodes running (TaiChi's latency shifting), never beyond ``hold_share`` of its TTFT bound.
+within — and its decode would start while those running now still decode (a local path, or a
+first token due within a lone answer's time) — it waits at the router (:func:`hold_s`) and is
+decided again: its TTFT slack lent to the decodes running (TaiChi's latency shifting), never
+beyond ``hold_share`` of its TTFT bound.
 On a 1P1D pair where one decode worker keeps two decodes within the bound, three warm turns
 decided within 0.3 s were all lost when sent at once.
 """
@@ -210,7 +212,11 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         pushes = any(n and now and not ok for n, now, ok in zip((w.running - pre, pre), now_within[p.decode], within))
         tpot_ok = me_b[p.decode] is None or p.tpot_s <= me_b[p.decode]
         ttft_ok = ttft_b is None or p.ttft_s <= ttft_b
-        could = me_b[p.decode] is not None and lone[p.decode] < me_b[p.decode] and ttft_ok
+        # holding helps only where this request's decode starts while those running now still
+        # decode: locally (its chunks start now), or handed off with its first token due within a
+        # lone answer's time (later, those running now have ended, held or not)
+        soon = p.path == "local" or p.ttft_s <= lone[p.decode] * max(1, req.max_tokens)
+        could = me_b[p.decode] is not None and lone[p.decode] < me_b[p.decode] and ttft_ok and soon
         here = (w.running - pre) * within[0] + pre * within[1]
         out.append(Scored(p, int(me) + total - base.get(p.decode, 0) + here, p.ttft_s + h, h,
                           p.path == "local" and pushes, could and (pushes or not tpot_ok), ttft_ok))
