@@ -15,6 +15,7 @@ ends with an OpenAI-shaped error event (``relay.py``). HTTP is ``dispatch.Worker
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import replace
 
@@ -184,15 +185,24 @@ class RequestFlow:
         computed = t.rv.num_tokens - d.cached_tokens if t.prefill is None else 0
         s.load.add(d.decode, running=1, context=_context(t))
         sent = time.monotonic()
+        release = s.load.start_computing(d.decode, computed)
+        # a stream returns at its first token; a whole answer only at its end, so its prompt
+        # leaves the book at its predicted first token (else the worker would look busy
+        # computing it for as long as it decodes)
+        timer = (asyncio.get_running_loop().call_later(max(0.0, d.est_ttft_s), release)
+                 if computed and not t.body.stream and math.isfinite(d.est_ttft_s) else None)
         try:
-            with s.load.computing(d.decode, computed):
-                if t.body.stream:
-                    up = await self.client.stream(d.decode, self._generate_msg(t))
-                else:
-                    r = await self.client.generate(d.decode, self._generate_msg(t))
+            if t.body.stream:
+                up = await self.client.stream(d.decode, self._generate_msg(t))
+            else:
+                r = await self.client.generate(d.decode, self._generate_msg(t))
         except BaseException:
             s.load.add(d.decode, running=-1, context=-_context(t))
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            release()
         if t.body.stream:
             t.first_token_seen(s.metrics, time.monotonic())
             t.timing["decode_first"] = time.monotonic() - sent

@@ -6,6 +6,7 @@ dispatched, so two requests arriving together do not both pick the same idle wor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -41,18 +42,31 @@ class LoadBook:
         x.pending = max(0, x.pending + pending)
         x.context_tokens = max(0, x.context_tokens + context) if x.running else 0
 
-    @contextmanager
-    def computing(self, worker: str, tokens: int):
-        """``tokens`` prompt tokens queued on ``worker`` for the duration of the block (one
-        request prefilling there, when any)."""
+    def start_computing(self, worker: str, tokens: int) -> Callable[[], None]:
+        """``tokens`` prompt tokens queued on ``worker`` (one request prefilling there, when
+        any) until the returned release is called; calling it again does nothing (a
+        non-streamed answer is released at its predicted first token and again at its end)."""
         one = 1 if tokens > 0 else 0
         self.add(worker, tokens)
         self.load[worker].prefilling += one
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self.add(worker, -tokens)
+                self.load[worker].prefilling -= one
+        return release
+
+    @contextmanager
+    def computing(self, worker: str, tokens: int):
+        """:meth:`start_computing` for the duration of the block."""
+        release = self.start_computing(worker, tokens)
         try:
             yield
         finally:
-            self.add(worker, -tokens)
-            self.load[worker].prefilling -= one
+            release()
 
     @contextmanager
     def holding(self, *workers: str):
