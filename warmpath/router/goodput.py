@@ -203,15 +203,15 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         harm[pw.worker_id] = cfg.harm_weight * harm_s(pw, estimate(pw, req, snap), snap) * mine / theirs
     out = []
     for p in preds:
-        me = (ttft_b is None or p.ttft_s <= ttft_b) and (me_b[p.decode] is None or p.tpot_s <= me_b[p.decode])
+        ttft_ok = ttft_b is None or p.ttft_s <= ttft_b
+        tpot_ok = me_b[p.decode] is None or p.tpot_s <= me_b[p.decode]
+        me = ttft_ok and tpot_ok
         rb, w = run_bw[p.decode], holders[p.decode]
         pre = min(w.prefilling, w.running)       # its running requests still computing their prompt there
         within = (rb is None or p.running_tpot_s <= rb, rb is None or p.prefilling_tpot_s <= rb)
         alone = lone[p.decode] if p.path == "local" else 0.0
         h = harm.get(p.prefill, 0.0) + cfg.harm_weight * local_harm_s(p, snap, run_b, req.max_tokens, alone) * mine
         pushes = any(n and now and not ok for n, now, ok in zip((w.running - pre, pre), now_within[p.decode], within))
-        tpot_ok = me_b[p.decode] is None or p.tpot_s <= me_b[p.decode]
-        ttft_ok = ttft_b is None or p.ttft_s <= ttft_b
         # holding helps only where this request's decode starts while those running now still
         # decode: locally (its chunks start now), or handed off with its first token due within a
         # lone answer's time (later, those running now have ended, held or not)
