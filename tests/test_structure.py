@@ -1,6 +1,6 @@
 """The architecture as rules: layers import downwards only, no module or layer imports itself
 back through others (function-local and type-only imports included), and every routing
-decision is made in one place (router/route.py) that the router and the simulator both call."""
+decision is made in one place (routing/route.py) that the router and the simulator both call."""
 
 from __future__ import annotations
 
@@ -11,28 +11,31 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "warmpath"
 
-BASE = {"stats", "procs"}     # leaf modules any layer may use
+BASE = {"stats", "procs", "slo"}     # leaf modules any layer may use
 # layer (a package, or a module at the root) -> the layers it may import (besides itself and BASE)
 ALLOWED = {
-    "stats": set(), "procs": set(), "models": set(), "protocol": set(),
+    "stats": set(), "procs": set(), "slo": set(), "models": set(), "protocol": set(),
     "kv": {"procs"},
     "engine": {"kv", "models"},
-    "router": {"kv", "models", "protocol"},
+    # the decision and its bookkeeping, pure: router/ (the process) and sim/ both drive it
+    "routing": {"kv", "protocol"},
+    "router": {"kv", "models", "protocol", "routing"},
     "worker": {"engine", "kv", "models", "protocol"},
     "bench": {"models", "protocol"},
-    "launch": {"kv", "procs", "protocol", "router"},
+    "launch": {"kv", "procs", "protocol", "routing"},
     # warmpath deploy --ray: the launch's topologies as Ray actors (Ray imported lazily, only there)
-    "deploy": {"launch", "procs", "protocol", "router"},
-    "sim": {"bench", "engine", "kv", "launch", "router"},
-    "plan": {"bench", "engine", "launch", "router", "sim"},
+    "deploy": {"launch", "procs", "protocol", "routing"},
+    "sim": {"bench", "engine", "kv", "launch", "routing"},
+    "plan": {"bench", "engine", "launch", "routing", "sim"},
     # the flags of serve / worker and the configs built from them
     # (the --engine vllm flags live with the vLLM worker: warmpath/vllm/cli_flags.py)
-    "cli_args": {"engine", "kv", "launch", "models", "router", "vllm"},
+    "cli_args": {"engine", "kv", "launch", "models", "routing", "vllm"},
     # the served phase starts a topology as `warmpath serve` does (cli_args) and drives it with the bench
     # --engine vllm starts a vLLM server as its worker kind does and reads its /metrics (vllm)
-    "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "router", "vllm"},
+    "calibrate": {"bench", "cli_args", "engine", "kv", "launch", "models", "routing", "vllm"},
     "cli": {"bench", "calibrate", "cli_args", "deploy", "engine", "kv", "launch", "models", "plan", "protocol", "router",
-            "sim", "vllm", "worker"},
+            "routing", "sim", "vllm", "worker"},
+    "cli_reference": {"cli"},
     # a vLLM server behind the router: its HTTP face, registration (torch-free) and events
     "vllm": {"kv", "launch", "models", "protocol", "worker"},
 }
@@ -128,11 +131,11 @@ def test_the_cycle_finder_finds_a_circle_and_names_it():
 def test_the_graph_sees_function_local_type_only_and_relative_imports(tmp_path):
     src = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
            "if TYPE_CHECKING:\n    from warmpath.router.state import RouterState\n"
-           "def f():\n    from warmpath.router import ppd\n    from . import flow\n    import warmpath.kv.hashing\n")
-    known = {"warmpath.router.state", "warmpath.router.ppd", "warmpath.router.flow", "warmpath.router",
+           "def f():\n    from warmpath.routing import ppd\n    from . import flow\n    import warmpath.kv.hashing\n")
+    known = {"warmpath.router.state", "warmpath.routing.ppd", "warmpath.router.flow", "warmpath.router",
              "warmpath.kv.hashing", "warmpath.router.dashboard"}
     got = _imported("warmpath.router.dashboard", ROOT / "router/dashboard.py", ast.parse(src), known)
-    assert got == {"warmpath.router.state", "warmpath.router.ppd", "warmpath.router.flow", "warmpath.kv.hashing"}
+    assert got == {"warmpath.router.state", "warmpath.routing.ppd", "warmpath.router.flow", "warmpath.kv.hashing"}
     graph = {"warmpath.router.dashboard": got, "warmpath.router.state": {"warmpath.router.dashboard"}}
     assert find_cycle(graph) == ["warmpath.router.dashboard", "warmpath.router.state", "warmpath.router.dashboard"]
     assert find_cycle(layer_graph({"warmpath.cli": {"warmpath.calibrate.served"},
@@ -183,10 +186,10 @@ def _calls(attr: str):
 
 
 @pytest.mark.parametrize("call,where", [
-    ("route", {"router/route.py"}),                # the routing policy
-    ("decide", {"router/route.py"}),               # the PPD switch
-    ("is_cold", {"router/classify.py"}),
-    ("label", {"router/route.py", "router/policy.py"}),          # the cold rule's verdict
+    ("route", {"routing/route.py"}),                # the routing policy
+    ("decide", {"routing/route.py"}),               # the PPD switch
+    ("is_cold", {"routing/classify.py"}),
+    ("label", {"routing/route.py", "routing/policy.py"}),          # the cold rule's verdict
     ("request_view", {"router/handler.py", "sim/simulation.py"}),
 ])
 def test_each_decision_is_made_in_one_place(call, where):
@@ -196,3 +199,30 @@ def test_each_decision_is_made_in_one_place(call, where):
 def test_router_and_simulator_run_the_same_route_decider():
     assert _calls("RouteDecider") == {"router/state.py", "sim/simulation.py"}
     assert _calls("decide_route") == {"router/flow.py", "router/app.py", "sim/simulation.py"}
+
+
+PROCESS_LIBS = {"fastapi", "httpx", "httpx_sse", "starlette", "uvicorn", "torch", "socket", "asyncio", "zmq", "requests"}
+
+
+def _third_party_imports(tree: ast.Module) -> set[str]:
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out.update(a.name.split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+            out.add(n.module.split(".")[0])
+    return out
+
+
+def test_routing_is_pure():
+    """routing/ is the decision and its books: no web framework, HTTP client, socket, event loop or torch."""
+    bad = {name: sorted(_third_party_imports(tree) & PROCESS_LIBS) for name, (_, tree) in _modules().items()
+           if layer_of(name) == "routing" and _third_party_imports(tree) & PROCESS_LIBS}
+    assert bad == {}
+
+
+def test_the_simulator_never_imports_the_router_process():
+    graph = import_graph()
+    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() if layer_of(m) in ("sim", "plan")
+                 for d in deps if layer_of(d) == "router")
+    assert bad == []

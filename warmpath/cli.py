@@ -132,16 +132,16 @@ def _router(a: argparse.Namespace) -> int:
     import uvicorn
 
     from warmpath.models.files import load_tokenizer
-    from warmpath.router.admission import AdmissionConfig
-    from warmpath.bench.targets import CLUSTER_TARGET, Target
+    from warmpath.routing.admission import AdmissionConfig
+    from warmpath.slo import CLUSTER_TARGET, Target
     from warmpath.engine.step_model import StepModel
-    from warmpath.router.goodput import GoodputConfig
-    from warmpath.router.policy import POLICIES, GoodputPolicy
-    from warmpath.router.ppd import PPDConfig, PPDTable
-    from warmpath.router.registry import DiscoveryConfig
+    from warmpath.routing.goodput import GoodputConfig
+    from warmpath.routing.policy import POLICIES, GoodputPolicy
+    from warmpath.routing.ppd import PPDConfig, PPDTable
+    from warmpath.routing.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
     from warmpath.router.app import build_router
-    from warmpath.router.elastic import ElasticConfig
+    from warmpath.routing.elastic import ElasticConfig
     from warmpath.router.state import RouterConfig, RouterState
 
     token = cluster_token(a.cluster_token)
@@ -205,8 +205,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``warmpath`` command line: every subcommand, or (``only``) the core ones and that
     one, so that starting a worker does not import the benchmark and simulator modules."""
     from warmpath.launch.topology import PPD_MODES
-    from warmpath.router.goodput import HOLD_SHARE, SLACK_SHARE
-    from warmpath.router.policy import POLICIES
+    from warmpath.routing.goodput import HOLD_SHARE, SLACK_SHARE
+    from warmpath.routing.policy import POLICIES
 
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
     p.add_argument("--log-level", default="INFO")
@@ -225,7 +225,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table; step model "
                     "for the goodput policy's TPOT predictions)")
     rt.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
-                    "(bench/targets.py syntax, e.g. warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.08; "
+                    "(slo.py syntax, e.g. warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.08; "
                     "default warm.ttft_p90=2,cold.ttft_p90=20)")
     rt.add_argument("--goodput-local", default="on", choices=("on", "off"),
                     help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")

@@ -115,7 +115,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def elastic_args(p: argparse.ArgumentParser) -> None:
-    """The elastic rule's hysteresis (``router/elastic.py``)."""
+    """The elastic rule's hysteresis (``routing/elastic.py``)."""
     p.add_argument("--elastic-hold-s", type=float, default=None,
                    help="elastic roles: seconds a role's pressure must hold before a change (default 5)")
     p.add_argument("--elastic-cooldown-s", type=float, default=None,
@@ -186,7 +186,7 @@ def engine_config(a: argparse.Namespace, tiers=None):
 
 
 def _admission_args(p: argparse.ArgumentParser) -> None:
-    """The router's admission flags (``router/admission.py``): left out, each is sized to the fleet."""
+    """The router's admission flags (``routing/admission.py``): left out, each is sized to the fleet."""
     p.add_argument("--max-in-flight", type=_count(1), default=None,
                    help="router admission limit (default: what the registered workers can hold, "
                         "re-sized as workers join, leave or change role; /v1/cluster says why)")
@@ -208,7 +208,7 @@ def _auth_args(p: argparse.ArgumentParser) -> None:
 
 
 def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
-    from warmpath.router.views import ROLES
+    from warmpath.routing.views import ROLES
 
     p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and KV events)")
     p.add_argument("--advertise-host", default=None,
@@ -266,7 +266,7 @@ def _store_gib(a: argparse.Namespace, workers: int) -> float:
 def add_serve_parser(sub, fn=None) -> None:
     """``warmpath serve``'s flags: one worker, or a whole topology behind a router."""
     from warmpath.launch.topology import PPD_MODES, TOPOLOGIES
-    from warmpath.router.policy import POLICIES
+    from warmpath.routing.policy import POLICIES
 
     s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
     s.add_argument("--topology", default="single",
@@ -280,7 +280,7 @@ def add_serve_parser(sub, fn=None) -> None:
                         "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD dynamic, goodput)")
     s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
-                   "(bench/targets.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
+                   "(slo.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
     s.add_argument("--goodput-local", default="on", choices=("on", "off"),
                    help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
     s.add_argument("--goodput-slack-share", type=float, default=None,

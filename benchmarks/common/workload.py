@@ -8,11 +8,11 @@ import time
 
 import httpx
 
-from warmpath.bench.targets import CLUSTER_TARGET
+from warmpath.slo import CLUSTER_TARGET
 from warmpath.bench.workload import coding_agent, long_conversations, repo_contexts
 
 WORKERS = ["--kv-cache-gib", "0.5", "--l2-gib", "0.5", "--heartbeat-s", "2", "--threads", "1"]
-# Stated before measuring (bench/targets.py): interactive (warm) requests must start within
+# Stated before measuring (slo.py): interactive (warm) requests must start within
 # 2 s at p90, new documents within 20 s at p90, and 99% of requests must succeed.
 TARGET = CLUSTER_TARGET
 SLO = {c: TARGET.bounds(c).ttft_p90 for c in ("warm", "cold")}   # its TTFT p90 bound per class

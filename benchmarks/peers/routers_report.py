@@ -1,7 +1,7 @@
 """The routers comparison's verdicts (``benchmarks/peers/vllm_routers.py``'s output), judged again
 from each run's ``requests.jsonl`` under several targets at once.
 
-Targets (``bench/targets.py``; >= 90% of the requests of every class attaining, >= 99% succeeding):
+Targets (``slo.py``; >= 90% of the requests of every class attaining, >= 99% succeeding):
 
 * ``joint``: issue 28's joint target, the one stated before measuring — warm TTFT p90 <= 2 s,
   cold TTFT p90 <= 20 s, per-request TPOT p90 <= 1.5x the unloaded TPOT (``routers.json``);
@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.policies.ranking import goodputs, joint_target, records, verdicts
-from warmpath.bench.targets import CLUSTER_TARGET, Target
+from warmpath.slo import CLUSTER_TARGET, Target
 
 
 def targets(unloaded_tpot_s: float) -> dict[str, Target]:

@@ -22,7 +22,7 @@ def workload_table(results: dict) -> list[str]:
     """One row per (server, workload, rate) of ``{"server/workload": summary.json}``; cached =
     the share of prompt tokens the server reported as cached
     (``usage.prompt_tokens_details.cached_tokens``); attained = the share of requests that met
-    the target on their own (``bench/targets.py``)."""
+    the target on their own (``slo.py``)."""
     rows = ["| server | workload | rate | TTFT p50 s | TTFT p90 s | TPOT s | TPOT p90 s | out tok/s | cached | "
             "attained | failed |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, s in results.items():

@@ -65,7 +65,7 @@ from benchmarks.peers.http_micro import micro_rows, run_micro
 from benchmarks.peers.tables import compare_table, sustained_rows, workload_table
 from benchmarks.peers.vllm_cpu import install as install_vllm
 from benchmarks.policies.ranking import goodputs, joint_target, records, verdicts
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.launch.topology import parse_cpus
 from warmpath.vllm.worker import cpu_string
 
@@ -189,7 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=120.0, help="seconds at each rate")
     ap.add_argument("--scale", type=float, default=0.25, help="coding-agent lengths × this")
     ap.add_argument("--seeds", default="0", help="one sweep per seed, e.g. 0,1,2")
-    ap.add_argument("--slo", default=None, help="the common target (bench/targets.py syntax; default: the joint "
+    ap.add_argument("--slo", default=None, help="the common target (slo.py syntax; default: the joint "
                     "target from the first engine's unloaded TPOT)")
     ap.add_argument("--timeout", type=float, default=30.0, help="a bench request failing")
     ap.add_argument("--startup-s", type=float, default=1200.0)

@@ -27,7 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from warmpath.bench.targets import CLUSTER_TARGET, Target
+from warmpath.slo import CLUSTER_TARGET, Target
 
 from benchmarks.policies.ranking import goodputs, records, verdicts
 

@@ -38,10 +38,10 @@ import numpy as np
 from warmpath.kv.events import BlockStored
 from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import NATIVE, KVNamespace, hash_prefix_blocks, token_array
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.policy import CPDPolicy
-from warmpath.router.route import RouteDecider
-from warmpath.router.views import WorkerView
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.policy import CPDPolicy
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.views import WorkerView
 
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=16)
 VIEWS = [WorkerView("c0", "pre-prefill"), WorkerView("p0", "prefill"), WorkerView("d0", "decode")]

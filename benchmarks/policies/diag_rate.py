@@ -23,8 +23,8 @@ from benchmarks.sim_accuracy import sim_validation as val
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.metrics import summarize
 from warmpath.launch.topology import Topology, resolve
-from warmpath.router.estimate import estimate
-from warmpath.router.policy import CPDPolicy, harm_s, tier_class
+from warmpath.routing.estimate import estimate
+from warmpath.routing.policy import CPDPolicy, harm_s, tier_class
 from warmpath.sim.run import build
 
 CONFIGS = {"cpd": ("cpd-1d", None), "cpd-dynamic": ("cpd-1d", "dynamic"), "pd": ("pd-2p1d", None),
@@ -96,7 +96,7 @@ def instrument(sim) -> dict:
 
 
 def router_load(sim) -> None:
-    """Give the policy the real router's queue view (``router/load.py`` as ``router/flow.py``
+    """Give the policy the real router's queue view (``routing/load.py`` as ``router/flow.py``
     feeds it): a prefill worker's queued tokens are the uncached tokens (as estimated at
     dispatch) of the prefills sent to it and not yet answered; a worker computing the prompt
     itself (replica, PPD-local) holds them until its first token."""
@@ -195,7 +195,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=90.0)
     p.add_argument("--harm", default="", help="CPDConfig overrides, k=v,k=v (e.g. harm_weight=0)")
     p.add_argument("--router-load", action="store_true",
-                   help="the policy sees the real router's queue view (router/load.py), not the workers' schedulers")
+                   help="the policy sees the real router's queue view (routing/load.py), not the workers' schedulers")
     p.add_argument("--obs-noise", type=float, default=0.0,
                    help="coefficient of variation of the prefill times the router's model learns from")
     p.add_argument("--quiet", action="store_true", help="summaries only")
@@ -205,7 +205,7 @@ def main() -> int:
     ROUTER_LOAD = a.router_load
     global OBS_NOISE
     OBS_NOISE = a.obs_noise
-    from warmpath.router.policy import CPDConfig
+    from warmpath.routing.policy import CPDConfig
     cpd = CPDConfig(**{k: float(v) for k, v in (x.split("=") for x in a.harm.split(",") if x)}) if a.harm else None
     rates = [float(x) for x in a.rates.split(",")]
     show = [float(x) for x in a.show.split(",") if x]

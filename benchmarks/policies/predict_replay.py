@@ -1,7 +1,7 @@
 """The ``goodput`` predictor of this checkout re-run on the situations of recorded requests: for
 each ``requests.jsonl`` row, the decode worker as its router saw it at the row's arrival is
 rebuilt from the other rows' timelines (``predict_error.timeline``), the path it took is
-predicted again (``router/predict.py``), and the errors are reported as ``predict_error`` does —
+predicted again (``routing/predict.py``), and the errors are reported as ``predict_error`` does —
 so old real records measure a new predictor on the same situations, the decisions unchanged.
 
 The decode worker at time ``t`` (the router's ``LoadBook`` view): running — the rows decoding
@@ -26,10 +26,10 @@ from pathlib import Path
 
 from benchmarks.policies.predict_error import RESULTS, load, measure_item, report, show, stretches, timeline
 from warmpath.engine.step_model import StepModel
-from warmpath.router.estimate import Estimate
-from warmpath.router.model import RouterModel
-from warmpath.router.predict import DEFAULT_CHUNK, predict_local, predict_remote, step_cost
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.estimate import Estimate
+from warmpath.routing.latency import RouterModel
+from warmpath.routing.predict import DEFAULT_CHUNK, predict_local, predict_remote, step_cost
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 CALIBRATION = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
 

@@ -3,7 +3,7 @@ with dynamic PPD, each worker pinned to its own core, on the real engine and on 
 
 Target, stated before measuring (issue 28): warm TTFT p90 <= 2 s, cold TTFT p90 <= 20 s and
 per-request TPOT p90 <= 1.5x the unloaded TPOT, >= 90% of the requests of every class attaining
-their bounds (DistServe's goodput share) and >= 99% succeeding (``bench/targets.py``). The
+their bounds (DistServe's goodput share) and >= 99% succeeding (``slo.py``). The
 unloaded TPOT is measured first: the median per-request TPOT of 10 sessions of the workload
 started 20 s apart (nothing else in flight) on the replica arm. Beside it the TTFT-only target
 (``CLUSTER_TARGET``) is judged on the same requests. Goodput: the highest offered rate meeting
@@ -42,7 +42,7 @@ from benchmarks.policies.ranking_plan import CANDIDATES
 from warmpath.bench.metrics import Record
 from warmpath.bench.runner import OpenAITarget
 from warmpath.bench.sweep import judge, run_rate, sweep_summary, write_results
-from warmpath.bench.targets import CLUSTER_TARGET, Target
+from warmpath.slo import CLUSTER_TARGET, Target
 from warmpath.launch import launcher
 from warmpath.launch.topology import Topology
 from warmpath.models.loader import load_tokenizer

@@ -36,7 +36,7 @@ def drift_sessions(rate: float, phase_s: float, seed: int):
 def part_drift(rate: float, phase_s: float, seed: int, window_s: float = 20.0) -> dict:
     from warmpath.bench.workload import Session, Turn, repo_contexts
     from warmpath.sim.hardware import HARDWARE, MODELS
-    from warmpath.router.admission import AdmissionConfig
+    from warmpath.routing.admission import AdmissionConfig
     from warmpath.sim.run import SimSetup
 
     out = {}

@@ -19,10 +19,10 @@ import random
 from pathlib import Path
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.bench.workload import Session, Turn, fast_tokens, tokens
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.run import SimSetup, build
 from warmpath.stats import percentile

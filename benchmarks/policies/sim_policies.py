@@ -161,7 +161,7 @@ B200_GUESS = {0.0: 8.14, 0.1: 8.14, 0.25: 8.14, 0.5: 5.05, 0.75: 3.45}   # sessi
 
 
 def b200_setup(topo: Topology, in_flight: int | None = B200_IN_FLIGHT):
-    from warmpath.router.admission import AdmissionConfig
+    from warmpath.routing.admission import AdmissionConfig
     from warmpath.sim.hardware import HARDWARE, MODELS
     from warmpath.sim.run import SimSetup
 

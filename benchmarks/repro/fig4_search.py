@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
-from warmpath.bench.targets import CPD_TARGET
+from warmpath.slo import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens
 from warmpath.sim.repro import CPDAssumptions
 from warmpath.sim.run import simulate_rate

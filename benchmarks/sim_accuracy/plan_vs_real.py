@@ -53,7 +53,7 @@ from warmpath.plan.evaluate import SimEvaluator
 from warmpath.plan.space import candidates
 
 GRID = (0.15, 0.2, 0.25)
-TARGET = real.TARGET                 # bench/targets.CLUSTER_TARGET, as cluster.py's runs
+TARGET = real.TARGET                 # slo.CLUSTER_TARGET, as cluster.py's runs
 SLO = real.SLO                       # its TTFT p90 bound per class
 RES = Path("benchmarks/results")
 # real config -> plan's candidate (3 GPUs, TP 1)

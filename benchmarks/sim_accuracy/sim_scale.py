@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from warmpath.bench.targets import CPD_TARGET
+from warmpath.slo import CPD_TARGET
 from warmpath.bench.workload import coding_agent
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.run import SimSetup, simulate_rate
 

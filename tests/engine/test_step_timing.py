@@ -6,8 +6,8 @@ import pytest
 
 from warmpath.engine.step_timing import profile_engine
 from warmpath.engine.step_model import StepModel, fit_linear
-from warmpath.router.ppd import CTX_REP, PPDConfig, bucket_of, decide, table_from_model
-from warmpath.router.views import RequestView, WorkerView
+from warmpath.routing.ppd import CTX_REP, PPDConfig, bucket_of, decide, table_from_model
+from warmpath.routing.views import RequestView, WorkerView
 
 
 def test_fit_recovers_exact_coefficients():

@@ -14,7 +14,7 @@ from warmpath.kv.events import KVEventSubscriber
 from warmpath.kv.hashing import KVNamespace
 from warmpath.kv.mooncake_service import MooncakeService
 from warmpath.kv.mooncake_store import MooncakeConfig
-from warmpath.router.index import GlobalKVIndex
+from warmpath.routing.index import GlobalKVIndex
 
 BS = 4
 NS = KVNamespace(model_id="m", revision="r", dtype="float32", block_size=BS)

@@ -5,7 +5,7 @@ replica whose every step takes 0.1 s)."""
 import pytest
 
 from warmpath.launch.topology import Topology
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.plan.evaluate import SimEvaluator, with_classes
 from warmpath.plan.space import Candidate
 from warmpath.sim.run import simulate_rate

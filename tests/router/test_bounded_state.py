@@ -1,8 +1,8 @@
 """The router's tables stay bounded (hand-worked LRU cases)."""
 
 from warmpath.kv.events import BlockStored
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.sessions import SessionTable
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.sessions import SessionTable
 
 
 def test_session_table_forgets_the_least_recently_seen():

@@ -5,10 +5,10 @@ import pytest
 
 from warmpath.protocol.openai import CompletionRequest
 from warmpath.router.dashboard import Dashboard, prompt_sources
-from warmpath.router.policy import CPDPolicy
+from warmpath.routing.policy import CPDPolicy
 from warmpath.router.state import RouterConfig, RouterState
 from warmpath.router.trip import Trip
-from warmpath.router.views import Decision, RequestView
+from warmpath.routing.views import Decision, RequestView
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from warmpath.router.flow import RequestFlow
-from warmpath.router.load import LoadBook
-from warmpath.router.views import Decision
+from warmpath.routing.load import LoadBook
+from warmpath.routing.views import Decision
 
 
 class SlowWorker:

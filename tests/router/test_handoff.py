@@ -11,7 +11,7 @@ from warmpath.router.flow import RequestFlow
 from warmpath.router.handoff import HANDOFFS, ConnectorHandoff, L3Handoff, handoff_for
 from warmpath.router.metrics import RouterMetrics
 from warmpath.router.trip import Trip
-from warmpath.router.views import Decision, RequestView
+from warmpath.routing.views import Decision, RequestView
 
 PARAMS = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [[4, 5]],
           "remote_engine_id": "e-1", "remote_request_id": "cmpl-1-0", "remote_host": "127.0.0.1", "remote_port": 5601}

@@ -5,7 +5,7 @@ from tests.sim.test_simulator import one_turn, run, setup
 from warmpath.bench import reuse, runner
 from warmpath.bench.workload import Session, Turn
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 from warmpath.sim import client
 
 ONE = Topology("one", "replica", {"replica": 1})

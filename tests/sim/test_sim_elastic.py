@@ -1,4 +1,4 @@
-"""Elastic roles in the simulator: the router's rule (``router/elastic.py``, run by the shared
+"""Elastic roles in the simulator: the router's rule (``routing/elastic.py``, run by the shared
 ``RouteDecider``) moves a prefill worker to the decode side while decodes fill the decode
 worker's KV — as a replica when most requests go local, else as a decode worker — and back
 to prefill once long new documents queue at the prefill tier; no request is lost."""
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.bench.workload import Session, Turn, fast_tokens, tokens
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
-from warmpath.router.elastic import ROLES, ElasticConfig
+from warmpath.routing.admission import AdmissionConfig
+from warmpath.routing.elastic import ROLES, ElasticConfig
 from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.run import SimSetup, build
 

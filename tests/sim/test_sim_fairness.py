@@ -5,7 +5,7 @@ import pytest
 
 from warmpath.bench.workload import Session, Turn
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 from warmpath.sim.run import build, hit_ratio, simulate_rate
 
 from .test_simulator import one_turn, run, setup

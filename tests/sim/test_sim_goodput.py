@@ -5,10 +5,10 @@ from collections import Counter
 
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times
 from warmpath.bench.requests_log import ROUTE_KEYS
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.bench.workload import coding_agent
 from warmpath.launch.topology import resolve
-from warmpath.router.policy import GoodputPolicy
+from warmpath.routing.policy import GoodputPolicy
 from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.map_cpd import arm_setup, cpd_topology
 from warmpath.sim.run import SimSetup, build, simulate_rate

@@ -4,7 +4,7 @@
 
 from tests.sim.test_simulator import one_turn, setup
 from warmpath.launch.topology import Topology
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 from warmpath.sim.run import build
 
 ONE = Topology("one", "replica", {"replica": 1})

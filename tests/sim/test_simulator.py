@@ -14,11 +14,11 @@ from warmpath.engine.block_manager import BlockManager
 from warmpath.engine.scheduler import Scheduler, SchedulerConfig
 from warmpath.kv.block_codec import header_size
 from warmpath.kv.block_pool import BlockPool
-from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.route import RouteDecider
-from warmpath.router.policy import CPDPolicy, RoutingPolicy
-from warmpath.router.sessions import SessionTable
+from warmpath.routing.admission import Admission, AdmissionConfig
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.policy import CPDPolicy, RoutingPolicy
+from warmpath.routing.sessions import SessionTable
 from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
 from warmpath.sim.run import SimSetup, build, simulate_rate
 from warmpath.sim.step_time import Roofline, StepTime

@@ -35,7 +35,7 @@ def add_parser(sub, fn=None) -> None:
     add_shared_flags(b)
     b.add_argument("--ramp", type=float, default=0.0, help="seconds of linear ramp before it (workloads)")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
-    b.add_argument("--slo", help="the target (bench/targets.py), e.g. ttft_p90=2.0,tpot=0.2 or "
+    b.add_argument("--slo", help="the target (slo.py), e.g. ttft_p90=2.0,tpot=0.2 or "
                                  "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05,attain=0.9")
     b.add_argument("--search", action="store_true", help="bisect for the highest rate meeting the SLO")
     b.add_argument("--model", default=None, help="model name (default: the server's first)")

@@ -1,13 +1,13 @@
 """Per-request records and their summary: percentiles, TPOT, ITL, attainment (no torch).
 
-What a run is judged by is :class:`~warmpath.bench.targets.Target` (``targets.py``); the
+What a run is judged by is :class:`~warmpath.slo.Target` (``targets.py``); the
 ``slo`` these functions take is one, or its older flat dict / ``--slo`` string."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from warmpath.bench.targets import CLASSES, KEYS as SLO_KEYS, Target  # noqa: F401  (SLO_KEYS as before)
+from warmpath.slo import CLASSES, KEYS as SLO_KEYS, Target  # noqa: F401  (SLO_KEYS as before)
 from warmpath.stats import percentile
 
 SLO = Target | dict | str | None

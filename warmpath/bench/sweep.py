@@ -12,7 +12,7 @@ from typing import Awaitable, Callable
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import CLASSES, Record, summarize, ttft_from
 from warmpath.bench.requests_log import request_row, write_requests
-from warmpath.bench.targets import Target, goodput, highest_met
+from warmpath.slo import Target, goodput, highest_met
 from warmpath.bench.runner import BenchTarget, Encoder, run
 from warmpath.bench.workload import Session
 

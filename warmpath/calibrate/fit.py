@@ -9,7 +9,7 @@ def fitted(prof, kv_bytes_per_token: int, l3_gbps: float, network_gbps: float) -
     """``prof`` fitted (``StepProfile.fit``) and what a calibration file holds of it: the step
     model, the PPD table filled from it, the KV bytes per token and the timed steps (for
     ``--refit``). Every engine's calibration (``--engine vllm`` too) is written through here."""
-    from warmpath.router.ppd import table_from_model
+    from warmpath.routing.ppd import table_from_model
 
     model = prof.fit()
     table = table_from_model(model, kv_bytes_per_token, l3_gbps * 1e9, network_gbps * 1e9)

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from warmpath.launch.topology import Topology
-from warmpath.router.views import ROLES
+from warmpath.routing.views import ROLES
 
 PREFIX = "warmpath:"            # every actor of a deployment is named PREFIX + its process name
 PROCS = ("store", "router", *ROLES)

@@ -7,7 +7,7 @@ first one the set lacks.
 * :func:`run` — the first index from ``start`` on whose key is not in ``keys``;
 * :func:`closed_run` — the same from 0, by binary search: exact only for a *prefix-closed*
   set (one that, holding a chain's block i, holds blocks 0..i-1 of it: the index's
-  certified sets, ``router/index.py``), O(log n) probes;
+  certified sets, ``routing/index.py``), O(log n) probes;
 * :func:`certify` — :func:`run` from ``start``, adding the keys it passed to ``cert``.
 
 ``hashes``: a tuple or list of 16-byte keys, or a :class:`~warmpath.kv.keychain.KeyChain`

@@ -32,7 +32,7 @@ import httpx
 
 from warmpath.launch.topology import Topology, pinning
 from warmpath.procs import die_with_parent
-from warmpath.router.admission import AdmissionConfig
+from warmpath.routing.admission import AdmissionConfig
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from warmpath.router.views import ROLES
+from warmpath.routing.views import ROLES
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Topology:
     engines: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from warmpath.router.policy import POLICIES
+        from warmpath.routing.policy import POLICIES
 
         if self.policy not in POLICIES:
             raise ValueError(f"topology {self.name}: policy must be one of {sorted(POLICIES)}, got {self.policy!r}")

@@ -66,7 +66,7 @@ def build(a: argparse.Namespace):
     from warmpath.bench.replay import load_trace, parse_floats
     from warmpath.launch.topology import Topology
     from warmpath.engine.scheduler import SchedulerConfig
-    from warmpath.router.admission import AdmissionConfig
+    from warmpath.routing.admission import AdmissionConfig
     from warmpath.plan.search import PlanConfig
     from warmpath.plan.evaluate import SimEvaluator, fits
     from warmpath.plan.space import candidates

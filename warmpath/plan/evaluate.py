@@ -17,7 +17,7 @@ from typing import Callable
 
 from warmpath.bench.arrivals import session_seed
 from warmpath.bench.metrics import SLOMissWatch
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.bench.replay import TracePoint, own_rate, replay
 from warmpath.bench.workload import Session
 from warmpath.plan.space import Candidate
@@ -49,7 +49,7 @@ def _ppd_table(hw, model, tp: int):
 @dataclass
 class SimEvaluator:
     """``base``: every setting but the topology and TP. ``trace`` or ``make`` (workload sessions).
-    ``slo``: the :class:`~warmpath.bench.targets.Target` (or its flat dict); ``class_slo``:
+    ``slo``: the :class:`~warmpath.slo.Target` (or its flat dict); ``class_slo``:
     TTFT p90 limits per class added to it (e.g. ``{"warm": 2, "cold": 20}``; the older form of
     ``warm.ttft_p90=2,cold.ttft_p90=20``); no early stop with per-class bounds. ``prime``: sessions run first
     on each fresh cluster, outside the statistics. ``workload_seed``: arrivals seeded by it and

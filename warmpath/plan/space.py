@@ -3,7 +3,7 @@
 A candidate is a deployment: replicas, a PD split (``xPyD``, optionally with a PPD mode) or a
 CPD split (pre-prefill + prefill + decode), and the tensor-parallel degree of each role's
 instances. Pre-prefill and prefill instances share one TP: the elastic CPD tiers move
-workers between those two roles (``router/elastic.py``), so they must be alike. PPD modes
+workers between those two roles (``routing/elastic.py``), so they must be alike. PPD modes
 apply to PD splits (``ppd_kinds`` adds CPD: ``cpd-1d@dynamic``), and a PD split may also run
 under another PD routing policy (``pd_policies``: ``pd-kv``, the KV-aware pool).
 """

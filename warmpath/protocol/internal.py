@@ -108,7 +108,7 @@ class GenerateRequest(BaseModel):
 
 class AnswerTiming(BaseModel):
     """A worker's own timings of one answer it computed and decoded (``usage["warmpath"]["timing"]``),
-    which the router's cost model learns from (``router/model.py``): the prompt's tokens it
+    which the router's cost model learns from (``routing/latency.py``): the prompt's tokens it
     computed vs found cached and the seconds from the request's arrival to its first token
     (``queue_s`` of them waiting, when the worker knows it); the seconds from the first token
     to the last over ``decode_steps`` steps (tokens after the first) and the mean number of

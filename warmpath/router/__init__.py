@@ -1,1 +1,1 @@
-"""The cache-aware router's pure policy code (no torch, no I/O): shared with the simulator."""
+"""The router process: HTTP front, dispatch to workers, relay, registry I/O and the dashboard."""

@@ -26,11 +26,11 @@ from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
 from warmpath.protocol.openapi import BODY, ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.router.dashboard_routes import add_dashboard_routes
 from warmpath.router.dispatch import WorkerClient
-from warmpath.router.elastic import elastic_json
+from warmpath.routing.elastic import elastic_json
 from warmpath.router.flow import RequestFlow
 from warmpath.router.handler import RequestHandler
 from warmpath.router.state import RouterState
-from warmpath.router.views import RequestView
+from warmpath.routing.views import RequestView
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                    "draining": w in state.draining, "in_flight": state.load.in_flight(w)}
             out["engine"] = state.namespaces.engine_of(w)
             ns = state.namespaces.of.get(w)
-            if ns is not None:   # a fleet of two engines: each worker's KV namespace (router/namespaces.py)
+            if ns is not None:   # a fleet of two engines: each worker's KV namespace (routing/namespaces.py)
                 out["kv_namespace"] = {"revision": ns.revision, "dtype": ns.dtype, "block_size": ns.block_size}
             believed = state.decider.model.of(r.view)    # what the router's learnt model uses now
             out.update(model_prefill_tok_s=round(believed.compute.bytes_s, 1),

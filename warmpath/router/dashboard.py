@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 from warmpath.stats import percentile
 
 if TYPE_CHECKING:
-    from warmpath.router.admission import Admission
+    from warmpath.routing.admission import Admission
     from warmpath.router.metrics import RouterMetrics
-    from warmpath.router.registry import Registry
+    from warmpath.routing.registry import Registry
     from warmpath.router.trip import Trip
 
 

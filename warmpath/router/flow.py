@@ -26,13 +26,13 @@ from warmpath.protocol.internal import GenerateRequest, PrefillRequest
 from warmpath.protocol.openai import SamplingFields
 from warmpath.router.dispatch import UpstreamError, WorkerClient, WorkerUnreachable
 from warmpath.router.handoff import handoff_for
-from warmpath.router.model import PrefillObservation
+from warmpath.routing.latency import PrefillObservation
 from warmpath.router.relay import relay
-from warmpath.router.views import predicted_headers
-from warmpath.router.sessions import SessionState
+from warmpath.routing.views import predicted_headers
+from warmpath.routing.sessions import SessionState
 from warmpath.router.state import RouterState
 from warmpath.router.trip import Trip
-from warmpath.router.views import Decision, RequestView
+from warmpath.routing.views import Decision, RequestView
 
 
 class RequestFlow:
@@ -43,7 +43,7 @@ class RequestFlow:
 
     def decide_route(self, rv: RequestView, sess: SessionState | None, allow_local: bool = True,
                      arrival: bool = True) -> Decision:
-        """The route decision (``router/route.py``) over the state now; 503 when no worker can take it."""
+        """The route decision (``routing/route.py``) over the state now; 503 when no worker can take it."""
         try:
             return self.s.decider.decide_route(rv, self.s.snapshot(rv, sess.decode_worker if sess else None), allow_local,
                                        arrival)

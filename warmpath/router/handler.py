@@ -18,7 +18,7 @@ from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.internal import MAX_PROMPT_IDS
 from warmpath.protocol.openai import ChatCompletionRequest, SamplingFields, check_prompt_chars
 from warmpath.router.flow import RequestFlow
-from warmpath.router.sessions import session_id
+from warmpath.routing.sessions import session_id
 from warmpath.router.state import RouterState
 
 

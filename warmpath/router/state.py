@@ -15,19 +15,19 @@ from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import KVNamespace
 from warmpath.models.tokenizer import TextTokenizer
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
-from warmpath.router.admission import Admission, AdmissionConfig
+from warmpath.routing.admission import Admission, AdmissionConfig
 from warmpath.router.dashboard import Dashboard
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.elastic import ElasticConfig
-from warmpath.router.load import LoadBook
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.elastic import ElasticConfig
+from warmpath.routing.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
-from warmpath.router.namespaces import FleetNamespaces, in_request_blocks
-from warmpath.router.route import RouteDecider
-from warmpath.router.policy import RoutingPolicy
-from warmpath.router.ppd import PPDConfig, PPDTable
-from warmpath.router.registry import DiscoveryConfig, Registry
-from warmpath.router.sessions import SessionTable
-from warmpath.router.views import PrefixHit, RequestView, Snapshot
+from warmpath.routing.namespaces import FleetNamespaces, in_request_blocks
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.policy import RoutingPolicy
+from warmpath.routing.ppd import PPDConfig, PPDTable
+from warmpath.routing.registry import DiscoveryConfig, Registry
+from warmpath.routing.sessions import SessionTable
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RouterConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
-    elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes (router/elastic.py)
+    elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes (routing/elastic.py)
 
 
 class RouterState:
@@ -64,7 +64,7 @@ class RouterState:
         self.admission = Admission(cfg.admission)
         self.metrics = RouterMetrics()
         self.namespace: KVNamespace | None = None     # the first registration's (requests' own blocks)
-        self.namespaces = FleetNamespaces()           # each worker's (a fleet of two engines: router/namespaces.py)
+        self.namespaces = FleetNamespaces()           # each worker's (a fleet of two engines: routing/namespaces.py)
         self.kv_bytes_per_token = 46080
         self.max_model_len: int | None = None     # learnt from the first registration
         self.generation_defaults: dict | None = None   # the first registration's, as reported

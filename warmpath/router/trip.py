@@ -10,7 +10,7 @@ from warmpath.protocol.internal import PrefillReply
 from warmpath.protocol.openai import SamplingFields
 from warmpath.router.handoff import Handoff
 from warmpath.router.metrics import RouterMetrics
-from warmpath.router.views import Decision, RequestView
+from warmpath.routing.views import Decision, RequestView
 
 
 @dataclass

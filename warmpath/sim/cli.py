@@ -12,7 +12,7 @@ from warmpath.bench.cli import add_shared_flags, check_shared_flags, print_summa
 from warmpath.bench.replay import load_trace, parse_floats, trace_points
 from warmpath.bench.workload import WORKLOADS
 from warmpath.launch.topology import PPD_MODES, TOPOLOGIES, resolve
-from warmpath.router.policy import POLICIES
+from warmpath.routing.policy import POLICIES
 from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
@@ -83,7 +83,7 @@ def add_parser(sub) -> None:
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
     s.add_argument("--scale", type=float, default=1.0)
-    s.add_argument("--slo", default=None, help="the target (bench/targets.py), e.g. ttft_p90=2.0 or "
+    s.add_argument("--slo", default=None, help="the target (slo.py), e.g. ttft_p90=2.0 or "
                                                "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, default=Path("sim_out"))
@@ -123,8 +123,8 @@ def _contention(choice: str | None, cal: dict) -> dict:
 def setup_from_args(a: argparse.Namespace):
     """The :class:`~warmpath.sim.run.SimSetup` the flags describe."""
     from warmpath.engine.step_model import StepModel
-    from warmpath.router.admission import AdmissionConfig
-    from warmpath.router.ppd import PPDTable
+    from warmpath.routing.admission import AdmissionConfig
+    from warmpath.routing.ppd import PPDTable
     from warmpath.sim.run import SimSetup
 
     GIB = 1 << 30
@@ -186,7 +186,7 @@ def setup_from_args(a: argparse.Namespace):
 def _goodput_target(a: argparse.Namespace) -> dict:
     """The goodput policy keeps requests within ``--slo`` when one is given (else SimSetup's
     default, the cluster target)."""
-    from warmpath.bench.targets import Target
+    from warmpath.slo import Target
 
     return {"target": Target.parse(a.slo)} if getattr(a, "slo", None) else {}
 

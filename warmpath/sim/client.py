@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from warmpath.bench.metrics import Record
 from warmpath.bench.reuse import Overlap, PrefixOverlap, measured_class
 from warmpath.bench.workload import Session
-from warmpath.router.views import Decision, RequestView
+from warmpath.routing.views import Decision, RequestView
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from warmpath.bench.targets import CPD_TARGET
+from warmpath.slo import CPD_TARGET
 from warmpath.bench.workload import PPD_FIRST, PPD_FOLLOW, Session, Turn, fast_tokens
 from warmpath.sim.map_cache import append, load_cache, open_cache, task_key
 from warmpath.sim.map_cpd import ARMS, FIXED_ARMS, GPUS_PER_NODE, cpd_sweep, cpd_topology, parse_split, tpot_label, winner
@@ -32,7 +32,7 @@ from warmpath.sim.repro import CPD_CONFIGS, CPD_WORKLOAD, PPD_RATES, ppd_setup
 from warmpath.sim.run import simulate_rate
 
 __all__ = ["cpd_topology", "parse_split", "GPUS_PER_NODE"]   # the CPD arms live in sim/map_cpd.py
-CPD_SLO = CPD_TARGET                # warmpath repro cpd's (bench/targets.py)
+CPD_SLO = CPD_TARGET                # warmpath repro cpd's (slo.py)
 DIMS = {"cpd": ("answer", "split", "cold_share", "cold_tokens"),       # facet row, facet column, y, x
         "ppd": ("link_gbps", "load", "history", "append")}
 COMPARISONS = {"cpd": {"cpd_vs_pd": ("cpd", "pd"), "cpd_vs_pd-kv": ("cpd", "pd-kv"),

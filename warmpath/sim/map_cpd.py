@@ -4,15 +4,15 @@
   TP4, 4 TP1 decoders per D node), ``pd`` and ``pd-kv`` (the same workers, all prefill nodes
   plain prefill; ``pd-kv`` under the KV-aware single pool) and ``replica`` (one prefix-aware
   TP4 replica per node: ``2P1D`` → 3 TP4 replicas, as ``benchmarks/policies/sim_policies.py``'s
-  B200 configs); ``goodput`` (CPD's workers under the path decision, ``router/goodput.py``:
+  B200 configs); ``goodput`` (CPD's workers under the path decision, ``routing/goodput.py``:
   it is judged by the target it routes for, so it runs one sweep per TPOT target);
   ``goodput-replica`` (the same decision on a hybrid layout: the cold tier's ``p // 2``
   pre-prefill nodes TP4, every other node one TP4 replica — documents computed apart,
   handed to a replica, warm turns aggregated); ``goodput-replica-e``: that layout under elastic
   roles (``--elastic roles``: the cold tier's node may turn replica while the replicas are
-  full and go back when all is calm, ``router/elastic.py``).
+  full and go back when all is calm, ``routing/elastic.py``).
 * **TPOT targets**: ``none`` (the repro's TTFT p90 ≤ 2 s alone) or ``k`` — the same plus a
-  per-request TPOT p90 bound of ``k ×`` the cell's *unloaded* TPOT (``bench/targets.Target``:
+  per-request TPOT p90 bound of ``k ×`` the cell's *unloaded* TPOT (``slo.Target``:
   at share 0.9 each request's own TPOT is bounded). The unloaded TPOT is the roofline's:
   each request of the cell's workload decoded alone (batch 1) on one B200 (TP1, the
   disaggregated arms' decoder), its mean step over its answer; the p90 over the requests.
@@ -34,7 +34,7 @@ from functools import partial
 
 from warmpath.bench.metrics import Record
 from warmpath.bench.sweep import judge
-from warmpath.bench.targets import CPD_TARGET, Target, highest_met
+from warmpath.slo import CPD_TARGET, Target, highest_met
 from warmpath.bench.workload import coding_agent, fast_tokens
 from warmpath.launch.topology import Topology
 from warmpath.sim.hardware import HARDWARE, MODELS

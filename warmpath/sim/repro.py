@@ -16,12 +16,12 @@ from pathlib import Path
 
 from warmpath.bench.metrics import ttft_from
 from warmpath.bench.sweep import max_rate_from_sweep
-from warmpath.bench.targets import CPD_TARGET
+from warmpath.slo import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens, ppd_grid
 from warmpath.launch.topology import Topology
 from warmpath.engine.step_model import StepModel, fit_linear
-from warmpath.router.admission import AdmissionConfig
-from warmpath.router.ppd import table_from_model
+from warmpath.routing.admission import AdmissionConfig
+from warmpath.routing.ppd import table_from_model
 from warmpath.sim.handoff import KINDS, PDHandoff
 from warmpath.sim.hardware import HARDWARE, MODELS
 from warmpath.sim.repro_compare import cpd_rows, markdown, ppd_rows
@@ -38,7 +38,7 @@ CPD_CONFIGS = {
     "GP-1D": Topology("GP-1D", "goodput", {"pre-prefill": 1, "prefill": 1, "decode": 4}),   # CPD-1D's, path decision
     # CPD-1D's 12 GPUs as a TP4 cold tier beside two TP4 replicas, path decision (map arm goodput-replica)
     "GP-1C2R": Topology("GP-1C2R", "goodput", {"pre-prefill": 1, "replica": 2}),
-    # the same under elastic roles: the cold tier's one node may turn replica (``router/elastic.py``)
+    # the same under elastic roles: the cold tier's one node may turn replica (``routing/elastic.py``)
     "GP-1C2R-E": Topology("GP-1C2R-E", "goodput", {"pre-prefill": 1, "replica": 2}),
 }
 CPD_ELASTIC = {"GP-1C2R-E": "roles"}   # config -> its router's --elastic (others: the default)

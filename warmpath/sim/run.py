@@ -12,19 +12,19 @@ from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import ttft_from
 from warmpath.bench.replay import TracePoint, replay, sweep_fields
 from warmpath.bench.sweep import judge, max_rate_from_sweep, sweep_summary
-from warmpath.bench.targets import CLUSTER_TARGET, Target
+from warmpath.slo import CLUSTER_TARGET, Target
 from warmpath.bench.workload import Session
 from warmpath.launch.topology import Topology
 from warmpath.engine.scheduler import SchedulerConfig
 from warmpath.engine.step_model import StepModel
 from warmpath.kv.block_codec import header_size
 from warmpath.kv.hashing import KVNamespace
-from warmpath.router.elastic import ElasticConfig
-from warmpath.router.admission import AdmissionConfig
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.goodput import GoodputConfig
-from warmpath.router.policy import POLICIES, CPDConfig, CPDPolicy, GoodputPolicy
-from warmpath.router.ppd import PPDConfig, PPDTable
+from warmpath.routing.elastic import ElasticConfig
+from warmpath.routing.admission import AdmissionConfig
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.goodput import GoodputConfig
+from warmpath.routing.policy import POLICIES, CPDConfig, CPDPolicy, GoodputPolicy
+from warmpath.routing.ppd import PPDConfig, PPDTable
 from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
 from warmpath.sim.hardware import HardwareProfile, ModelProfile
@@ -73,7 +73,7 @@ class SimSetup:
     max_concurrency: int | None = None    # client-side cap: requests wait in the client, TTFT from send
     handoff: PDHandoff = PDHandoff()      # how a P->D handoff works (warmpath's, or the PPD paper's vLLM)
     timeout_s: float | None = None        # client timeout: no answer within it of the send fails (bench's --timeout)
-    target: Target | None = CLUSTER_TARGET   # what the goodput policy keeps requests within (bench/targets.py)
+    target: Target | None = CLUSTER_TARGET   # what the goodput policy keeps requests within (slo.py)
 
     @property
     def gpus(self) -> int:

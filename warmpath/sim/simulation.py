@@ -1,7 +1,7 @@
 """Discrete-event simulation of a warmpath cluster (pure, deterministic for a seed).
 
 The router part runs the production objects: the router's route decision
-(``router/route.py``: the routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule,
+(``routing/route.py``: the routing policy ``cpd`` / ``pd`` / ``replica``, the PPD switch, the cold rule,
 the elastic roles), admission, the
 session table and the global KV index fed by the workers' events. Each worker runs the production scheduler and block manager
 (``worker.py``). Only step times and transfers are modelled. The request flow mirrors
@@ -20,16 +20,16 @@ from warmpath.bench.metrics import Record
 from warmpath.bench.workload import Session
 from warmpath.engine.sequence import SamplingParams, Sequence
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
-from warmpath.router import ppd
-from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.load import LoadBook
-from warmpath.router.policy import RoutingPolicy
-from warmpath.router.sessions import SessionTable
-from warmpath.router.elastic import ElasticConfig
-from warmpath.router.model import PrefillObservation
-from warmpath.router.route import RouteDecider
-from warmpath.router.views import Decision, WorkerView
+from warmpath.routing import ppd
+from warmpath.routing.admission import Admission, AdmissionConfig
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.load import LoadBook
+from warmpath.routing.policy import RoutingPolicy
+from warmpath.routing.sessions import SessionTable
+from warmpath.routing.elastic import ElasticConfig
+from warmpath.routing.latency import PrefillObservation
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.views import Decision, WorkerView
 from warmpath.sim.client import Req, SimClient
 from warmpath.sim.cpu import SharedCores
 from warmpath.sim.handoff import PDHandoff
@@ -141,7 +141,7 @@ class Simulation(Endings):
         self._dispatch(req, d)
 
     def _decide_route(self, req: Req, arrival: bool = True) -> Decision:
-        """The router's route decision (``router/route.py``) over the workers' state now."""
+        """The router's route decision (``routing/route.py``) over the workers' state now."""
         if self.now >= self._next_rebalance:   # the router's once-a-second elastic pass
             self._next_rebalance = self.now + 1.0
             ch = self.decider.rebalance([w.view() for w in self.workers.values()], self.now,

@@ -22,8 +22,8 @@ from warmpath.engine.tier_rules import credit_l3_writes, TierRules, write_mode_f
 from warmpath.kv.block_pool import BlockPool
 from warmpath.kv.block_codec import header_size
 from warmpath.kv.load_cost import LoadCostModel
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.views import WorkerView
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.views import WorkerView
 from warmpath.sim.step_time import StepTime
 from warmpath.sim.store import SimStore
 from warmpath.sim.tier_mover import SimTierMover

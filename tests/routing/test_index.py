@@ -1,6 +1,6 @@
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.views import PrefixHit
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.views import PrefixHit
 
 H = tuple(bytes([i]) * 16 for i in range(6))
 

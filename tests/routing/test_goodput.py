@@ -1,4 +1,4 @@
-"""The goodput policy's path decision (router/goodput.py), on hand-built fleets.
+"""The goodput policy's path decision (routing/goodput.py), on hand-built fleets.
 
 Step model as in test_predict.py: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t +
 0.001·b; prefill alone = 0.005 + 0.0001·t. Remote TTFTs come from the heartbeat prior
@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from warmpath.bench.targets import Target
+from warmpath.slo import Target
 from warmpath.engine.step_model import StepModel
-from warmpath.router.goodput import SLACK_SHARE, GoodputConfig, choose, local_harm_s, paths, planned, score
-from warmpath.router.model import RouterModel
-from warmpath.router.policy import GoodputPolicy
-from warmpath.router.route import RouteDecider
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.goodput import SLACK_SHARE, GoodputConfig, choose, local_harm_s, paths, planned, score
+from warmpath.routing.latency import RouterModel
+from warmpath.routing.policy import GoodputPolicy
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
                mixed_rows=10)
@@ -128,7 +128,7 @@ def test_no_local_path_after_a_failure_and_no_ppd_switch():
 def test_config_is_validated():
     with pytest.raises(ValueError, match="chunk_tokens"):
         GoodputConfig(chunk_tokens=1)
-    with pytest.raises(ValueError, match="request_bound"):
+    with pytest.raises(ValueError, match="must be a warmpath.slo.Target, got dict"):
         GoodputConfig(target={"ttft": 2})
     assert GoodputConfig().bound(["warm"], "ttft") is None
     assert GoodputConfig(Target.parse("warm.tpot=0.05,cold.tpot=0.2")).running_tpot_bound() == 0.05

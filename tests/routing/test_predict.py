@@ -1,4 +1,4 @@
-"""Predicted TTFT and TPOT of the candidate paths (router/predict.py), hand-worked.
+"""Predicted TTFT and TPOT of the candidate paths (routing/predict.py), hand-worked.
 
 The step model: decode = 0.010 + 0.001·b; mixed = 0.010 + 0.0001·t + 0.001·b; prefill alone
 = 0.005 + 0.0001·t (no context terms, so every number below is worked by hand).
@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from warmpath.engine.step_model import StepModel
-from warmpath.router.model import RouterModel
-from warmpath.router.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, decode_steps_s,
+from warmpath.routing.latency import RouterModel
+from warmpath.routing.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, decode_steps_s,
                                      predict_local, predict_remote, step_cost, tpot_scale)
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
                mixed_rows=10)
@@ -102,7 +102,7 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_
 
 
 def test_the_load_book_tracks_running_contexts_for_the_views():
-    from warmpath.router.load import LoadBook
+    from warmpath.routing.load import LoadBook
 
     book = LoadBook()
     book.add("d0", running=1, context=1064)

@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from warmpath.router.views import ROLES, WorkerView
+from warmpath.routing.views import ROLES, WorkerView
 
 TIERS = ("pre-prefill", "prefill")          # ``--elastic on``: the CPD tiers, as before
 DECODES = ("decode", "replica")             # roles that decode

@@ -3,9 +3,9 @@ correction from observed outcomes."""
 
 import pytest
 
-from warmpath.router import ppd
-from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel, work
-from warmpath.router.views import RequestView, WorkerView
+from warmpath.routing import ppd
+from warmpath.routing.latency import ArrivalRates, PrefillObservation, RouterModel, work
+from warmpath.routing.views import RequestView, WorkerView
 
 W = WorkerView("p", "prefill", prefill_tok_s=400.0, l3_bytes_s=1e8)
 
@@ -82,8 +82,8 @@ def test_ppd_explores_then_corrects_a_wrong_table_from_observed_outcomes():
 
 def test_answer_timings_fit_the_decode_line_and_the_local_prefill_line():
     from warmpath.protocol.internal import AnswerTiming
-    from warmpath.router.predict import LineSteps, step_cost
-    from warmpath.router.views import Snapshot
+    from warmpath.routing.predict import LineSteps, step_cost
+    from warmpath.routing.views import Snapshot
 
     v = WorkerView("v0", "replica", prefill_tok_s=400.0)
     m = RouterModel()
@@ -116,8 +116,8 @@ def test_answer_timings_fit_the_decode_line_and_the_local_prefill_line():
 
 
 def test_router_learns_from_an_answer_usage_and_ignores_malformed_timings():
-    from warmpath.router.policy import POLICIES
-    from warmpath.router.route import RouteDecider
+    from warmpath.routing.policy import POLICIES
+    from warmpath.routing.route import RouteDecider
 
     v = WorkerView("v0", "replica", prefill_tok_s=400.0)
     d = RouteDecider(POLICIES["replica"]())
@@ -134,10 +134,10 @@ def test_router_learns_from_an_answer_usage_and_ignores_malformed_timings():
 
 
 def test_the_router_learns_a_decode_worker_s_own_l3_load_rate_from_its_answers():
-    from warmpath.router.policy import POLICIES
-    from warmpath.router.predict import handoff_load_s
-    from warmpath.router.route import RouteDecider
-    from warmpath.router.views import PrefixHit, RequestView, Snapshot
+    from warmpath.routing.policy import POLICIES
+    from warmpath.routing.predict import handoff_load_s
+    from warmpath.routing.route import RouteDecider
+    from warmpath.routing.views import PrefixHit, RequestView, Snapshot
 
     d = RouteDecider(POLICIES["pd"]())
     d.model.kv_bytes_per_token = 1000

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from warmpath.router.views import WorkerView
+from warmpath.routing.views import WorkerView
 
 
 @dataclass

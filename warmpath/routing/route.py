@@ -12,7 +12,7 @@ The steps every request takes before it runs, in one place:
    the prompt runs on a decode worker instead of being refused), then the PPD switch for turn 2+ (the
    append-prefill runs on the session's decode worker, or not; not for ``goodput``, whose
    paths include local ones for every turn), and the request's class
-   (cold / warm, :mod:`warmpath.router.classify`);
+   (cold / warm, :mod:`warmpath.routing.classify`);
 4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
    ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
    feedback), and :meth:`RouteDecider.rebalance` (elastic roles, ``elastic.py``: the load it
@@ -30,9 +30,9 @@ from dataclasses import replace
 from pydantic import ValidationError
 
 from warmpath.protocol.internal import AnswerTiming, StageLoads
-from warmpath.router import ppd
-from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.elastic import (
+from warmpath.routing import ppd
+from warmpath.routing.classify import ColdRule, reuse
+from warmpath.routing.elastic import (
     Elastic,
     ElasticConfig,
     Load,
@@ -40,10 +40,10 @@ from warmpath.router.elastic import (
     slots_used,
     with_policy_units,
 )
-from warmpath.router.estimate import estimate
-from warmpath.router.model import ArrivalRates, PrefillObservation, RouterModel
-from warmpath.router.policy import NoPrefillWorker, RoutingPolicy
-from warmpath.router.predict import (
+from warmpath.routing.estimate import estimate
+from warmpath.routing.latency import ArrivalRates, PrefillObservation, RouterModel
+from warmpath.routing.policy import NoPrefillWorker, RoutingPolicy
+from warmpath.routing.predict import (
     DEFAULT_CHUNK,
     current_tpot,
     predict_local,
@@ -51,8 +51,8 @@ from warmpath.router.predict import (
     step_cost,
     tpot_scale,
 )
-from warmpath.router.sessions import SessionState
-from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.sessions import SessionState
+from warmpath.routing.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 Lookup = Callable[[str], PrefixHit]      # worker id -> its cached prefix of the request
 _NO_ELASTIC = ElasticConfig(enabled=False)
@@ -132,7 +132,7 @@ class RouteDecider:
         views = {w.worker_id: w for w in snap.workers}
         dw, pw = views[d.decode], views[d.prefill]
         remote, local = estimate(pw, rv, snap), estimate(dw, rv, snap, handoff=False)
-        cost = step_cost(snap, dw)   # both paths' TPOTs, this request's and the running decodes' (router/predict.py)
+        cost = step_cost(snap, dw)   # both paths' TPOTs, this request's and the running decodes' (routing/predict.py)
         k = tpot_scale(snap, dw)
         pl, pr = predict_local(dw, rv, snap, cost, k=k), predict_remote(pw, dw, rv, snap, cost, e=remote, k=k)
         harm = ppd.Harm(dw.running, pl.tpot_s, pr.tpot_s, pl.running_tpot_s, pr.running_tpot_s)

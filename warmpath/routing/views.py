@@ -44,7 +44,7 @@ class WorkerView:
 class RequestView:
     """The request being routed: its block hashes (full blocks: a tuple, or the router's
     ``kv.keychain.KeyChain``, one buffer) and session. ``ns_hashes``: its block hashes in each
-    other namespace of the fleet (unsalted namespace → hashes; ``router/namespaces.py``)."""
+    other namespace of the fleet (unsalted namespace → hashes; ``routing/namespaces.py``)."""
 
     num_tokens: int
     block_hashes: Sequence[bytes]
@@ -107,12 +107,12 @@ class Decision:
     cached_tokens: int
     reason: str
     ppd: str | None = None             # turn 2+ under PPD: "local" | "remote"
-    cls: str = ""                      # "cold" | "warm": the request's class (router/classify.py)
+    cls: str = ""                      # "cold" | "warm": the request's class (routing/classify.py)
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
     ppd_reason: str | None = None      # PPD: why the switch went that way (its score and terms)
     ppd_queue_s: float = 0.0           # PPD: the path's predicted queue wait (off its observed TTFT)
     path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
-    est_tpot_s: float | None = None    # its predicted TPOT (router/predict.py), where predicted
+    est_tpot_s: float | None = None    # its predicted TPOT (routing/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
     est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share
     est_ttft_parts: tuple[float, float] | None = None   # local on an idle worker: est_ttft_s = fixed + ρ · chunks

@@ -13,7 +13,7 @@ observed remote TTFT taken while a prefill worker was busy with a long first tur
 send later turns local once that worker is idle. While one path of a bucket lacks samples, every
 ``explore_every``-th decision there takes it, so the feedback can correct a wrong start.
 
-The TPOT term, when the router's online model predicts it (:class:`Harm`, ``router/predict.py``),
+The TPOT term, when the router's online model predicts it (:class:`Harm`, ``routing/predict.py``),
 counts every request the choice slows, not only this one: with decodes running, ΔTPOT =
 ``running`` × the relative slowdown of each running decode's TPOT (clipped at 0: the simulated
 PPD grid went local on predicted handoff-stall savings at 24 sessions/s on 3P1D and lost 33% of
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from warmpath.kv.load_cost import Ema
-from warmpath.router.views import RequestView, WorkerView
+from warmpath.routing.views import RequestView, WorkerView
 
 CTX_EDGES = (512, 4096)             # ≤512 / 512–4096 / >4096
 RATIO_EDGES = (0.25, 1.0, 4.0)      # new input tokens / output tokens
@@ -65,7 +65,7 @@ def _rel(x: float, base: float) -> float:
 @dataclass(frozen=True)
 class Harm:
     """Predicted TPOTs (s) for the score's TPOT term: this request's own on each path and the
-    decode worker's ``running`` requests' on each (``router/predict.py``'s ``tpot_s`` /
+    decode worker's ``running`` requests' on each (``routing/predict.py``'s ``tpot_s`` /
     ``running_tpot_s``)."""
 
     running: int

@@ -1,9 +1,9 @@
 import pytest
 
-from warmpath.router.admission import Admission, AdmissionConfig
-from warmpath.router.ppd import Cell, Harm, PPDConfig, PPDTable, bucket_of, decide
-from warmpath.router.sessions import SessionTable, session_id
-from warmpath.router.views import RequestView, WorkerView
+from warmpath.routing.admission import Admission, AdmissionConfig
+from warmpath.routing.ppd import Cell, Harm, PPDConfig, PPDTable, bucket_of, decide
+from warmpath.routing.sessions import SessionTable, session_id
+from warmpath.routing.views import RequestView, WorkerView
 
 D = WorkerView("d", "decode", running=2, prefill_tok_s=500.0)
 
@@ -94,7 +94,7 @@ def test_observed_ttfts_are_queue_free_and_the_live_queues_are_added():
     """The feedback keeps TTFTs without their queue wait; the decision adds each path's live
     queue: local 0.30 s served vs remote 0.20 s, then with a 0.4 s remote queue, then with a
     0.2 s local queue (100 tokens at 500 tok/s) on top."""
-    from warmpath.router.ppd import PPDFeedback
+    from warmpath.routing.ppd import PPDFeedback
 
     key = bucket_of(1000, 64, 128, 2)
     fb = PPDFeedback(min_samples=2, explore_every=1000)

@@ -5,8 +5,8 @@ import random
 
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.views import PrefixHit
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.views import PrefixHit
 
 NS = KVNamespace("m", "r", "float32", 4)
 C = tuple(hash_prefix_blocks(NS, list(range(32))))          # 8 blocks

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from warmpath.router.views import WorkerView
+from warmpath.routing.views import WorkerView
 
 # the wait queues beside a limit L: cold 4/3 L, warm 8/3 L (32 / 64 at the old fixed 24),
 # never below those floors

@@ -1,6 +1,6 @@
 import pytest
 
-from warmpath.router.registry import DiscoveryConfig, Registry
+from warmpath.routing.registry import DiscoveryConfig, Registry
 
 
 def test_register_heartbeat_expire():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from warmpath.router.views import ROLES, WorkerView
+from warmpath.routing.views import ROLES, WorkerView
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from warmpath.bench.targets import Target
-from warmpath.router.elastic import (
+from warmpath.slo import Target
+from warmpath.routing.elastic import (
     ROLES,
     TIERS,
     Elastic,
@@ -18,10 +18,10 @@ from warmpath.router.elastic import (
     pressure,
     slots_used,
 )
-from warmpath.router.goodput import GoodputConfig
-from warmpath.router.policy import CPDPolicy, GoodputPolicy, PDPolicy, ReplicaPolicy
-from warmpath.router.route import RouteDecider
-from warmpath.router.views import PrefixHit, RequestView, WorkerView
+from warmpath.routing.goodput import GoodputConfig
+from warmpath.routing.policy import CPDPolicy, GoodputPolicy, PDPolicy, ReplicaPolicy
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.views import PrefixHit, RequestView, WorkerView
 
 
 def views(cold_q, warm_q):

@@ -1,7 +1,7 @@
 """The ``goodput`` policy's path decision: every candidate path, the requests it keeps
 within their targets, the best one (pure, no torch, no I/O).
 
-Candidates (``router/predict.py`` predicts each one's TTFT and TPOT):
+Candidates (``routing/predict.py`` predicts each one's TTFT and TPOT):
 
 * **local** on each decode worker (and replica): it computes the prompt in its batch —
   any turn, turn 1 included, no handoff;
@@ -62,11 +62,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmpath.router.classify import ColdRule
-from warmpath.router.estimate import estimate, harm_s, tier_class
-from warmpath.router.predict import (DEFAULT_CHUNK, PathPrediction, current_tpots, predict_local,
+from warmpath.routing.classify import ColdRule
+from warmpath.slo import Target
+from warmpath.routing.estimate import estimate, harm_s, tier_class
+from warmpath.routing.predict import (DEFAULT_CHUNK, PathPrediction, current_tpots, predict_local,
                                      predict_remote, step_cost, tpot_scale)
-from warmpath.router.views import RequestView, Snapshot
+from warmpath.routing.views import RequestView, Snapshot
 
 
 SLACK_SHARE = 0.5     # of each request's TPOT slack a decision plans to use (module docstring, "Slack")
@@ -76,13 +77,12 @@ HOLD_STEP_S = 0.1     # a held request is decided again after this long
 
 @dataclass(frozen=True)
 class GoodputConfig:
-    """``target``: the service target (``bench/targets.Target``, or anything with its
-    ``request_bound(classes, metric)``; ``None``: no bounds, so the lowest TTFT + harm wins);
+    """``target``: the service target (:class:`warmpath.slo.Target`; ``None``: no bounds, so the lowest TTFT + harm wins);
     ``chunk_tokens``: the engines' tokens per step (chunked prefill); ``local``: consider
     local paths at all; ``slack_share``: plan TPOT within that share of the slack between
     the unloaded TPOT and the bound (:func:`planned`); the cold rule as CPD's."""
 
-    target: object | None = None
+    target: Target | None = None
     chunk_tokens: int = DEFAULT_CHUNK
     local: bool = True
     slack_share: float = SLACK_SHARE
@@ -104,8 +104,8 @@ class GoodputConfig:
             raise ValueError(f"hold_step_s must be >= 0, got {self.hold_step_s}")
         if self.harm_weight < 0:
             raise ValueError(f"harm_weight must be >= 0, got {self.harm_weight}")
-        if self.target is not None and not hasattr(self.target, "request_bound"):
-            raise ValueError("target must have request_bound(classes, metric) (a bench/targets.Target)")
+        if self.target is not None and not isinstance(self.target, Target):
+            raise ValueError(f"target must be a warmpath.slo.Target, got {type(self.target).__name__}")
 
     def bound(self, classes: list[str], metric: str) -> float | None:
         """The per-request bound on ``metric`` for a request of ``classes`` (``None``: none)."""

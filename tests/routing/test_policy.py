@@ -1,8 +1,8 @@
 import pytest
 
-from warmpath.router.estimate import estimate
-from warmpath.router.policy import CPDConfig, CPDPolicy, PDKVPolicy, PDPolicy, ReplicaPolicy
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.estimate import estimate
+from warmpath.routing.policy import CPDConfig, CPDPolicy, PDKVPolicy, PDPolicy, ReplicaPolicy
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16)
 
@@ -123,8 +123,8 @@ def test_policies_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, warmpath.router.policy, warmpath.router.ppd, warmpath.router.index,"
-            " warmpath.router.admission, warmpath.router.sessions; print('torch' in sys.modules)")
+    code = ("import sys, warmpath.routing.policy, warmpath.routing.ppd, warmpath.routing.index,"
+            " warmpath.routing.admission, warmpath.routing.sessions; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from warmpath.kv.hashing import KVNamespace
-from warmpath.router.views import PrefixHit
+from warmpath.routing.views import PrefixHit
 
 
 def same_model(a: KVNamespace, b: KVNamespace) -> bool:

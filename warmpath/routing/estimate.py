@@ -3,7 +3,7 @@
 TTFT ≈ the router's hop + queue wait + load of the prefix it lacks locally (from L3 only
 when loading it and computing the rest beats computing it all) + compute of the new tokens
 (context-dependent) + the write-through of the blocks the store lacks (the P→D handoff the
-prefill reply waits for). Every term comes from :class:`~warmpath.router.model.RouterModel`
+prefill reply waits for). Every term comes from :class:`~warmpath.routing.latency.RouterModel`
 lines fitted to the workers' replies, or the worker's heartbeat speeds before any.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmpath.router.model import WorkerModel
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.latency import WorkerModel
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 
 @dataclass(frozen=True)

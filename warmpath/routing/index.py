@@ -22,7 +22,7 @@ chain prefix a lookup has seen held. It is
 So "certified" is monotone along a request's chain: a binary search finds the certified run
 ``v`` in O(log n) probes, and only blocks after it are checked one by one (at C speed), each
 certified then, once per certified-set lifetime. The result is the same leading run as
-checking every block (``tests/router/test_index_exact.py`` checks it against that).
+checking every block (``tests/routing/test_index_exact.py`` checks it against that).
 Memory: a certified set is never larger than its held set.
 
 With the C extension (``kv.hashing.NATIVE``) every set a lookup probes is a C
@@ -48,7 +48,7 @@ from itertools import islice
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
 from warmpath.kv.hashing import NATIVE, KeySet
 from warmpath.kv.keyruns import certify, closed_run, run
-from warmpath.router.views import PrefixHit
+from warmpath.routing.views import PrefixHit
 
 _NOTHING = KeySet()     # a worker with no mirror yet holds nothing (never written)
 

@@ -1,9 +1,9 @@
-"""The admission limit sized to the fleet (router/admission.py): hand-worked numbers."""
+"""The admission limit sized to the fleet (routing/admission.py): hand-worked numbers."""
 
 import pytest
 
-from warmpath.router.admission import Admission, AdmissionConfig, fleet_limit, worker_slots
-from warmpath.router.views import WorkerView
+from warmpath.routing.admission import Admission, AdmissionConfig, fleet_limit, worker_slots
+from warmpath.routing.views import WorkerView
 
 
 def w(wid, role="decode", seqs=64, kv=None):

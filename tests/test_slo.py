@@ -1,4 +1,4 @@
-"""``bench/targets.py``: parsing, JSON round trip, per-request attainment, the run-level
+"""``slo.py``: parsing, JSON round trip, per-request attainment, the run-level
 check and goodput, on hand-worked records."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from warmpath.bench.metrics import Record, summarize
-from warmpath.bench.targets import CLUSTER_TARGET, Bounds, Target, goodput
+from warmpath.slo import CLUSTER_TARGET, Bounds, Target, goodput
 
 
 def rec(ttft, e2e, n, cls="warm", turn=1, ok=True, itls=()):

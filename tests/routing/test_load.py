@@ -2,8 +2,8 @@
 
 import pytest
 
-from warmpath.router.load import LoadBook
-from warmpath.router.views import WorkerView
+from warmpath.routing.load import LoadBook
+from warmpath.routing.views import WorkerView
 
 
 def test_in_flight_counts_decodes_and_pending_requests_until_they_end():

@@ -1,15 +1,15 @@
-"""The one request plan (router/route.py) that the router and the simulator both run."""
+"""The one request plan (routing/route.py) that the router and the simulator both run."""
 
 from dataclasses import replace
 
 import pytest
 
-from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.route import RouteDecider
-from warmpath.router.policy import CPDPolicy, PDKVPolicy, PDPolicy
-from warmpath.router.ppd import PPDConfig
-from warmpath.router.sessions import SessionState
-from warmpath.router.views import PrefixHit, RequestView, WorkerView
+from warmpath.routing.classify import ColdRule, reuse
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.policy import CPDPolicy, PDKVPolicy, PDPolicy
+from warmpath.routing.ppd import PPDConfig
+from warmpath.routing.sessions import SessionState
+from warmpath.routing.views import PrefixHit, RequestView, WorkerView
 
 HASHES = tuple(bytes([i]) * 16 for i in range(100))
 
@@ -127,7 +127,7 @@ def test_dynamic_ppd_charges_a_local_prefill_to_each_running_decode():
     same turn on the same decode worker scores lower with two running decodes than with none
     (each waits through the local chunk), and the score travels in the response headers."""
     from warmpath.engine.step_model import StepModel
-    from warmpath.router.views import predicted_headers
+    from warmpath.routing.views import predicted_headers
 
     sm = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0001, 0.0, 0.001, 0.0),
                    mixed_rows=10)
@@ -147,7 +147,7 @@ def test_dynamic_ppd_charges_a_local_prefill_to_each_running_decode():
 
 
 def test_the_ppd_feedback_keeps_a_turns_ttft_less_its_predicted_queue_wait():
-    from warmpath.router.views import Decision
+    from warmpath.routing.views import Decision
 
     decider = RouteDecider(CPDPolicy(), PPDConfig("dynamic"))
     key = (1, 0, 0)

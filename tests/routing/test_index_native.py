@@ -12,8 +12,8 @@ import pytest
 
 from warmpath.kv import hashing
 from warmpath.kv.events import AllBlocksCleared, BlockRemoved, BlockStored
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.views import PrefixHit
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.views import PrefixHit
 
 H = tuple(bytes([i]) * 16 for i in range(6))
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,10 +81,10 @@ PY_ONLY = """
 import sys
 sys.modules["warmpath.kv._blockhash"] = None          # as if the extension were not built
 import pytest
-from warmpath.router import index
+from warmpath.routing import index
 assert not index.NATIVE and index.KeySet is set
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/router/test_index.py",
-                      "tests/router/test_index_exact.py", "tests/kv/test_keyruns.py"]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/routing/test_index.py",
+                      "tests/routing/test_index_exact.py", "tests/kv/test_keyruns.py"]))
 """
 
 

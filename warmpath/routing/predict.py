@@ -45,9 +45,9 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmpath.router.estimate import Estimate, estimate, worker_model
-from warmpath.router.model import work
-from warmpath.router.views import PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.estimate import Estimate, estimate, worker_model
+from warmpath.routing.latency import work
+from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
 

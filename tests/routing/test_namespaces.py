@@ -1,4 +1,4 @@
-"""A fleet of two engines' KV namespaces (router/namespaces.py), hand-worked: the registration
+"""A fleet of two engines' KV namespaces (routing/namespaces.py), hand-worked: the registration
 rules, hits counted in the request's blocks, and the same prompt's keys per namespace in one
 real GlobalKVIndex (never confused)."""
 
@@ -6,9 +6,9 @@ import pytest
 
 from warmpath.kv.events import BlockStored
 from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
-from warmpath.router.index import GlobalKVIndex
-from warmpath.router.namespaces import FleetNamespaces, in_request_blocks, same_model
-from warmpath.router.views import PrefixHit
+from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.namespaces import FleetNamespaces, in_request_blocks, same_model
+from warmpath.routing.views import PrefixHit
 
 OURS = KVNamespace("SmolLM2", "abc123", "float32", 16, "tok")
 VLLM = KVNamespace("SmolLM2", "vllm:smollm2", "vllm-auto", 32, "tok")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from warmpath.router.classify import ColdRule, reuse
-from warmpath.router.estimate import best, estimate, harm_s, least_loaded_decode, tier_class
-from warmpath.router.goodput import GoodputConfig, choose, hold_s, paths, score
-from warmpath.router.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
+from warmpath.routing.classify import ColdRule, reuse
+from warmpath.routing.estimate import best, estimate, harm_s, least_loaded_decode, tier_class
+from warmpath.routing.goodput import GoodputConfig, choose, hold_s, paths, score
+from warmpath.routing.views import Decision, PrefixHit, RequestView, Snapshot, WorkerView
 
 
 class NoPrefillWorker(LookupError):
@@ -177,7 +177,7 @@ class PDKVPolicy(RoutingPolicy):
 class GoodputPolicy(RoutingPolicy):
     """Every candidate path — local on a decode worker (any turn, no handoff), the warm tier,
     the cold tier, on each worker of those roles — with its predicted TTFT and TPOT; the one
-    keeping the most requests within their class targets (``router/goodput.py``)."""
+    keeping the most requests within their class targets (``routing/goodput.py``)."""
 
     name = "goodput"
     decides_local = True

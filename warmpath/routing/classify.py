@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmpath.router.estimate import estimate
-from warmpath.router.views import RequestView, Snapshot, WorkerView
+from warmpath.routing.estimate import estimate
+from warmpath.routing.views import RequestView, Snapshot, WorkerView
 
 
 @dataclass(frozen=True)
