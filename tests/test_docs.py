@@ -56,3 +56,21 @@ def test_every_module_has_a_true_row():
     assert sorted(set(rows) - modules) == [], "rows for files that do not exist"
     wrong = {f: rows[f] for f in modules if (rows[f] == "yes") != truth[f]}
     assert wrong == {}, "torch column wrong"
+
+
+def test_the_cli_page_is_the_parsers():
+    from warmpath.cli_reference import render
+
+    page = (REPO / "docs/cli.md").read_text()
+    assert page == render(), "docs/cli.md is stale: run python -m warmpath.cli_reference > docs/cli.md"
+
+
+def test_front_page_links_point_to_files():
+    """Every relative link of README.md, docs/cli.md and docs/api.md names a file or folder that exists."""
+    missing = []
+    for page in ("README.md", "docs/cli.md", "docs/api.md"):
+        path = REPO / page
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if "://" not in target and not (path.parent / target).exists():
+                missing.append(f"{page}: {target}")
+    assert missing == []
