@@ -41,14 +41,14 @@ ALLOWED = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = ("warmpath",) + path.relative_to(ROOT).with_suffix("").parts
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = (root.name,) + path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, tuple[Path, ast.Module]]:
-    """Every module of warmpath/ by dotted name (a package by its ``__init__``)."""
-    return {_module_name(p): (p, ast.parse(p.read_text())) for p in sorted(ROOT.rglob("*.py"))}
+def _modules(root: Path = ROOT) -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of warmpath/ (or of the package at ``root``) by dotted name (a package by its ``__init__``)."""
+    return {_module_name(p, root): (p, ast.parse(p.read_text())) for p in sorted(root.rglob("*.py"))}
 
 
 def _imported(name: str, path: Path, tree: ast.Module, known: set[str]) -> set[str]:
@@ -226,3 +226,17 @@ def test_the_simulator_never_imports_the_router_process():
     bad = sorted(f"{m} imports {d}" for m, deps in graph.items() if layer_of(m) in ("sim", "plan")
                  for d in deps if layer_of(d) == "router")
     assert bad == []
+
+
+BENCHMARKS = ROOT.parent / "benchmarks"
+
+
+def test_no_benchmark_module_imports_itself_back():
+    """benchmarks/ (its result tree aside) as warmpath/: no module imports itself back through
+    others, function-local and type-only imports included."""
+    mods = {name: m for name, m in _modules(BENCHMARKS).items() if "results" not in m[0].relative_to(BENCHMARKS).parts}
+    assert "benchmarks.policies.ranking" in mods and "benchmarks.policies.ranking_sim" in mods
+    graph = {name: _imported(name, path, tree, set(mods)) for name, (path, tree) in mods.items()}
+    assert graph["benchmarks.policies.ranking_sim"], "the scan sees benchmarks' imports of each other"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle or ())

@@ -39,10 +39,10 @@ from pathlib import Path
 
 from benchmarks.common.workload import WORKERS, agent, prime
 from benchmarks.policies.ranking_plan import CANDIDATES
-from warmpath.bench.metrics import Record
+from benchmarks.policies.ranking_target import WORKER_ARGS, goodputs, joint_target, records, verdicts
 from warmpath.bench.runner import OpenAITarget
-from warmpath.bench.sweep import judge, run_rate, sweep_summary, write_results
-from warmpath.slo import CLUSTER_TARGET, Target
+from warmpath.bench.sweep import run_rate, sweep_summary, write_results
+from warmpath.slo import CLUSTER_TARGET
 from warmpath.launch import launcher
 from warmpath.launch.topology import Topology
 from warmpath.models.loader import load_tokenizer
@@ -58,47 +58,6 @@ ARMS = {
 # router gets that target (``--slo``) and the calibration's step model (``--calibration``)
 ARMS["goodput-1p1d"] = Topology("goodput-1p1d", "goodput", {"prefill": 1, "decode": 1},
                                 cpus={"prefill-0": "0", "decode-0": "1"})
-TPOT_FACTOR = 1.5
-
-
-def joint_target(unloaded_tpot_s: float, factor: float = TPOT_FACTOR) -> Target:
-    """The joint target: ``CLUSTER_TARGET``'s TTFT bounds plus TPOT p90 <= ``factor`` (1.5) x unloaded."""
-    return Target.parse(f"warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90={factor * unloaded_tpot_s:.4f}")
-
-
-def records(rows: list[dict]) -> list[Record]:
-    """``requests.jsonl`` rows back into the bench's records (enough for a target's verdict)."""
-    return [Record(r["sid"], r["turn"], r["class"], r["ok"], r["ttft_s"], r["e2e_s"], r["output_tokens"],
-                   r["prompt_tokens"], r["cached_tokens"], error=r["error"]) for r in rows]
-
-
-def verdicts(recs: list[Record], duration_s: float, rate: float, targets: dict[str, Target]) -> dict:
-    """Per target: met (``Target.met``), attainment and the TTFT / TPOT p90s by class."""
-    out = {}
-    for name, t in targets.items():
-        j = judge(recs, duration_s, t, rate)
-        cl = j["classes"]
-        out[name] = {"met": j["slo_met"], "attainment": {c: cl[c]["attainment"] for c in ("warm", "cold")},
-                     "warm_ttft_p90_s": cl["warm"]["ttft_p90_s"], "cold_ttft_p90_s": cl["cold"]["ttft_p90_s"],
-                     "tpot_p90_s": cl["all"]["tpot_p90_s"], "success": cl["all"]["success_rate"]}
-    return out
-
-
-def goodputs(points: dict[float, dict]) -> dict[str, float | None]:
-    """Per target: the highest rate met with every lower rate met."""
-    names = next(iter(points.values())).keys() if points else []
-    out = {}
-    for n in names:
-        best = None
-        for r in sorted(points):
-            if not points[r][n]["met"]:
-                break
-            best = r
-        out[n] = best
-    return out
-
-
-WORKER_ARGS: list[str] = []   # --worker-arg: extra engine flags for every arm's workers
 
 
 def start(topo: Topology, router_argv: tuple = ()):

@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.common.workload import agent
+from benchmarks.policies import ranking_target
+from benchmarks.policies.ranking_target import goodputs, verdicts
 from benchmarks.sim_accuracy.sim_validation import primes, simulate_sweep
 from warmpath.launch.topology import Topology
 from warmpath.sim.cli import add_parser, setup_from_args
@@ -44,10 +46,10 @@ SIM_WORKER_FLAGS = ("--kv-dtype", "--kv-l3-overlap")
 def cpu_setup(calibration: Path, timeout: float, decode_factor: float = 1.0, worker_args: list[str] | None = None):
     """``warmpath sim --hardware cpu --calibration FILE`` with the arms' worker flags (those of
     ``worker_args`` the simulator models, ``sim_flags``; None: the ranking run's ``--worker-arg``
-    list, ``ranking.WORKER_ARGS``); the calibration's decodes priced ``decode_factor`` times
+    list, ``ranking_target.WORKER_ARGS``); the calibration's decodes priced ``decode_factor`` times
     (``StepModel.decode_factor``)."""
     if worker_args is None:
-        from benchmarks.policies.ranking import WORKER_ARGS as worker_args
+        worker_args = ranking_target.WORKER_ARGS
     p = argparse.ArgumentParser()
     add_parser(p.add_subparsers())
     a = p.parse_args(["sim", "--workload", "coding-agent", "--topology", "replica-2", "--hardware", "cpu",
@@ -82,8 +84,6 @@ def sim_sweep(setup, seed: int, rates: list[float], duration: float, targets: di
     """The real procedure on one simulated cluster (``sim_validation.simulate_sweep``: primed,
     each rate after the previous drained, ``run_rate``'s arrivals and sessions for ``seed``);
     per rate the verdicts of both targets."""
-    from benchmarks.policies.ranking import verdicts
-
     return simulate_sweep(setup, rates, duration, seed, lambda recs, dur, rate: verdicts(recs, dur, rate, targets))
 
 
@@ -91,8 +91,6 @@ def sim_arm(topo: Topology, seed: int, rates: list[float], duration: float, time
             calibration: Path, sim_seeds: int, decode_factor: float = 1.0) -> dict:
     """``sim_seeds`` simulated runs (seeds of the step scatter) of one arm at one arrival seed:
     each run's goodput per target, and the median."""
-    from benchmarks.policies.ranking import goodputs
-
     base = replace(cpu_setup(calibration, timeout, decode_factor), topology=topo)
     if topo.policy == "goodput":   # it routes for the joint target, as its real router does
         base = replace(base, target=targets["joint"])
