@@ -9,7 +9,7 @@ from pathlib import Path
 
 from warmpath.bench.metrics import parse_slo, ttft_from
 from warmpath.bench.replay import TracePoint, load_trace, own_rate, parse_floats, replay, sweep_fields, trace_points
-from warmpath.bench.runner import OpenAITarget
+from warmpath.bench.runner import OpenAITarget, timeout_text
 from warmpath.bench.sweep import max_rate_from_sweep, run_rate, search_max_rate, sweep_summary, write_results
 from warmpath.bench.workload import WORKLOADS
 
@@ -32,7 +32,7 @@ def add_parser(sub, fn=None) -> None:
                                       "requests/s, its arrival times rescaled to that mean rate)")
     load.add_argument("--trace-speed", help="a trace at these multiples of its own rate, e.g. 0.5,1,2,4")
     load.add_argument("--concurrency", type=int, help="closed loop with this many sessions in flight")
-    add_shared_flags(b)
+    add_shared_flags(b, timeout=None)
     b.add_argument("--ramp", type=float, default=0.0, help="seconds of linear ramp before it (workloads)")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     b.add_argument("--slo", help="the target (slo.py), e.g. ttft_p90=2.0,tpot=0.2 or "
@@ -50,8 +50,12 @@ def add_parser(sub, fn=None) -> None:
     b.set_defaults(fn=fn or main)
 
 
-def add_shared_flags(p: argparse.ArgumentParser, duration: float = 60.0) -> None:
-    """Flags ``warmpath bench`` and ``warmpath sim`` share, meaning the same in both."""
+SIM_TIMEOUT_S = 30.0   # the simulator's client timeout when none is given (one value for every request)
+
+
+def add_shared_flags(p: argparse.ArgumentParser, duration: float = 60.0, timeout: float | None = SIM_TIMEOUT_S) -> None:
+    """Flags ``warmpath bench`` and ``warmpath sim`` share, meaning the same in both; ``--timeout``'s
+    default is ``timeout`` (``None``, the bench's: each request's own, ``runner.DEADLINE``)."""
     p.add_argument("--duration", type=float, default=None,
                    help=f"seconds at each rate (workloads: the steady phase, default {duration:g}); a trace: a cap "
                         "on each replay (arrivals after it are left out and the count printed), default the whole file")
@@ -60,15 +64,19 @@ def add_shared_flags(p: argparse.ArgumentParser, duration: float = 60.0) -> None
                         "is timed from the send (as vllm bench serve); default: sent on arrival, TTFT from arrival")
     p.add_argument("--trace-block", type=int, default=512, help="tokens per trace hash_id block")
     p.add_argument("--max-output", type=int, default=None, help="cap output tokens of trace requests")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="client timeout (s): a request whose answer has not ended within it of its send fails")
+    p.add_argument("--timeout", type=float, default=timeout,
+                   help="client timeout (s): a request whose answer has not ended within it of its send fails, "
+                        "counted apart as the client's own timeout (default: "
+                        + (f"{timeout:g} s)" if timeout is not None else
+                           "per request, 30 s + 0.5 s per answer token asked + 0.01 s per prompt token, "
+                           "to fit the workload's long answers; with --sim 30 s)"))
 
 
 def check_shared_flags(a: argparse.Namespace) -> None:
     """The shared flags' errors, the same in bench and sim."""
     if a.max_concurrency is not None and a.max_concurrency < 1:
         raise ValueError(f"--max-concurrency must be >= 1, got {a.max_concurrency}")
-    if not a.timeout > 0:
+    if a.timeout is not None and not a.timeout > 0:
         raise ValueError(f"--timeout must be > 0, got {a.timeout}")
     if a.trace is not None and a.ramp:
         raise ValueError("--ramp: a trace keeps its own arrivals (pace it with --trace-speed or --rates)")
@@ -136,6 +144,7 @@ async def _bench(a: argparse.Namespace) -> dict:
 
         summary = {"target": a.url, "workload": a.workload or str(a.trace),
                    "ttft_from": ttft_from(a.max_concurrency), "max_concurrency": a.max_concurrency,
+                   "timeout_s": a.timeout, "client_timeout": timeout_text(a.timeout),
                    **sweep_summary(runs, slo, key_of)}
         if None not in runs:
             best = max_rate_from_sweep(runs)
@@ -162,6 +171,8 @@ def main(a: argparse.Namespace, sim_sweep=None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if a.sim and sim_sweep is None:
         raise ValueError("--sim: no simulator given")
+    if a.sim and a.timeout is None:   # the simulator's client has one timeout for every request
+        a.timeout = SIM_TIMEOUT_S
     summary = sim_sweep(a) if a.sim else asyncio.run(_bench(a))
     write_results(a.out, summary)
     from warmpath.bench.plots import plot_summaries
@@ -182,16 +193,23 @@ def run(argv: list[str]) -> int:
 
 
 def print_summary(summary: dict, extra=lambda run: "") -> None:
-    """One line per rate (TTFT says what it is timed from), then the highest sustained rate."""
+    """One line per rate (TTFT says what it is timed from; how many failures were the client's
+    own timeout), a line saying so when any were, then the highest sustained rate."""
     fmt = lambda x: "-" if x is None else f"{x:.3f}"
     frm = summary.get("ttft_from", "arrival")
     for rate, classes in summary["rates"].items():
         c, run = classes["all"], summary["runs"].get(rate, {})
         speed = f" ({run['trace_speed']:g}x trace)" if "trace_speed" in run else ""
-        print(f"rate {rate}{speed}: completed {c['completed']} failed {c['failed']} TTFT (from {frm}) p50 "
+        late = f" ({c['timed_out']} at the client's timeout)" if c.get("timed_out") else ""
+        print(f"rate {rate}{speed}: completed {c['completed']} failed {c['failed']}{late} TTFT (from {frm}) p50 "
               f"{fmt(c['ttft_p50_s'])} p90 {fmt(c['ttft_p90_s'])} cold p90 {fmt(classes['cold']['ttft_p90_s'])} "
               f"warm p90 {fmt(classes['warm']['ttft_p90_s'])} TPOT {fmt(c['tpot_s'])} "
               f"tok/s {fmt(c['throughput_tok_s'])} goodput {fmt(c['goodput_rps'])}{extra(run)}")
+    late = sum(classes["all"].get("timed_out", 0) for classes in summary["rates"].values())
+    if late:
+        limit = summary.get("client_timeout") or timeout_text(summary.get("timeout_s"))
+        print(f"{late} request{'s' if late > 1 else ''} failed at this client's own timeout ({limit}), not with an "
+              "error from the server: give --timeout more seconds to let such answers finish")
     g, t = summary.get("goodput"), summary.get("slo_target")
     if g and t and t["classes"]:
         print(f"goodput ({t['attain']:.0%} attain the target): offered {g['offered_rps']} /s, achieved "

@@ -20,6 +20,17 @@ def ttft_from(max_concurrency: int | None) -> str:
     return "send" if max_concurrency else "arrival"
 
 
+def client_timeout_error(limit_s: float) -> str:
+    """A request's error when the client gave up on it (``--timeout``): the bench's, and the
+    simulator's (``sim/ending.py``), begin with ``TimeoutError``."""
+    return f"TimeoutError: no answer within {limit_s:.4g} s of its send (the client's own --timeout)"
+
+
+def client_timed_out(error: str | None) -> bool:
+    """Whether a failure is the client's own timeout rather than the server's error."""
+    return bool(error) and error.startswith("TimeoutError")
+
+
 @dataclass
 class Record:
     """One request as the client saw it (times in seconds from its send). ``cls``: cold or
@@ -70,7 +81,8 @@ def _quantiles(name: str, xs: list[float]) -> dict[str, float | None]:
 
 
 def summarize(records: list[Record], duration_s: float, slo: SLO) -> dict[str, dict]:
-    """Per class: completed, failed, TTFT and per-request TPOT p50/p90/p99, mean TPOT, ITL
+    """Per class: completed, failed (``timed_out`` of them: the client's own timeout,
+    :func:`client_timed_out`), TTFT and per-request TPOT p50/p90/p99, mean TPOT, ITL
     (mean and pooled p50/p90/p99), E2E p50, throughput, goodput, and the share of requests
     that attained the target (``attainment``; ``None`` for a class without requests)."""
     target = Target.of(slo)
@@ -84,6 +96,7 @@ def summarize(records: list[Record], duration_s: float, slo: SLO) -> dict[str, d
         attained = sum(1 for r in rs if target.attains(r))
         out[c] = {
             "completed": len(ok), "failed": len(rs) - len(ok),
+            "timed_out": sum(1 for r in rs if not r.ok and client_timed_out(r.error)),
             "ttft_p50_s": percentile(ttfts, 50), "ttft_p90_s": percentile(ttfts, 90),
             "ttft_p99_s": percentile(ttfts, 99), "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else None,
             "tpot_s": sum(tpots) / len(tpots) if tpots else None, **_quantiles("tpot", tpots),

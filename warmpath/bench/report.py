@@ -11,7 +11,7 @@ from pathlib import Path
 
 from warmpath.bench.metrics import CLASSES
 
-COLUMNS = ("completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "itl_s", "e2e_p50_s",
+COLUMNS = ("completed", "failed", "timed_out", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "itl_s", "e2e_p50_s",
            "throughput_tok_s", "goodput_rps", "success_rate")
 RUN_KEYS = ("achieved_rps", "duration_s", "tier_hit_ratio", "ttft_from", "trace_speed", "trace_left_out")
 STYLE = """body{font:13px/1.4 system-ui,sans-serif;margin:1em 2em;color:#1d2330}

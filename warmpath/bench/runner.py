@@ -13,7 +13,7 @@ from typing import Callable
 import httpx
 from httpx_sse import aconnect_sse
 
-from warmpath.bench.metrics import Record
+from warmpath.bench.metrics import Record, client_timeout_error
 from warmpath.bench.prom import warmpath_totals
 from warmpath.bench.requests_log import route_from_http
 from warmpath.bench.reuse import PrefixOverlap, block_hashes, measured_class
@@ -91,20 +91,58 @@ class _Stream:
                       details.get("cached_tokens"), self.itls)
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The client's own timeout for one request when ``--timeout`` is not given: ``base_s``
+    plus ``per_output_s`` per answer token asked (``max_tokens``) plus ``per_prompt_s`` per
+    prompt token, so that it fits the workload it drives: a fixed 30 s cut multi-turn-chat's
+    long answers (up to 1,024 tokens) at a CPU's 133 ms TPOT (5 of 17 requests, issue 53).
+    0.5 s per token is ~4x that TPOT; 0.01 s per prompt token, 100 tokens/s of prefill,
+    a tenth of a 2-core CPU's."""
+
+    base_s: float = 30.0
+    per_output_s: float = 0.5
+    per_prompt_s: float = 0.01
+
+    def __call__(self, prompt_tokens: int, max_tokens: int) -> float:
+        """Seconds from the send within which the answer must have ended."""
+        return self.base_s + self.per_output_s * max_tokens + self.per_prompt_s * prompt_tokens
+
+    def describe(self) -> str:
+        return (f"per request: {self.base_s:g} s + {self.per_output_s:g} s per answer token asked "
+                f"+ {self.per_prompt_s:g} s per prompt token")
+
+
+DEADLINE = Deadline()
+
+
+def timeout_text(timeout_s: float | None) -> str:
+    """What a run's client timeout was, in words (``None``: :data:`DEADLINE`)."""
+    return DEADLINE.describe() if timeout_s is None else f"{timeout_s:g} s"
+
+
 class OpenAITarget(BenchTarget):
     """Any OpenAI-compatible server: streaming ``/v1/completions`` with token-id prompts."""
 
-    def __init__(self, url: str, model: str | None = None, timeout_s: float = 30.0,
-                 decode: Callable[[list[int]], str] | None = None, api_key: str | None = None) -> None:
+    def __init__(self, url: str, model: str | None = None, timeout_s: float | None = None,
+                 decode: Callable[[list[int]], str] | None = None, api_key: str | None = None,
+                 deadline: Deadline = DEADLINE) -> None:
         """``decode`` given: prompts are sent as text (for servers without token-id prompts);
-        ``api_key``: sent as ``Authorization: Bearer`` (servers started with API keys)."""
+        ``api_key``: sent as ``Authorization: Bearer`` (servers started with API keys);
+        ``timeout_s``: the client's timeout of every request (``None``: ``deadline``'s,
+        fitted to each request's lengths)."""
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.timeout_s = timeout_s
+        self.deadline = deadline
         self.decode = decode
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0),
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s or deadline.base_s, connect=5.0),
                                       limits=httpx.Limits(max_connections=2000, max_keepalive_connections=200),
                                       headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+
+    def deadline_s(self, prompt_tokens: int, max_tokens: int) -> float:
+        """This request's timeout: ``timeout_s``, else ``deadline``'s for its lengths."""
+        return self.timeout_s if self.timeout_s is not None else self.deadline(prompt_tokens, max_tokens)
 
     async def resolve_model(self) -> str:
         if self.model is None:
@@ -120,9 +158,11 @@ class OpenAITarget(BenchTarget):
                 "temperature": 0, "repetition_penalty": 1.0, "stream": True, "ignore_eos": True, "user": session_id,
                 "stream_options": {"include_usage": True}}
         stream = _Stream(time.perf_counter())
+        limit = self.deadline_s(len(prompt), max_tokens)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body) as es:
+            async with asyncio.timeout(limit):
+                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body,
+                                        timeout=httpx.Timeout(limit, connect=min(5.0, limit))) as es:
                     r = es.response
                     if r.status_code != 200:
                         return Answer(False, error=f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
@@ -131,7 +171,9 @@ class OpenAITarget(BenchTarget):
                             break
                         if ev.data and (err := stream.add(json.loads(ev.data))):
                             return Answer(False, error=err)
-        except (TimeoutError, httpx.HTTPError) as e:
+        except (TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            return Answer(False, error=client_timeout_error(limit))
+        except httpx.HTTPError as e:
             return Answer(False, error=f"{type(e).__name__}: {e}")
         a = stream.answer(len(prompt))
         a.route = route_from_http(r.headers, stream.usage)

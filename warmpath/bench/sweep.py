@@ -135,12 +135,12 @@ def write_results(out: Path, summary: dict) -> None:
     if "requests" in summary:
         write_requests(out / "requests.jsonl", summary["requests"])
     (out / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "requests"}, indent=1))
-    keys = ["completed", "failed", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "tpot_p50_s", "tpot_p90_s",
+    keys = ["completed", "failed", "timed_out", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "tpot_p50_s", "tpot_p90_s",
             "tpot_p99_s", "itl_s", "e2e_p50_s", "throughput_tok_s", "goodput_rps", "attainment", "success_rate"]
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["rate", "class", *keys])
         for rate, classes in summary["rates"].items():
             for c in CLASSES:
-                w.writerow([rate, c, *[classes[c][k] for k in keys]])
+                w.writerow([rate, c, *[classes[c].get(k) for k in keys]])
 
