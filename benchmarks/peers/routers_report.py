@@ -22,6 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
+from benchmarks.common.results import read_json, read_jsonl
 from benchmarks.policies.ranking import goodputs, joint_target, records, verdicts
 from warmpath.slo import CLUSTER_TARGET, Target
 
@@ -34,8 +35,8 @@ def targets(unloaded_tpot_s: float) -> dict[str, Target]:
 
 def judge_run(run_dir: Path, tgs: dict[str, Target]) -> dict[float, dict]:
     """Per offered rate of one router/seed: each target's verdict on its requests."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    rows = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines() if x.strip()]
+    summary = read_json(run_dir / "summary.json")
+    rows = read_jsonl(run_dir / "requests.jsonl")
     out = {}
     for key, run in summary["runs"].items():
         rate = float(key)
@@ -54,11 +55,11 @@ def report(out: Path, more: tuple[Path, ...] = ()) -> dict:
     (``warmpath``, ``warmpath-pd``) ratio to the better peer under each target. ``more``: folders of later runs (e.g. warmpath alone
     after a change) whose runs replace ``out``'s runs of the same routers; the target is
     ``out``'s (its unloaded TPOT)."""
-    meta = json.loads((out / "routers.json").read_text())
+    meta = read_json(out / "routers.json")
     tgs = targets(meta["unloaded_tpot_s"])
     runs = {(r["router"], r["seed"]): (out, r) for r in meta["runs"]}
     for m in more:
-        later = json.loads((m / "routers.json").read_text())["runs"]
+        later = read_json(m / "routers.json")["runs"]
         for r in list(runs):
             if r[0] in {x["router"] for x in later}:
                 del runs[r]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from warmpath.slo import CLUSTER_TARGET, Target
 
+from benchmarks.common.results import read_jsonl, stored
 from benchmarks.policies.ranking import goodputs, records, verdicts
 
 
@@ -41,10 +42,8 @@ def judge_run(path: Path, duration_s: float, tgts: dict[str, Target]) -> dict:
     """Per rate of one run's ``requests.jsonl``: ``verdicts`` under each target; and per target
     the goodput."""
     by_rate: dict[float, list[dict]] = defaultdict(list)
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_rate[float(row["rate"])].append(row)
+    for row in read_jsonl(path):
+        by_rate[float(row["rate"])].append(row)
     points = {r: verdicts(records(rows), duration_s, r, tgts) for r, rows in sorted(by_rate.items())}
     return {"points": points, "goodput": goodputs(points)}
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     for lab in labels:
         for s in seeds:
             path = a.dir / f"{lab}_s{s}" / a.topology / "requests.jsonl"
-            if not path.is_file():
+            if not stored(path):
                 print(f"before_after: {path} not found (run real_policies with --out {path.parent.parent})",
                       file=sys.stderr)
                 return 2

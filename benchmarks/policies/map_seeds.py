@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.common.results import read_json
 from warmpath.sim.map_cpd import FIXED_ARMS, winner
 
 SHARE = 0.97
@@ -64,7 +65,7 @@ def main() -> int:
     a = p.parse_args()
     maps = {}
     for f in a.maps:
-        m = json.loads(f.read_text())
+        m = read_json(f)   # the tree keeps a large map.json as map.json.gz
         maps[str(m["config"]["seed"])] = m
     got = compare(maps, a.arm, share=a.share)
     f = lambda x: "none" if x is None else f"{x:g}"   # noqa: E731

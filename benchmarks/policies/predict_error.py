@@ -29,6 +29,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.common.results import read_json, read_jsonl, stored
+
 RESULTS = Path("benchmarks/results/ranking")
 LOW_RATE = 0.05
 
@@ -39,7 +41,7 @@ def load(d: Path) -> list[dict]:
     ``route`` stage: admission, the policy's hold) is known then, so it is added to the predicted
     TTFT, which is set beside the TTFT the client measured from its send."""
     m = re.search(r"_s(\d+)$", d.name)
-    rows = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines() if x.strip()]
+    rows = read_jsonl(d / "requests.jsonl")
     for r in rows:
         r["seed"], r["source"] = int(m.group(1)) if m else None, d.parent.name
         waited = (r.get("server_timing") or {}).get("route", 0.0)
@@ -188,8 +190,8 @@ def run_duration(dirs: list[Path], default: float = 60.0) -> float:
     ``<run>/ranking.json``'s ``duration_s``), else ``default``."""
     for d in dirs:
         f = d.parent.parent / "ranking.json"
-        if f.is_file():
-            return float(json.loads(f.read_text()).get("duration_s", default))
+        if stored(f):
+            return float(read_json(f).get("duration_s", default))
     return default
 
 
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "predict_error.json")
     a = p.parse_args(argv)
     dirs = a.dirs or sorted(RESULTS.glob("*/goodput-1p1d_s*"))
-    if missing := [str(d) for d in dirs if not (d / "requests.jsonl").exists()]:
+    if missing := [str(d) for d in dirs if not stored(d / "requests.jsonl")]:
         p.error(f"no requests.jsonl in {missing}")
     duration = a.duration or run_duration(dirs)
     try:

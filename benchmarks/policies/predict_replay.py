@@ -24,6 +24,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.common.results import read_json, stored
 from benchmarks.policies.predict_error import RESULTS, load, measure_item, report, show, stretches, timeline
 from warmpath.engine.step_model import StepModel
 from warmpath.routing.estimate import Estimate
@@ -82,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "predict_replay.json")
     a = p.parse_args(argv)
     dirs = a.dirs or sorted(RESULTS.glob("real/goodput-1p1d_s*"))
-    if missing := [str(d) for d in dirs if not (d / "requests.jsonl").exists()]:
+    if missing := [str(d) for d in dirs if not stored(d / "requests.jsonl")]:
         p.error(f"no requests.jsonl in {missing}")
     cal = json.loads(a.calibration.read_text())
-    factor = a.decode_factor or json.loads((RESULTS / "ranking.json").read_text()).get("sim_decode_factor", 1.0)
+    factor = a.decode_factor or read_json(RESULTS / "ranking.json").get("sim_decode_factor", 1.0)
     if not factor > 0:
         p.error(f"--decode-factor must be > 0, got {factor}")
     cost = replace(StepModel.from_json(cal["step_model"]), decode_factor=factor)

@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common.results import read_json, stored
 from benchmarks.common.workload import WORKERS, agent, prime
 from benchmarks.policies.ranking_plan import CANDIDATES
 from benchmarks.policies.ranking_target import WORKER_ARGS, goodputs, joint_target, records, verdicts
@@ -223,7 +224,7 @@ def main() -> int:
         p.error(f"--arms: unknown {bad}; known: {sorted(ARMS)}")
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "ranking.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
+    result = read_json(path) if stored(path) else {}   # a kept ranking.json may be gzipped
     seeds = [int(x) for x in a.seeds.split(",")]
     rates = [float(x) for x in a.rates.split(",")]
     encode = functools.partial(load_tokenizer().encode, add_special=False)

@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.common.results import read_json, read_jsonl
 from benchmarks.common.workload import agent
 from benchmarks.policies.ranking import ARMS, joint_target
 from benchmarks.policies.ranking_sim import cpu_setup, served_decode_factor
@@ -97,7 +98,7 @@ def main() -> int:
     a = p.parse_args()
     if a.arm not in ARMS:
         p.error(f"--arm: unknown {a.arm!r}; known: {sorted(ARMS)}")
-    result = json.loads((RANKING / "ranking.json").read_text())
+    result = read_json(RANKING / "ranking.json")
     cal, rates, dur, timeout, unloaded = (a.calibration, result["rates"], result["duration_s"], result["timeout_s"],
                                           result["unloaded_tpot_s"])
     if a.rate not in rates:
@@ -111,7 +112,7 @@ def main() -> int:
             out = a.write / f"{arm}_s{seed}"
             out.mkdir(parents=True, exist_ok=True)
             (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for rs in rows.values() for r in rs))
-    real = [json.loads(x) for x in (RANKING / "real" / f"{a.arm}_s{a.seed}" / "requests.jsonl").open()]
+    real = read_jsonl(RANKING / "real" / f"{a.arm}_s{a.seed}" / "requests.jsonl")
     real = [r for r in real if r["rate"] == a.rate]
     sim = sim_rows(a.arm, a.seed, [r for r in rates if r <= a.rate], dur, cal, factor, unloaded, a.scatter, timeout)
     print(f"{a.arm} seed {a.seed} at {a.rate} sessions/s; simulated decodes x{factor:.3f}, scatter seed {a.scatter}")

@@ -19,6 +19,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
+from benchmarks.common.results import read_json, stored
 from warmpath.slo import CPD_TARGET
 from warmpath.bench.workload import coding_agent, fast_tokens
 from warmpath.sim.repro import CPDAssumptions
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     bad = set(a.sets.split(",")) - set(SETS)
     if bad:
         raise SystemExit(f"--sets: unknown {sorted(bad)}; choose from {list(SETS)}")
-    done = json.loads(a.out.read_text())["rows"] if a.out.exists() else []
+    done = read_json(a.out)["rows"] if stored(a.out) else []   # resumed from a kept (maybe gzipped) run
     have = {(r["set"], r["config"], r["rate"]) for r in done}
     todo = [(n, c, float(r)) for n in a.sets.split(",") for r in a.rates.split(",") for c in a.configs.split(",")
             if (n, c, float(r)) not in have]

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from benchmarks.common.results import read_json, stored
 from warmpath.bench.workload import ppd_grid
 from warmpath.sim.handoff import PDHandoff
 from warmpath.sim.repro import PPD_SPLITS, ppd_setup
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     bad = set(a.sets.split(",")) - set(SETS)
     if bad:
         raise SystemExit(f"--sets: unknown {sorted(bad)}; choose from {list(SETS)}")
-    done = json.loads(a.out.read_text())["rows"] if a.out.exists() else []
+    done = read_json(a.out)["rows"] if stored(a.out) else []   # resumed from a kept (maybe gzipped) run
     have = {(r["set"], r["split"], r["mode"], r["rate"]) for r in done}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     todo = [(n, sp, float(r), m) for n in a.sets.split(",") for sp in a.splits.split(",")

@@ -46,6 +46,7 @@ from itertools import combinations
 from pathlib import Path
 
 from benchmarks.common import workload as real  # the workload of the real runs
+from benchmarks.common.results import read_json, stored
 from benchmarks.sim_accuracy import sim_validation as val  # the validated CPU profile
 
 from warmpath.plan.search import PlanConfig, plan
@@ -80,9 +81,9 @@ def load_real(res: Path = RES) -> dict:
         cfgs = {}
         for cfg in CONFIGS:
             path = res / where.get(cfg, f"{folder}/{cfg}") / "summary.json"
-            if not path.exists():
+            if not stored(path):   # kept plain or gzipped
                 continue
-            s = json.loads(path.read_text())
+            s = read_json(path)
             cfgs[cfg] = {float(r): point(s["runs"][r]["meets_slo"], s["rates"][r]) for r in s["rates"]}
         out[run] = {"seed": int(m.group(1)) if m else real.SEED, "rates": rates, "configs": cfgs}
     return out

@@ -25,6 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.common.results import read_jsonl, stored
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.requests_log import request_row
 from warmpath.bench.workload import coding_agent
@@ -156,7 +157,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="also write the summary (JSON) here")
     a = p.parse_args()
     log = a.real / "requests.jsonl"   # runs before issue 28 kept none
-    real = [json.loads(x) for x in log.open()] if log.exists() else []
+    real = read_jsonl(log) if stored(log) else []   # plain or gzipped
     setup = sim_setup(a.calibration, a.timeout, a.scatter, json.loads(a.sim_flags))
     sim, traces, s = simulate(setup, a.rate, a.seed, a.duration)
     model = setup.fitted

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.common.results import read_json
+
 KEYS = ("ttft_p50_s", "ttft_p90_s", "tpot_s", "tpot_p90_s")
 CLASSES = ("all", "cold", "warm", "turn2+")
 
@@ -84,7 +86,7 @@ def main() -> int:
         p.error(f"--seed: one per --real folder ({len(dirs)}), got {len(seeds)}")
     runs = []
     for d, seed in zip(dirs, seeds):
-        real = point(json.loads((Path(d) / "summary.json").read_text()))
+        real = point(read_json(Path(d) / "summary.json"))   # plain or gzipped
         sims = [simulate(a.calibration, a.workload, a.rate, seed, a.duration, k, json.loads(a.sim_flags), a.timeout)
                 for k in range(a.sim_seeds)]
         err = errors(real, sims)

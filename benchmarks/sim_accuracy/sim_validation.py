@@ -31,6 +31,7 @@ from pathlib import Path
 from benchmarks.common import (
     workload as real,  # benchmarks/policies/real_policies.py: the same workload definitions
 )
+from benchmarks.common.results import read_json
 from warmpath.bench.arrivals import ArrivalConfig, arrival_times, session_seed
 from warmpath.bench.metrics import summarize
 from warmpath.bench.workload import Session, Turn, repo_contexts
@@ -168,7 +169,7 @@ def validate(topo: str, dirs: list[Path], setup, a: argparse.Namespace, err: dic
     """Every point of ``topo`` the first real run met its SLO at: the real runs against
     their simulation (errors appended to ``err``)."""
     rows = []
-    runs = [json.loads((d / topo / "summary.json").read_text()) for d in dirs]
+    runs = [read_json(d / topo / "summary.json") for d in dirs]   # plain or gzipped
     # each real run in its own order of rates, on one cluster: simulate each the same way,
     # as many times as --replicas with other draws of the steps' scatter
     reps = a.replicas if setup.step_cv else 1

@@ -17,6 +17,17 @@ def test_read_step_trace_file_or_folder(tmp_path):
     assert list(read_step_trace(tmp_path / "b.jsonl")) == ["b"]
 
 
+def test_read_step_trace_takes_gzipped_traces(tmp_path):
+    import gzip
+
+    (tmp_path / "decode-0.jsonl.gz").write_bytes(gzip.compress(b'{"t0": 0, "t1": 1, "items": [[1, 5]]}\n'))
+    (tmp_path / "prefill-0.jsonl").write_text('{"t0": 2, "t1": 3, "items": [[8, 0]]}\n')
+    (tmp_path / "prefill-0.jsonl.gz").write_bytes(gzip.compress(b'{"t0": 9, "t1": 9, "items": []}\n'))
+    assert read_step_trace(tmp_path) == {"decode-0": [{"t0": 0, "t1": 1, "items": [[1, 5]]}],
+                                         "prefill-0": [{"t0": 2, "t1": 3, "items": [[8, 0]]}]}   # plain wins
+    assert read_step_trace(tmp_path / "decode-0.jsonl.gz") == {"decode-0": [{"t0": 0, "t1": 1, "items": [[1, 5]]}]}
+
+
 def test_overlaps_are_other_workers_seconds_over_the_step():
     steps = {"a": [{"t0": 0.0, "t1": 1.0}, {"t0": 2.0, "t1": 3.0}],
              "b": [{"t0": 0.5, "t1": 2.25}],

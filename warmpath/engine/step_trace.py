@@ -10,6 +10,7 @@ should be fitted on) from steps that shared the machine.
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 import time
@@ -37,10 +38,17 @@ class StepTraceWriter:
 
 
 def read_step_trace(path) -> dict[str, list[dict]]:
-    """A ``--step-trace`` file, or a folder of them → each worker's steps (by file name)."""
+    """A ``--step-trace`` file, or a folder of them → each worker's steps (by file name). A file
+    may be gzipped (``decode-0.jsonl.gz``: how ``benchmarks/results/`` keeps the large ones); in a
+    folder holding both, the plain one is read."""
     path = Path(path)
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    return {f.stem: [json.loads(x) for x in f.read_text().splitlines() if x] for f in files}
+    files = [*sorted(path.glob("*.jsonl.gz")), *sorted(path.glob("*.jsonl"))] if path.is_dir() else [path]
+    out = {}
+    for f in files:
+        gz = f.suffix == ".gz"
+        text = gzip.decompress(f.read_bytes()).decode() if gz else f.read_text()
+        out[Path(f.name[:-3]).stem if gz else f.stem] = [json.loads(x) for x in text.splitlines() if x]
+    return out
 
 
 def overlap(step: dict, spans: list[tuple[float, float]]) -> float:
