@@ -17,12 +17,11 @@ def gen(**request) -> GenerateRequest:
     return GenerateRequest.model_validate({"kind": "text", "prompt_token_ids": [1, 2, 3], "request": request})
 
 
-def test_body_has_every_sampling_field_explicit():
+def test_body_has_the_clients_fields_and_no_defaults_vllm_would_not_apply():
+    # D has no sources: none of its values is the operator's or the model's (tests/vllm/test_greedy_body.py)
     body = completion_body(gen(max_tokens=8, temperature=0.0, seed=7, stop=["\n"]), "M", {"M"}, D, 100)
     assert body == {"model": "M", "prompt": [1, 2, 3], "max_tokens": 8, "stream": True,
-                    "stream_options": {"include_usage": True}, "temperature": 0.0, "top_p": 0.9, "top_k": -1,
-                    "min_p": 0.0, "repetition_penalty": 1.1, "stop": ["\n"], "stop_token_ids": [],
-                    "ignore_eos": False, "seed": 7}
+                    "stream_options": {"include_usage": True}, "temperature": 0.0, "stop": ["\n"], "seed": 7}
     # left out: the context left caps the worker's default
     assert completion_body(gen(), "M", {"M"}, D, 10)["max_tokens"] == 7
 

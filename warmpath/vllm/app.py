@@ -36,7 +36,7 @@ from warmpath.protocol.internal import CachedBlocks, GenerateRequest, PrefillRep
 from warmpath.protocol.openapi import ChatCompletion, TextCompletion, errors, generation, publish, status
 from warmpath.vllm.load import RelayBook
 from warmpath.vllm.pd import decode_body, prefill_body, prefill_reply
-from warmpath.vllm.relay import Answer, completion_body, upstream_error
+from warmpath.vllm.relay import Answer, completion_body, upstream_error, vllm_defaults
 
 log = logging.getLogger(__name__)
 
@@ -225,4 +225,5 @@ def _status_routes(app: FastAPI, cfg: FrontConfig, alive: Callable[[], bool], re
     async def models() -> dict:
         return {"object": "list", "data": [{
             "id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm",
-            "max_model_len": cfg.max_model_len, "generation_defaults": cfg.defaults.to_json()}]}
+            "max_model_len": cfg.max_model_len,
+            "generation_defaults": vllm_defaults(cfg.defaults).to_json()}]}

@@ -1,12 +1,16 @@
-"""``/internal/generate`` onto vLLM's ``/v1/completions``: the request as token ids with every
-sampling field explicit, vLLM's SSE stream back in the shape warmpath's own workers answer.
+"""``/internal/generate`` onto vLLM's ``/v1/completions``: the request as token ids with the
+sampling fields the client sent, vLLM's SSE stream back in the shape warmpath's own workers answer.
 
 The prompt travels as token ids (the router tokenized it, chat template included), so vLLM
-computes exactly the tokens the router hashed. Fields a request leaves out get the worker's
-defaults (``models.generation``: the same rule and values as warmpath's own workers), sent
-explicitly so vLLM's own defaults never apply. vLLM is always asked to stream (with usage):
-a non-streamed answer is assembled here, and the first token's time is measured the same
-way for both.
+computes exactly the tokens the router hashed. A sampling field the client left out is left out
+for vLLM too, unless the operator's ``--override-generation-config`` or the model's own
+``generation_config.json`` sets it (what vLLM started on the same model would apply itself, sent
+explicitly): warmpath's model table (``models.generation.MODEL_TABLE``, e.g. SmolLM2's
+repetition penalty 1.1) is warmpath's engine's choice, not vLLM's, so a request answers the same
+behind warmpath as from vLLM alone (a greedy one token for token; a penalty changes even the
+argmax). ``max_tokens`` is always explicit (the worker's ``--default-max-tokens``, which the router
+books, capped at the context left). vLLM is always asked to stream (with usage): a non-streamed
+answer is assembled here, and the first token's time is measured the same way for both.
 """
 
 from __future__ import annotations
@@ -16,15 +20,35 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from warmpath.models.generation import GenerationDefaults
+from warmpath.models.generation import NEUTRAL, SAMPLING_KEYS, GenerationDefaults
 from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.internal import GenerateRequest
+
+# where a default comes from that vLLM on the same model applies too: the operator's override
+# (vLLM's own flag of that name) and the model's files (vLLM's ``--generation-config auto``)
+VLLM_APPLIES = ("--override-generation-config", "generation_config.json", "GGUF general.sampling.*")
+VLLM_OWN = "vLLM's own"
+
+
+def vllm_defaults(defaults: GenerationDefaults) -> GenerationDefaults:
+    """What a vLLM worker gives a request that leaves a sampling field out: ``defaults``'
+    values from the operator's override or the model's files (:data:`VLLM_APPLIES`), vLLM's own
+    neutral values for the rest (the model table's and warmpath's neutral ones); ``max_tokens``
+    as given (the worker's, sent explicitly)."""
+    values, sources = {}, dict(defaults.sources)
+    for k in SAMPLING_KEYS:
+        if defaults.sources.get(k) in VLLM_APPLIES:
+            values[k] = getattr(defaults, k)
+        else:
+            values[k], sources[k] = NEUTRAL[k], VLLM_OWN
+    return GenerationDefaults(**values, max_tokens=defaults.max_tokens, sources=sources)
 
 
 def completion_body(req: GenerateRequest, model: str, aliases: set[str], defaults: GenerationDefaults,
                     max_model_len: int) -> dict:
-    """vLLM's ``/v1/completions`` body for ``req``; :class:`APIError` (400 naming the field)
-    for what this worker cannot run."""
+    """vLLM's ``/v1/completions`` body for ``req``: the fields its client sent, the defaults vLLM
+    would apply itself (:func:`vllm_defaults`), ``max_tokens``; :class:`APIError` (400 naming the
+    field) for what this worker cannot run."""
     p = req.request
     if p.model is not None and p.model not in aliases:
         raise APIError(400, f"model {p.model!r} does not exist; available: {model!r}",
@@ -41,15 +65,23 @@ def completion_body(req: GenerateRequest, model: str, aliases: set[str], default
     if max_tokens > room:
         raise bad(p.max_tokens_field, f"{p.max_tokens_field}: {len(ids)} prompt tokens + {max_tokens} "
                                       f"exceed the context window ({max_model_len})")
-    kw = p.sampling_kwargs(defaults.sampling())
     body = {"model": model, "prompt": list(ids), "max_tokens": max_tokens, "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": kw["temperature"], "top_p": kw["top_p"], "top_k": kw["top_k"] or -1,
-            "min_p": kw["min_p"], "repetition_penalty": kw["repetition_penalty"],
-            "stop": list(kw["stop"]), "stop_token_ids": list(kw["stop_token_ids"]),
-            "ignore_eos": kw["ignore_eos"]}
-    if kw["seed"] is not None:
-        body["seed"] = kw["seed"]
+            "stream_options": {"include_usage": True}}
+    engine = vllm_defaults(defaults)
+    for k in SAMPLING_KEYS:
+        v = getattr(p, k)
+        if v is None and engine.sources.get(k) != VLLM_OWN:
+            v = getattr(engine, k)       # the override's or the model's: vLLM alone applies it too
+        if v is not None:
+            body[k] = -1 if k == "top_k" and v <= 0 else v     # top_k 0 and -1: off
+    if p.stop is not None:
+        body["stop"] = list(p.stop_strings())
+    if p.stop_token_ids:
+        body["stop_token_ids"] = list(p.stop_token_ids)
+    if p.ignore_eos:
+        body["ignore_eos"] = True
+    if p.seed is not None:
+        body["seed"] = p.seed
     if p.cache_salt:
         body["cache_salt"] = p.cache_salt
     return body

@@ -35,6 +35,7 @@ from warmpath.vllm.connector import buffer_device, check_role, connector_env, kv
 from warmpath.vllm.event_relay import EventRelay
 from warmpath.vllm.load import RelayBook, parse_metrics
 from warmpath.vllm.model_dir import vllm_model_dir
+from warmpath.vllm.relay import vllm_defaults
 from warmpath.vllm.server import VLLMServer, VLLMServerConfig
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,9 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         if m.block_size not in (None, a.block_size):
             raise RuntimeError(f"vLLM runs block size {m.block_size}, not --block-size {a.block_size}: "
                                "its events could not be re-keyed")
-        defaults = resolve_defaults(a.override_generation_config, read_generation_config(mdir),
-                                    table_entry(model_id), a.default_max_tokens)
+        # what vLLM itself applies (relay.vllm_defaults): the override and the model's files, not the model table
+        defaults = vllm_defaults(resolve_defaults(a.override_generation_config, read_generation_config(mdir),
+                                                  table_entry(model_id), a.default_max_tokens))
         url = f"http://{url_host(advertise)}:{a.port}"
         body = _registration(a, ns, url, mcfg, max_len, relay, defaults, m.kv_tokens)
         book = RelayBook()
