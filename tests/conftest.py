@@ -1,6 +1,7 @@
 """Shared fixtures: the real SmolLM2 model, free ports, real server processes, Mooncake."""
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import signal
@@ -72,15 +73,29 @@ def mooncake():
 
 def stop_group(proc: subprocess.Popen, timeout: float) -> None:
     """SIGTERM the process group of ``proc``, SIGKILL after ``timeout``, then anything left."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+    stop_groups([proc], timeout)
+
+
+def stop_groups(procs: list[subprocess.Popen], timeout: float) -> None:
+    """``stop_group`` for several processes at once: SIGTERM every group first, so their
+    shutdowns (a worker's drain, uvicorn's) overlap, then wait for each (``timeout`` each at
+    most), SIGKILL what is left."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+POLL_S = 0.1    # how often a wait for a started process asks it (a local HTTP GET: cheap)
 
 
 def wait_ready(proc: subprocess.Popen, ready, timeout: float, output) -> None:
@@ -98,32 +113,65 @@ def wait_ready(proc: subprocess.Popen, ready, timeout: float, output) -> None:
             pass
         if time.time() > deadline:
             raise RuntimeError(f"not ready after {timeout:.0f} s")
-        time.sleep(0.3)
+        time.sleep(POLL_S)
+
+
+@dataclasses.dataclass
+class Server:
+    """One ``warmpath serve`` / ``router`` / ``worker`` process for ``serve_processes``."""
+
+    args: tuple
+    command: str = "serve"
+    port: int | None = None
+    procs: list | None = None
+    env: dict | None = None
+    timeout: float = 120
+
+
+def server(*args: str, command: str = "serve", port: int | None = None, procs: list | None = None,
+           env: dict | None = None, timeout: float = 120) -> Server:
+    """A process ``serve_processes`` starts: ``warmpath COMMAND ARGS`` on ``port`` (a free one
+    when not given); its ``Popen`` is appended to ``procs`` when given, for tests that kill it."""
+    return Server(args, command, port, procs, env, timeout)
+
+
+@contextlib.contextmanager
+def serve_processes(*servers: Server):
+    """Run several real processes (``server(...)``) side by side: all are started at once, so
+    their start-ups (imports, model load) overlap instead of queueing, then each is waited for
+    until its ``/health`` answers; yields their URLs in order. A worker that starts before its
+    router registers as soon as the router answers (it retries). All are stopped at once."""
+    import httpx
+
+    started = []
+    try:
+        for s in servers:
+            port = s.port or free_port()
+            extra = ["--threads", "2"] if s.command in ("serve", "worker") else []
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", s.command, "--host", "127.0.0.1",
+                 "--port", str(port), *extra, *s.args],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                env={**os.environ, "WARMPATH_CLUSTER_TOKEN": CLUSTER_TOKEN, **(s.env or {})})
+            if s.procs is not None:
+                s.procs.append(proc)
+            started.append((proc, f"http://127.0.0.1:{port}", s))
+        for proc, base, s in started:
+            wait_ready(proc, lambda: httpx.get(base + "/health", timeout=1).status_code == 200,
+                       s.timeout, lambda: proc.stdout.read())
+        yield [base for _, base, _ in started]
+    finally:
+        stop_groups([proc for proc, _, _ in started], 15)
 
 
 @contextlib.contextmanager
 def serve_process(*args: str, timeout: float = 120, command: str = "serve", port: int | None = None,
                   procs: list | None = None, env: dict | None = None):
     """Run ``warmpath serve`` (or ``router``) as a real process on a free port; yields its URL
-    (and appends the ``Popen`` to ``procs`` when given, for tests that kill it)."""
-    import httpx
-
-    port = port or free_port()
-    extra = ["--threads", "2"] if command in ("serve", "worker") else []
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", command, "--host", "127.0.0.1",
-         "--port", str(port), *extra, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "WARMPATH_CLUSTER_TOKEN": CLUSTER_TOKEN, **(env or {})})
-    if procs is not None:
-        procs.append(proc)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, lambda: httpx.get(base + "/health", timeout=1).status_code == 200,
-                   timeout, lambda: proc.stdout.read())
+    (and appends the ``Popen`` to ``procs`` when given, for tests that kill it). Several
+    processes of one test: ``serve_processes``, which starts them side by side."""
+    with serve_processes(server(*args, command=command, port=port, procs=procs, env=env, timeout=timeout)) as (base,):
         yield base
-    finally:
-        stop_group(proc, 15)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import time
 import httpx
 from httpx_sse import connect_sse
 
-from tests.conftest import AUTH, cluster_process, free_port, metric, serve_process
+from tests.conftest import AUTH, cluster_process, free_port, metric, serve_process, serve_processes, server
 
 M = "SmolLM2-135M-Instruct"
 
@@ -44,7 +44,8 @@ def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request():
                            json={"prompt": context + [5, 6], "max_tokens": 1, "temperature": 0})
         assert prime.headers["x-warmpath-route"] == "cold"
         assert prime.headers["x-warmpath-worker"] == "pre-prefill-0"
-        time.sleep(1.0)  # the pre-prefill worker's L3 events reach the router's index
+        # the pre-prefill worker's L3 events reach the router's index: its 93 full blocks
+        wait_for(lambda: (metric(base, "warmpath_router_index_blocks", set="l3") or 0) >= 93)
         done = {}
 
         def send(name, prompt):
@@ -158,14 +159,14 @@ def test_restarted_worker_loses_its_index_entries_and_recomputes_the_same_answer
     prompt = smollm.tokenizer.encode("Stale routing hints must never change answers. " * 40)[:300]
     body = {"model": M, "prompt": prompt, "max_tokens": 8, "temperature": 0}
     wargs = ("--no-l3", "--router", router, "--worker-id", "w1", "--heartbeat-s", "0.3")
-    with serve_process(command="router", port=rport):
-        procs = []
-        with serve_process(*wargs, command="worker", port=wport, procs=procs):
-            wait_for(lambda: worker(router, "w1"))
-            first = httpx.post(router + "/v1/completions", json=body, timeout=120).json()
-            wait_for(lambda: worker(router, "w1")["indexed_blocks"] >= 18)
-            os.killpg(procs[0].pid, signal.SIGKILL)
-            procs[0].wait()
+    procs = []
+    with serve_processes(server(command="router", port=rport),
+                         server(*wargs, command="worker", port=wport, procs=procs)):
+        wait_for(lambda: worker(router, "w1"))
+        first = httpx.post(router + "/v1/completions", json=body, timeout=120).json()
+        wait_for(lambda: worker(router, "w1")["indexed_blocks"] >= 18)
+        os.killpg(procs[0].pid, signal.SIGKILL)     # the first worker process
+        procs[0].wait()
         with serve_process(*wargs, command="worker", port=wport):
             wait_for(lambda: metric(router, "warmpath_router_workers_dropped_total", reason="replaced") == 1)
             assert worker(router, "w1")["indexed_blocks"] == 0       # nothing of the dead process

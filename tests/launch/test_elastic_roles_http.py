@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from tests.conftest import AUTH, cluster_process, metric
-from tests.launch.test_topologies_http import QUESTION, M
+from tests.launch.conftest import QUESTION, M
 
 N = 8
 

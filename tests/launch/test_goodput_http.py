@@ -9,10 +9,10 @@ import httpx
 import openai
 
 from tests.conftest import cluster_process, metric
-from tests.launch.test_topologies_http import M, QUESTION, TEXT, TURNS, reference  # noqa: F401  (fixture)
+from tests.launch.conftest import M, QUESTION, TEXT, TURNS
 
 
-def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, reference):  # noqa: F811
+def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, reference):
     topo = tmp_path / "goodput-1p1d.json"
     topo.write_text(json.dumps({"policy": "goodput", "workers": {"prefill": 1, "decode": 1}}))
     with cluster_process(str(topo), "--slo", "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=5") as base:
@@ -51,7 +51,7 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
         assert info["model"]["tpot_error_n"] == 6 and set(info["model"]["tpot_scale"]) == {"decode-0"}
 
 
-def test_a_replica_decodes_what_the_cold_tier_hands_it(tmp_path, reference):  # noqa: F811
+def test_a_replica_decodes_what_the_cold_tier_hands_it(tmp_path, reference):
     """A cold tier beside a replica, local paths off: every prompt is computed on the
     pre-prefill worker and handed through the store to the replica, which decodes it — the
     same greedy text as one engine, follow-ups included."""

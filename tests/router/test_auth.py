@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, metric, serve_process
+from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, metric, serve_process, serve_processes, server
 
 ROUTER_KEYS = ("router-key-1", "router-key-2")
 WORKER_KEY = "worker-key"
@@ -45,11 +45,12 @@ def stack():
     its own API key, a heartbeat so slow that a forged one would stand for the whole test)."""
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
-    with serve_process("--drop-after-s", "300", "--api-key", ROUTER_KEYS[0], "--api-key", ROUTER_KEYS[1],
-                       command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "120",
-                          "--override-generation-config", '{"temperature": 0.5}',
-                          command="worker", env={"WARMPATH_API_KEY": WORKER_KEY}):
+    with serve_processes(
+            server("--drop-after-s", "300", "--api-key", ROUTER_KEYS[0], "--api-key", ROUTER_KEYS[1],
+                   command="router", port=rport),
+            server("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "120",
+                   "--override-generation-config", '{"temperature": 0.5}',
+                   command="worker", env={"WARMPATH_API_KEY": WORKER_KEY})) as (router, _):
         w = wait_for(lambda: workers(router).get("w1"))
         yield router, w["url"]
 

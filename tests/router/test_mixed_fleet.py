@@ -16,7 +16,7 @@ import msgpack
 import uvicorn
 import zmq
 
-from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, serve_process
+from tests.conftest import AUTH, CLUSTER_TOKEN, free_port, serve_processes, server
 from tests.router.test_router_http import wait_for
 
 M = "SmolLM2-135M-Instruct"
@@ -98,10 +98,11 @@ def test_one_router_serves_both_namespaces_by_cached_tokens_in_each(smollm):
     pub = zmq.Context.instance().socket(zmq.PUB)
     pub.connect(relay.vllm_endpoint)                          # as vLLM's PUB does
     try:
-        with serve_process(command="router", port=rport) as router, \
-                serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3",
-                              command="worker") as w1, \
-                serve_process("--no-l3") as stand_in:
+        with serve_processes(
+                server(command="router", port=rport),
+                server("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3",
+                       command="worker"),
+                server("--no-l3")) as (router, w1, stand_in):
             def cluster():
                 return {w["worker_id"]: w for w in httpx.get(router + "/v1/cluster", timeout=5).json()["workers"]}
 
