@@ -7,7 +7,7 @@ import httpx
 import openai
 from httpx_sse import connect_sse
 
-from tests.conftest import free_port, serve_process
+from tests.conftest import free_port, serve_process, serve_processes, server
 
 M = "SmolLM2-135M-Instruct"
 
@@ -29,9 +29,11 @@ def cluster(router):
 def test_prefix_aware_routing_across_replicas(smollm):
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
-    with serve_process(command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3", command="worker"), \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3", command="worker"):
+    with serve_processes(
+            server(command="router", port=rport),
+            server("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3", command="worker"),
+            server("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3",
+                   command="worker")) as (router, _, _):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
         adm = cluster(router)["admission"]   # sized to what the two workers registered
         assert adm["source"] == "fleet" and set(adm["slots"]) == {"w1", "w2"}
@@ -64,9 +66,9 @@ def test_prefix_aware_routing_across_replicas(smollm):
 def test_admission_rejects_beyond_limit_with_retry_after():
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
-    with serve_process("--max-in-flight", "1", "--cold-queue", "1", "--warm-queue", "0",
-                       command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "solo"):
+    with serve_processes(
+            server("--max-in-flight", "1", "--cold-queue", "1", "--warm-queue", "0", command="router", port=rport),
+            server("--no-l3", "--router", router_url, "--worker-id", "solo")) as (router, _):
         wait_for(lambda: len(cluster(router)["workers"]) == 1)
         def send(k):  # distinct prompts: all cold
             body = {"model": M, "prompt": [1000 * (k + 1) + i for i in range(40)], "max_tokens": 40,
@@ -93,11 +95,11 @@ def test_dead_worker_before_first_token_is_retried_elsewhere(smollm):
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
     procs = []
-    with serve_process(command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3",
-                          procs=procs), \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3",
-                          procs=procs):
+    with serve_processes(
+            server(command="router", port=rport),
+            server("--no-l3", "--router", router_url, "--worker-id", "w1", "--heartbeat-s", "0.3", procs=procs),
+            server("--no-l3", "--router", router_url, "--worker-id", "w2", "--heartbeat-s", "0.3",
+                   procs=procs)) as (router, _, _):
         wait_for(lambda: len(cluster(router)["workers"]) == 2)
         adm = cluster(router)["admission"]   # sized to what the two workers registered
         assert adm["source"] == "fleet" and set(adm["slots"]) == {"w1", "w2"}
@@ -140,8 +142,8 @@ def test_worker_dying_mid_stream_gives_a_clean_error_and_router_stays_up():
     rport = free_port()
     router_url = f"http://127.0.0.1:{rport}"
     procs = []
-    with serve_process(command="router", port=rport) as router, \
-            serve_process("--no-l3", "--router", router_url, "--worker-id", "w1", procs=procs):
+    with serve_processes(server(command="router", port=rport),
+                         server("--no-l3", "--router", router_url, "--worker-id", "w1", procs=procs)) as (router, _):
         wait_for(lambda: len(cluster(router)["workers"]) == 1)
         body = {"model": M, "prompt": [500 + i for i in range(30)], "max_tokens": 2000, "temperature": 0,
                 "ignore_eos": True, "stream": True}

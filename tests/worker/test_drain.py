@@ -11,7 +11,7 @@ import time
 import httpx
 from httpx_sse import connect_sse
 
-from tests.conftest import AUTH, free_port, metric, serve_process
+from tests.conftest import AUTH, free_port, metric, serve_processes, server
 
 M = "SmolLM2-135M-Instruct"
 
@@ -34,9 +34,9 @@ def test_sigterm_drains_the_stream_under_way_routes_new_requests_elsewhere_then_
     router = f"http://127.0.0.1:{rport}"
     args = ("--no-l3", "--router", router, "--heartbeat-s", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0")
     procs: list = []
-    with serve_process("--heartbeat-s", "0.5", "--drop-after-s", "30", command="router", port=rport), \
-            serve_process(*args, "--worker-id", "a", command="worker", procs=procs), \
-            serve_process(*args, "--worker-id", "b", command="worker", procs=procs):
+    with serve_processes(server("--heartbeat-s", "0.5", "--drop-after-s", "30", command="router", port=rport),
+                         server(*args, "--worker-id", "a", command="worker", procs=procs),
+                         server(*args, "--worker-id", "b", command="worker", procs=procs)):
         ws = wait_for(lambda: (w := workers(router)).keys() == {"a", "b"} and w)
         by_pid = {p.pid: p for p in procs}
         body = {"model": M, "prompt": "Once upon a time", "max_tokens": 96, "temperature": 0,
@@ -95,9 +95,9 @@ def test_a_decode_worker_drains_only_after_the_request_whose_prefill_runs_elsewh
     router = f"http://127.0.0.1:{rport}"
     args = ("--no-l3", "--router", router, "--heartbeat-s", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0")
     procs: list = []
-    with serve_process("--policy", "pd", "--heartbeat-s", "0.5", command="router", port=rport), \
-            serve_process(*args, "--role", "prefill", "--worker-id", "p", command="worker", procs=procs), \
-            serve_process(*args, "--role", "decode", "--worker-id", "d", command="worker", procs=procs):
+    with serve_processes(server("--policy", "pd", "--heartbeat-s", "0.5", command="router", port=rport),
+                         server(*args, "--role", "prefill", "--worker-id", "p", command="worker", procs=procs),
+                         server(*args, "--role", "decode", "--worker-id", "d", command="worker", procs=procs)):
         wait_for(lambda: workers(router).keys() == {"p", "d"})
         decode = procs[1]
         cold = [random.Random(3).randrange(1000, 40000) for _ in range(3000)]
