@@ -229,6 +229,90 @@ class LLMEngine:
         """Ids of the requests not finished yet."""
         return list(self._seqs)
 
+    # -- start-up ------------------------------------------------------------
+    def warm_up(self) -> dict[str, float]:
+        """Do once, before this engine serves, what its first request would otherwise wait for,
+        and leave no trace; returns the seconds each part took (``total`` included).
+
+        The first request is the first to touch the weights the load left memory-mapped (the
+        embedding table and the norms, ``models/loader.py``: read from disk at first use, at
+        a cold disk's speed), the first to run each kernel (oneDNN / MKL set-up, the OpenMP team,
+        the C attention's task pool), the sampler's both paths, the tokenizer and chat
+        template, the KV pages it writes (committed lazily) and, with L3, the first transfer
+        through Mooncake. Here: the chat template and the tokenizer both ways; two requests in
+        one batch, one greedy and one sampled (seeded; top-k, top-p, min-p and a repetition
+        penalty), of a prompt and answer that fill no KV block, so nothing is sealed, cached,
+        written below L1 or announced in KV events, run with the lower tiers and the step trace
+        set aside; then one block through L3 and back under a key of this worker's. The
+        counters the requests moved (steps, busy time, prefix-cache lookups, the free queue's
+        order) are put back as they were."""
+        t0 = time.perf_counter()
+        took: dict[str, float] = {}
+        if self.tokenizer is not None:
+            try:
+                text = self.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
+            except Exception:  # noqa: BLE001 - no template (/v1/completions only): plain text
+                text = "Hi"
+            self.tokenizer.decode(self.tokenizer.encode(text, add_special=False))
+            took["tokenizer"] = time.perf_counter() - t0
+        bs, new = self.cfg.block_size, 2
+        n = min(8, bs - new, self.max_model_len - new)
+        if n >= 1 and not self._seqs:
+            t = time.perf_counter()
+            self._warm_requests(list(range(1, n + 1)), new)
+            took["model"] = time.perf_counter() - t
+        if self.tiers is not None and self.tiers.l3 is not None:
+            t = time.perf_counter()
+            if self._warm_l3():
+                took["l3"] = time.perf_counter() - t
+        took["total"] = time.perf_counter() - t0
+        return took
+
+    def _warm_requests(self, prompt: list[int], new: int) -> None:
+        """The two warm-up requests (``prompt`` + ``new`` tokens: less than a block) to the end."""
+        sch, pool = self.scheduler, self.pool
+        saved = (self.tiers, sch.external, self._trace, self.num_steps, self.busy_seconds, sch.prefix_query_tokens,
+                 sch.prefix_hit_tokens, sch.num_preemptions, replace(pool.stats), list(pool._free))
+        self.tiers, sch.external, self._trace = None, None, None
+        try:
+            self.add_request(prompt, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True),
+                             request_id="warm-up-greedy")
+            self.add_request(prompt, SamplingParams(max_tokens=new, temperature=0.8, top_k=40, top_p=0.9, min_p=0.05,
+                                                    repetition_penalty=1.1, seed=0, ignore_eos=True),
+                             request_id="warm-up-sampled")
+            while self.has_work():
+                self.step()
+        finally:
+            for rid in list(self._seqs):   # a failed warm-up leaves nothing running
+                self.abort(rid)
+            (self.tiers, sch.external, self._trace, self.num_steps, self.busy_seconds, sch.prefix_query_tokens,
+             sch.prefix_hit_tokens, sch.num_preemptions, pool.stats, order) = saved
+            pool._free.clear()
+            pool._free.update((i, None) for i in order)
+
+    def _warm_l3(self) -> bool:
+        """One block written to L3 and read back through the registered staging buffer (the
+        path every load and write-through takes), under a key of this worker's that no prompt
+        has (``wp/warm-up/<worker id>``: the previous start's copy is removed first, so one
+        block per worker id stays; Mooncake refuses to remove a block read moments ago);
+        ``False`` when L3 is down or the transfer failed (left to the first real use)."""
+        l3 = self.tiers.l3
+        if not l3.available:
+            return False
+        key = f"wp/warm-up/{self.cfg.worker_id}"
+        try:
+            with l3._lock:
+                ptr = l3.staging.ctypes.data
+                l3._call(l3._store.remove, key)
+                l3._call(l3._store.batch_put_from, [key], [ptr], [l3.slot])
+                got = l3._call(l3._store.batch_get_into, [key], [ptr], [l3.slot])
+            return bool(got) and got[0] > 0
+        except Exception as e:  # noqa: BLE001 - a warm-up, not a health check
+            import logging
+
+            logging.getLogger(__name__).warning("L3 warm-up failed: %s", e)
+            return False
+
     # -- stepping ----------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one scheduling step; returns outputs of requests that advanced."""

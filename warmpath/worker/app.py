@@ -45,6 +45,7 @@ class ServerConfig:
     cluster_token: str | None = field(default=None, repr=False)   # required on /internal/* (None: open)
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # one required on /v1/* (none: open)
     drain_timeout_s: float = 120.0       # SIGTERM: how long the requests under way may take (worker/drain.py)
+    warm_up: bool = True                 # LLMEngine.warm_up() in build_app: before it listens, registers, says ready
 
     def __post_init__(self) -> None:
         if self.max_waiting <= 0:
@@ -96,7 +97,13 @@ def _lifespan(app: FastAPI, aengine: AsyncEngine, cfg: ServerConfig):
 
 
 def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
-    """Create the app; the engine thread starts and stops with the app's lifespan."""
+    """Create the app; the engine thread starts and stops with the app's lifespan. With
+    ``cfg.warm_up`` the engine first does what a first request would wait for
+    (``LLMEngine.warm_up``): the worker prints its address, listens, registers and answers
+    ``/ready`` only after it (``app.state.warm_up``: the seconds it took)."""
+    took = engine.warm_up() if cfg.warm_up else {}
+    if took:
+        log.info("warm-up before serving: %s", ", ".join(f"{k} {v:.2f} s" for k, v in took.items()))
     metrics = EngineMetrics(engine, engine.loaded.model_id)
     aengine = AsyncEngine(engine, on_step=metrics.on_step)
     front = WorkerFront(aengine, metrics, cfg)
@@ -106,6 +113,7 @@ def build_app(engine: LLMEngine, cfg: ServerConfig = ServerConfig()) -> FastAPI:
     app.router.route_class = JSONRoute
     publish(app)
     app.state.engine, app.state.aengine, app.state.metrics = engine, aengine, metrics
+    app.state.warm_up = took
     app.state.defaults = front.defaults
     app.state.drain = Drain(cfg.drain_timeout_s)   # started by SIGTERM (worker/drain.py, via the CLI's server)
     app.state.max_body_bytes = cfg.max_body_bytes
