@@ -1,12 +1,24 @@
 """The flags of ``serve`` / ``worker`` (warmpath/cli_args.py): renamed flags keep their former
-names as aliases, and ``serve_namespace`` parses ``warmpath serve`` without the whole CLI."""
+names as aliases (but ``--policy``, which named two things), and ``serve_namespace`` parses
+``warmpath serve`` without the whole CLI."""
+
+import pytest
 
 from warmpath.cli_args import engine_config, serve_namespace, tier_config
 
 
+def test_policy_on_a_worker_is_an_error_that_names_schedule_order(capsys):
+    with pytest.raises(SystemExit) as e:
+        serve_namespace(["--policy", "prefill-first", "--no-l3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--policy is not a worker flag: the step order is --schedule-order" in err
+    assert "the routing policy is --route-policy" in err
+
+
 def test_renamed_flags_keep_their_former_names():
     new = serve_namespace(["--schedule-order", "prefill-first", "--kv-write-mode", "none", "--kv-load-mode", "never", "--no-l3"])
-    old = serve_namespace(["--policy", "prefill-first", "--kv-write-policy", "none", "--load-policy", "never", "--no-l3"])
+    old = serve_namespace(["--schedule-order", "prefill-first", "--kv-write-policy", "none", "--load-policy", "never", "--no-l3"])
     for a in (new, old):
         assert (a.schedule_order, a.kv_write_mode, a.kv_load_mode) == ("prefill-first", "none", "never")
         tiers = tier_config(a)
@@ -54,9 +66,12 @@ def test_goodput_flags_parse_and_a_bad_slack_share_is_named(capsys):
 
     a = serve_namespace(["--goodput-local", "off", "--goodput-slack-share", "0.8"])
     assert (a.goodput_local, a.goodput_slack_share) == ("off", 0.8)
-    assert serve_namespace([]).goodput_slack_share is None          # the router's default then
-    assert main(["router", "--policy", "goodput", "--goodput-slack-share", "2", "--port", "0"]) == 2
-    assert "slack_share must be in (0, 1], got 2.0" in capsys.readouterr().err
+    assert serve_namespace([]).goodput_slack_share == 0.5           # the router's default, the same here
+    with pytest.raises(SystemExit) as e:
+        main(["router", "--route-policy", "goodput", "--goodput-slack-share", "2", "--port", "0"])
+    assert e.value.code == 2
+    assert "--goodput-slack-share: must be in (0, 1], got 2" in capsys.readouterr().err
     assert serve_namespace(["--goodput-hold-share", "0"]).goodput_hold_share == 0.0
-    assert main(["router", "--policy", "goodput", "--goodput-hold-share", "-1", "--port", "0"]) == 2
-    assert "hold_share must be in [0, 1], got -1.0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["router", "--route-policy", "goodput", "--goodput-hold-share", "-1", "--port", "0"])
+    assert "--goodput-hold-share: must be in [0, 1], got -1" in capsys.readouterr().err

@@ -196,6 +196,16 @@ def test_each_decision_is_made_in_one_place(call, where):
     assert _calls(call) == where
 
 
+def test_router_and_simulator_keep_every_request_in_one_ledger():
+    """Admission, the session's turns, the latency model's feedback and the slot's release are
+    booked by routing/ledger.py alone; the router and the simulator each drive one."""
+    assert _calls("RequestLedger") == {"router/state.py", "sim/simulation.py"}
+    assert _calls("observe_outcome") == {"routing/ledger.py"}
+    assert _calls("turn_ended") == {"routing/ledger.py"}
+    assert _calls("offer") == {"routing/ledger.py"}
+    assert _calls("ended") >= {"router/flow.py", "sim/ending.py"}
+
+
 def test_router_and_simulator_run_the_same_route_decider():
     assert _calls("RouteDecider") == {"router/state.py", "sim/simulation.py"}
     assert _calls("decide_route") == {"router/flow.py", "router/app.py", "sim/simulation.py"}

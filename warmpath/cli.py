@@ -7,8 +7,8 @@ import importlib
 import logging
 import sys
 
-from warmpath.cli_args import (_admission_args, _auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
-                               _store_gib, _worker_args, add_serve_parser, advertise_host, elastic_args, elastic_timing,
+from warmpath.cli_args import (_auth_args, _auto, _engine_args, _gib, _override, _positive,  # noqa: F401 - re-exported
+                               _store_gib, _worker_args, add_serve_parser, advertise_host,
                                engine_config, serve_namespace, size_cluster_store, tier_config)
 
 
@@ -132,16 +132,12 @@ def _router(a: argparse.Namespace) -> int:
     import uvicorn
 
     from warmpath.models.files import load_tokenizer
-    from warmpath.routing.admission import AdmissionConfig
-    from warmpath.slo import CLUSTER_TARGET, Target
     from warmpath.engine.step_model import StepModel
-    from warmpath.routing.goodput import GoodputConfig
-    from warmpath.routing.policy import POLICIES, GoodputPolicy
+    from warmpath.routing.flags import DEFAULT_POLICY, admission_from_args, elastic_from_args, policy_from_args
     from warmpath.routing.ppd import PPDConfig, PPDTable
     from warmpath.routing.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
     from warmpath.router.app import build_router
-    from warmpath.routing.elastic import ElasticConfig
     from warmpath.router.state import RouterConfig, RouterState
 
     token = cluster_token(a.cluster_token)
@@ -154,25 +150,20 @@ def _router(a: argparse.Namespace) -> int:
             steps = StepModel.from_json(cal["step_model"]) if "step_model" in cal else None
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
-    policy = (GoodputPolicy(GoodputConfig(Target.parse(a.slo) if a.slo else CLUSTER_TARGET,
-                                          local=a.goodput_local == "on", slack_share=a.goodput_slack_share,
-                                          hold_share=a.goodput_hold_share))
-              if a.policy == "goodput"
-              else POLICIES[a.policy]())
-    cfg = RouterConfig(a.host, a.port, AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue),
-                       DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
-                       ppd=None if a.ppd == "off" else PPDConfig(a.ppd), session_idle_s=a.session_idle_s,
+    name, ppd = a.route_policy or DEFAULT_POLICY, a.ppd or "off"
+    policy = policy_from_args(a, name)
+    cfg = RouterConfig(a.host, a.port, admission_from_args(a), DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
+                       ppd=None if ppd == "off" else PPDConfig(ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
-                       elastic=ElasticConfig.from_mode(a.elastic, a.policy, policy.roles, policy.computes_anywhere,
-                                                       **elastic_timing(a)))
+                       elastic=elastic_from_args(a, name, policy))
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
         state.decider.model.steps[None] = steps
     from warmpath.procs import trim_heap
 
     trim_heap()   # the tokenizer's temporaries (~20 MiB)
-    print(f"warmpath router ({a.policy}, PPD {a.ppd}) on http://{a.host}:{a.port}/v1", flush=True)
+    print(f"warmpath router ({name}, PPD {ppd}) on http://{a.host}:{a.port}/v1", flush=True)
     uvicorn.run(build_router(state), host=a.host, port=a.port, log_level=a.log_level.lower())
     return 0
 
@@ -204,9 +195,7 @@ def _command(argv: list[str]) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``warmpath`` command line: every subcommand, or (``only``) the core ones and that
     one, so that starting a worker does not import the benchmark and simulator modules."""
-    from warmpath.launch.topology import PPD_MODES
-    from warmpath.routing.goodput import HOLD_SHARE, SLACK_SHARE
-    from warmpath.routing.policy import POLICIES
+    from warmpath.routing.flags import add_routing_args
 
     p = argparse.ArgumentParser(prog="warmpath", description=__doc__)
     p.add_argument("--log-level", default="INFO")
@@ -219,31 +208,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--host", default="127.0.0.1")
     rt.add_argument("--port", type=int, default=8000)
     rt.add_argument("--model", default="smollm2", help="tokenizer/model the workers serve")
-    rt.add_argument("--policy", default="replica", choices=tuple(POLICIES))
-    rt.add_argument("--ppd", default="off", choices=PPD_MODES,
-                    help="turn 2+ append-prefill on the session's decode worker: off | x0 | x1 | dynamic")
     rt.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD table; step model "
                     "for the goodput policy's TPOT predictions)")
-    rt.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
-                    "(slo.py syntax, e.g. warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.08; "
-                    "default warm.ttft_p90=2,cold.ttft_p90=20)")
-    rt.add_argument("--goodput-local", default="on", choices=("on", "off"),
-                    help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
-    rt.add_argument("--goodput-slack-share", type=float, default=SLACK_SHARE,
-                    help="goodput policy: the share of each request's TPOT slack (bound - unloaded TPOT) "
-                         "a decision plans to use (1: pack up to the bound)")
-    rt.add_argument("--goodput-hold-share", type=float, default=HOLD_SHARE,
-                    help="goodput policy: hold a request whose decode batch would push it or the running "
-                         "decodes past the TPOT bound while its held time + predicted TTFT stay within this "
-                         "share of its TTFT bound (0: never hold)")
-    _admission_args(rt)
+    add_routing_args(rt)
     rt.add_argument("--heartbeat-s", type=float, default=10.0)
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
-    rt.add_argument("--elastic", default="off", choices=("on", "roles", "off"),
-                    help="workers change role as the mix drifts: on (between the CPD tiers) | roles "
-                         "(among every role the policy routes to: pre-prefill, prefill, decode, replica) | off")
-    elastic_args(rt)
     rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
     _auth_args(rt)
     rt.set_defaults(fn=_router)

@@ -81,8 +81,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--no-prefix-caching", action="store_true")
-    g.add_argument("--schedule-order", "--policy", dest="schedule_order", default="decode-first", choices=(
-        "decode-first", "prefill-first"), help="which work a step takes first (--policy: its former name)")
+    g.add_argument("--schedule-order", default="decode-first", choices=("decode-first", "prefill-first"),
+                   help="which work a step takes first")
+    g.add_argument("--policy", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     g.add_argument("--decode-threads", type=_count(1), default=None,
@@ -112,20 +113,6 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "handed-off prompt's KV arrives (on) | inside the step that needs them (off)")
     t.add_argument("--kv-events-port", type=int, default=0, help="ZeroMQ PUB port (0 = free port)")
     t.add_argument("--worker-id", default="worker")
-
-
-def elastic_args(p: argparse.ArgumentParser) -> None:
-    """The elastic rule's hysteresis (``routing/elastic.py``)."""
-    p.add_argument("--elastic-hold-s", type=float, default=None,
-                   help="elastic roles: seconds a role's pressure must hold before a change (default 5)")
-    p.add_argument("--elastic-cooldown-s", type=float, default=None,
-                   help="elastic roles: least seconds between two changes (default 20)")
-
-
-def elastic_timing(a: argparse.Namespace) -> dict:
-    """``ElasticConfig`` fields given on the command line."""
-    got = {"hold_s": getattr(a, "elastic_hold_s", None), "cooldown_s": getattr(a, "elastic_cooldown_s", None)}
-    return {k: v for k, v in got.items() if v is not None}
 
 
 def tier_config(a: argparse.Namespace, service=None):
@@ -183,17 +170,6 @@ def engine_config(a: argparse.Namespace, tiers=None):
         scheduler=SchedulerConfig(max_num_seqs=a.max_num_seqs,
                                   max_num_batched_tokens=a.max_num_batched_tokens,
                                   enable_chunked_prefill=not a.no_chunked_prefill, order=a.schedule_order))
-
-
-def _admission_args(p: argparse.ArgumentParser) -> None:
-    """The router's admission flags (``routing/admission.py``): left out, each is sized to the fleet."""
-    p.add_argument("--max-in-flight", type=_count(1), default=None,
-                   help="router admission limit (default: what the registered workers can hold, "
-                        "re-sized as workers join, leave or change role; /v1/cluster says why)")
-    p.add_argument("--cold-queue", type=_count(0), default=None,
-                   help="router wait queue for cold requests (default: 4/3 of the limit, at least 32)")
-    p.add_argument("--warm-queue", type=_count(0), default=None,
-                   help="router wait queue for warm requests (default: 8/3 of the limit, at least 64)")
 
 
 def _auth_args(p: argparse.ArgumentParser) -> None:
@@ -263,37 +239,28 @@ def _store_gib(a: argparse.Namespace, workers: int) -> float:
     return store_bytes(workers, blocks, block) / GIB
 
 
+class _Renamed(argparse.Action):
+    """``--policy`` on a worker: an error that names what the user meant."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("--policy is not a worker flag: the step order is --schedule-order "
+                     "(decode-first | prefill-first); the routing policy is --route-policy")
+
+
 def add_serve_parser(sub, fn=None) -> None:
     """``warmpath serve``'s flags: one worker, or a whole topology behind a router."""
-    from warmpath.launch.topology import PPD_MODES, TOPOLOGIES
-    from warmpath.routing.policy import POLICIES
+    from warmpath.launch.topology import TOPOLOGIES
+    from warmpath.routing.flags import add_routing_args
 
     s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
     s.add_argument("--topology", default="single",
                    help="single (one worker, no router) | " + " | ".join(TOPOLOGIES) + " | FILE.json "
                         "({\"policy\": ..., \"ppd\": ..., \"workers\": {role: count}})")
-    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
-    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
-                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
     s.add_argument("--pin", action="append", default=None, metavar="NAME=CPUS",
                    help="pin a process (worker id, role or router) to CPUs, e.g. --pin prefill-0=0 --pin decode=1; "
                         "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD dynamic, goodput)")
-    s.add_argument("--slo", default=None, help="goodput policy: the target it keeps requests within "
-                   "(slo.py syntax; default warm.ttft_p90=2,cold.ttft_p90=20)")
-    s.add_argument("--goodput-local", default="on", choices=("on", "off"),
-                   help="goodput policy: consider computing a prompt where it decodes (off: always hand off)")
-    s.add_argument("--goodput-slack-share", type=float, default=None,
-                   help="goodput policy: the share of each request's TPOT slack a decision plans to use "
-                        "(default 0.5; 1: pack up to the bound)")
-    s.add_argument("--goodput-hold-share", type=float, default=None,
-                   help="goodput policy: hold a request that would push the decodes past the TPOT bound "
-                        "within this share of its TTFT bound (default 0.75; 0: never hold)")
-    s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
-                   help="elastic roles: on (between the CPD tiers) | roles (among pre-prefill, prefill, decode "
-                        "and replica, those the policy routes to) | off (auto: on for cpd topologies)")
-    elastic_args(s)
-    _admission_args(s)
+    add_routing_args(s)
     s.add_argument("--drop-after-s", type=float, default=30.0)
     s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")
     _worker_args(s, role_required=False)

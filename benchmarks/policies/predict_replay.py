@@ -29,11 +29,14 @@ from benchmarks.policies.predict_error import RESULTS, load, measure_item, repor
 from warmpath.engine.step_model import StepModel
 from warmpath.routing.estimate import Estimate
 from warmpath.routing.latency import RouterModel
-from warmpath.routing.predict import DEFAULT_CHUNK, predict_local, predict_remote, step_cost
+from warmpath.engine.scheduler import SchedulerConfig
+from warmpath.routing.predict import predict_local, predict_remote, step_cost
 from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
 CALIBRATION = Path("benchmarks/results/sim_accuracy/calibration_refit.json")
 
+
+ENGINE_CHUNK = SchedulerConfig().max_num_batched_tokens   # the served engine's chunk in the replayed runs
 
 def decode_view(rows: list[dict], worker: str, t: float, me: dict) -> WorkerView:
     """``worker`` at ``t`` as the router's load book had it, ``me`` (arriving then) left out."""
@@ -41,7 +44,8 @@ def decode_view(rows: list[dict], worker: str, t: float, me: dict) -> WorkerView
            and (r["arrival_s"] if r["path"] == "local" else r["first_s"]) <= t < r["end_s"]]
     queued = sum(r["prompt_tokens"] - r["cached_tokens"] for r in run if r["path"] == "local" and t < r["first_s"])
     ctx = sum(r["prompt_tokens"] + r["output_tokens"] // 2 for r in run)
-    return WorkerView(worker, "decode", queued_prefill_tokens=queued, running=len(run), running_tokens=ctx)
+    return WorkerView(worker, "decode", queued_prefill_tokens=queued, running=len(run), running_tokens=ctx,
+                      chunk_tokens=ENGINE_CHUNK)
 
 
 def replay_point(rows: list[dict], cost: StepModel, kv_bytes: int, online: bool) -> None:
@@ -61,12 +65,12 @@ def replay_point(rows: list[dict], cost: StepModel, kv_bytes: int, online: bool)
         rv = RequestView(q["prompt_tokens"], (), 16, q["sid"], q["turn"], max_tokens=q["output_tokens"])
         if q["path"] == "local":
             sn = Snapshot([dw], {dw.worker_id: PrefixHit(q["cached_tokens"] // 16)}, None, kv_bytes, model=model)
-            p = predict_local(dw, rv, sn, step_cost(sn, dw), DEFAULT_CHUNK, k)
+            p = predict_local(dw, rv, sn, step_cost(sn, dw), k=k)
         else:
             pw = WorkerView(q["prefill"] or "prefill-0", "prefill")
             e = Estimate(q["predicted_ttft_s"], q["cached_tokens"], 0.0, 0.0, 0.0, 0.0)
             sn = Snapshot([pw, dw], {}, None, kv_bytes, model=model)
-            p = predict_remote(pw, dw, rv, sn, step_cost(sn, dw), DEFAULT_CHUNK, e, k)
+            p = predict_remote(pw, dw, rv, sn, step_cost(sn, dw), e=e, k=k)
         q.update(replayed_ttft_s=p.ttft_s, replayed_tpot_s=p.tpot_s, replayed_parts=p.tpot_parts,
                  replayed_ttft_parts=p.ttft_parts)
         ended.append((q["end_s"], q))

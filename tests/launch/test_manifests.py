@@ -120,8 +120,8 @@ def test_gpu_workers_request_whole_gpus_and_run_on_cuda():
 def test_router_services_secrets_and_probes():
     cfg = ManifestConfig(resolve("ppd-1p3d"))
     c = container(by(cfg, "Deployment")["warmpath-router"])
-    assert c["args"] == ["router", "--host", "0.0.0.0", "--port", "8000", "--policy", "pd", "--model", "smollm2",
-                         "--ppd", "dynamic"]
+    assert c["args"] == ["router", "--host", "0.0.0.0", "--port", "8000", "--route-policy", "pd", "--ppd", "dynamic",
+                         "--model", "smollm2"]
     assert c["readinessProbe"]["httpGet"]["path"] == "/ready" and c["livenessProbe"]["httpGet"]["path"] == "/health"
     assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
     assert {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e} == {

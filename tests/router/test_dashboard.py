@@ -30,7 +30,7 @@ def trip(s: RouterState, cls: str, ttft: float, turn: int = 1, tokens: int = 0, 
          ended: float = 0.0) -> Trip:
     """A finished trip: arrived at ``ended - 10``, first token after ``ttft``."""
     d = Decision("p0", "d0", cls, est_ttft_s=0.25, cached_tokens=32, reason=f"{cls} because", cls=cls)
-    t = Trip(RequestView(64, (), 16, turn=turn), list(range(64)), CompletionRequest(prompt="x", max_tokens=8),
+    t = Trip(RequestView(64, (), 16, turn=turn, max_tokens=8), list(range(64)), CompletionRequest(prompt="x", max_tokens=8),
              "text", ended - 10, d, admitted=ended - 10)
     t.first_token_seen(s.metrics, ended - 10 + ttft)
     t.completion_tokens, t.usage = tokens, usage

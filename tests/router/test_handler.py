@@ -9,7 +9,7 @@ from tests.conftest import serve_process
 
 
 def test_prompt_ids_are_checked_against_the_vocabulary_before_routing():
-    with serve_process("--policy", "cpd", command="router") as base:
+    with serve_process("--route-policy", "cpd", command="router") as base:
         def post(path, body):
             return httpx.post(base + path, json={"max_tokens": 2, **body}, timeout=30)
 

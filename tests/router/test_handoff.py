@@ -25,7 +25,7 @@ def reply(**kw) -> PrefillReply:
 
 def trip() -> Trip:
     d = Decision("p0", "d0", "warm", est_ttft_s=0.25, cached_tokens=32, reason="test", cls="warm")
-    return Trip(RequestView(64, (), 16), list(range(64)), CompletionRequest(prompt="x", max_tokens=8, temperature=0.0),
+    return Trip(RequestView(64, (), 16, max_tokens=8), list(range(64)), CompletionRequest(prompt="x", max_tokens=8, temperature=0.0),
                 "text", 100.0, d, admitted=100.0)
 
 

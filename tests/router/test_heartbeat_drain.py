@@ -10,7 +10,7 @@ from tests.conftest import AUTH, free_port, metric, serve_process
 
 def test_a_draining_heartbeat_takes_the_worker_out_of_routing_and_its_last_one_removes_it():
     ns = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
-    with serve_process("--policy", "pd", command="router") as router:
+    with serve_process("--route-policy", "pd", command="router") as router:
         for wid, role in (("p", "prefill"), ("d", "decode")):
             body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": ns,
                     "max_num_seqs": 4, "kv_capacity_tokens": 4096}

@@ -20,7 +20,7 @@ def test_render_exposes_sessions_and_index_sizes():
 
 
 def test_a_router_process_serves_the_size_gauges():
-    with serve_process("--policy", "cpd", command="router") as base:
+    with serve_process("--route-policy", "cpd", command="router") as base:
         text = httpx.get(base + "/metrics").text
     assert sample_value(text, "warmpath_router_sessions") == 0
     assert {s: sample_value(text, "warmpath_router_index_blocks", set=s) for s in ("local", "l3", "approx")} == {

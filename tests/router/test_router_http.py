@@ -175,9 +175,13 @@ def test_admission_limit_follows_the_registered_workers():
 
         assert cluster(router)["admission"]["max_in_flight"] == 1      # no worker yet
         register("p", "prefill", 3)
-        register("d", "decode", 5, overlaps_loads=True)
-        seen = {w["worker_id"]: w["overlaps_loads"] for w in cluster(router)["workers"]}
-        assert seen == {"p": False, "d": True}      # the predictor's view of how each loads KV
+        defaults = {"temperature": 0.2, "top_p": 0.9, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.1,
+                    "max_tokens": 1024}
+        register("d", "decode", 5, overlaps_loads=True, prefill_chunk_tokens=2048, generation_defaults=defaults)
+        seen = {w["worker_id"]: (w["overlaps_loads"], w["chunk_tokens"], w["default_max_tokens"])
+                for w in cluster(router)["workers"]}
+        # the predictor's view of how each loads KV, chunks a prompt and what answer it gives by default
+        assert seen == {"p": (False, None, None), "d": (True, 2048, 1024)}
         adm = cluster(router)["admission"]
         assert (adm["max_in_flight"], adm["slots"], adm["queue_limits"]) == (8, {"p": 3, "d": 5}, {"cold": 32, "warm": 64})
         r = httpx.post(router + "/internal/heartbeat", json={"worker_id": "d", "healthy": False}, headers=auth, timeout=5)
@@ -194,7 +198,7 @@ def test_a_drained_worker_gets_nothing_new_then_is_removed():
     from tests.conftest import CLUSTER_TOKEN
     auth = {"Authorization": f"Bearer {CLUSTER_TOKEN}"}
     ns = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
-    with serve_process("--policy", "pd", command="router") as router:
+    with serve_process("--route-policy", "pd", command="router") as router:
         for wid, role in (("p", "prefill"), ("d", "decode")):
             body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": ns,
                     "max_num_seqs": 4, "kv_capacity_tokens": 4096}

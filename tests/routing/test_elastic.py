@@ -200,7 +200,7 @@ def test_a_decode_type_worker_counts_its_slots_in_use_with_its_share_of_the_wait
 
 
 def test_a_decision_counts_as_local_when_one_worker_does_both():
-    rv = RequestView(32, (), 16)
+    rv = RequestView(32, (), 16, max_tokens=128)
     for policy, workers, local in ((ReplicaPolicy(), [WorkerView("r0", "replica")], True),
                                    (PDPolicy(), [WorkerView("p0", "prefill"), WorkerView("d0", "decode")], False)):
         d = RouteDecider(policy)

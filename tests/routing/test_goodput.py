@@ -22,9 +22,9 @@ SM = StepModel((0.005, 0.0001, 0.0), (0.010, 0.001, 0.0), mixed_coef=(0.010, 0.0
 
 
 def fleet(running=4, p_queue=0, c0=False):
-    ws = [WorkerView("d0", "decode", running=running, running_tokens=1000 * running),
-          WorkerView("p0", "prefill", queued_prefill_tokens=p_queue, prefill_tok_s=1000)]
-    return ws + [WorkerView("c0", "pre-prefill", prefill_tok_s=1000)] * c0
+    ws = [WorkerView("d0", "decode", chunk_tokens=512, running=running, running_tokens=1000 * running),
+          WorkerView("p0", "prefill", chunk_tokens=512, queued_prefill_tokens=p_queue, prefill_tok_s=1000)]
+    return ws + [WorkerView("c0", "pre-prefill", chunk_tokens=512, prefill_tok_s=1000)] * c0
 
 
 def snap(workers, hits=None, arrivals=None, session_decode="d0"):
@@ -126,8 +126,6 @@ def test_no_local_path_after_a_failure_and_no_ppd_switch():
 
 
 def test_config_is_validated():
-    with pytest.raises(ValueError, match="chunk_tokens"):
-        GoodputConfig(chunk_tokens=1)
     with pytest.raises(ValueError, match="must be a warmpath.slo.Target, got dict"):
         GoodputConfig(target={"ttft": 2})
     assert GoodputConfig().bound(["warm"], "ttft") is None
@@ -187,9 +185,9 @@ def test_a_decode_worker_past_its_bound_is_not_where_the_next_request_goes():
     # d0 decodes 3 (0.013 s per token, past the 0.0115 bound), d1 decodes 1 (0.011, within): a
     # turn 1 that misses the bound on either (0.014 on d0, 0.012 on d1) goes to d1 and risks its
     # one request, not to d0 and its three (at risk, not lost: their TPOT is their whole answer's)
-    ws = [WorkerView("d0", "decode", running=3, running_tokens=3000),
-          WorkerView("d1", "decode", running=1, running_tokens=1000),
-          WorkerView("p0", "prefill", prefill_tok_s=1000)]
+    ws = [WorkerView("d0", "decode", chunk_tokens=512, running=3, running_tokens=3000),
+          WorkerView("d1", "decode", chunk_tokens=512, running=1, running_tokens=1000),
+          WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)]
     rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
     pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0115", local=False)
     sn = snap(ws, session_decode=None)
@@ -201,8 +199,8 @@ def test_a_decode_worker_past_its_bound_is_not_where_the_next_request_goes():
 def test_a_replica_takes_handoffs_from_the_cold_tier():
     """A cold tier beside replicas: a document may be computed on a replica (local) or on the
     pre-prefill worker and handed to either replica to decode."""
-    ws = [WorkerView("r0", "replica", running=2, running_tokens=2000), WorkerView("r1", "replica"),
-          WorkerView("c0", "pre-prefill", prefill_tok_s=1000)]
+    ws = [WorkerView("r0", "replica", chunk_tokens=512, running=2, running_tokens=2000), WorkerView("r1", "replica", chunk_tokens=512),
+          WorkerView("c0", "pre-prefill", chunk_tokens=512, prefill_tok_s=1000)]
     rv = RequestView(4000, (), 16, None, 1, max_tokens=100)
     pol = policy("ttft_p90=2,tpot=0.05")
     got = {(p.path, p.prefill, p.decode) for p in paths(rv, snap(ws, session_decode=None), pol.cfg)}
@@ -264,8 +262,8 @@ def test_a_request_still_computing_its_prompt_is_stretched_only_by_the_chunks_qu
     # 0.0125; handed off it leaves it at decode(2) = 0.012. Counted as decoding now, it would be
     # stretched by its own chunks too and lost on both paths (0.01396 and 0.01298)
     rv = RequestView(1000, (), 16, None, 1, max_tokens=100)
-    ws = [WorkerView("d0", "decode", queued_prefill_tokens=1000, running=1, running_tokens=1000, prefilling=1),
-          WorkerView("p0", "prefill", prefill_tok_s=1000)]
+    ws = [WorkerView("d0", "decode", chunk_tokens=512, queued_prefill_tokens=1000, running=1, running_tokens=1000, prefilling=1),
+          WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)]
     pol = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0125", hold_step_s=0.0)
     sn = snap(ws, session_decode=None)
     got = {s.pred.path: s for s in score(rv, sn, pol.cfg, "cold", paths(rv, sn, pol.cfg))}
@@ -291,8 +289,13 @@ def test_the_router_decides_a_held_request_again_until_it_goes():
         seen.append(r.waited_s)
         return busy if len(seen) == 1 else idle
 
-    state = SimpleNamespace(decider=RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129")),
-                            snapshot=snapshot, metrics=RouterMetrics())
+    from warmpath.routing.admission import Admission, AdmissionConfig
+    from warmpath.routing.ledger import RequestLedger
+    from warmpath.routing.sessions import SessionTable
+
+    decider = RouteDecider(policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.0129"))
+    state = SimpleNamespace(decider=decider, snapshot=snapshot, metrics=RouterMetrics(),
+                            ledger=RequestLedger(decider, Admission(AdmissionConfig()), SessionTable(), list))
     flow = RequestFlow(state, None)
     d = flow.decide_route(rv, None)
     assert d.hold_s == 0.1

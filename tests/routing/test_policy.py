@@ -4,7 +4,8 @@ from warmpath.routing.estimate import estimate
 from warmpath.routing.policy import CPDConfig, CPDPolicy, PDKVPolicy, PDPolicy, ReplicaPolicy
 from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
-REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16)
+REQ = RequestView(num_tokens=1600, block_hashes=tuple(bytes([i]) * 16 for i in range(100)), block_size=16,
+                  max_tokens=128)
 
 
 def w(wid, role, q=0, running=0, **kw):

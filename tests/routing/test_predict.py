@@ -10,7 +10,8 @@ import pytest
 
 from warmpath.engine.step_model import StepModel
 from warmpath.routing.latency import RouterModel
-from warmpath.routing.predict import (ChunkScaled, Chunks, LineSteps, chunked, current_tpot, decode_steps_s,
+from warmpath.routing.predict import (UNCHUNKED, ChunkScaled, Chunks, LineSteps, chunk_of, chunked, current_tpot,
+                                     decode_steps_s,
                                      predict_local, predict_remote, step_cost, tpot_scale)
 from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
@@ -37,7 +38,7 @@ def test_chunked_prices_each_chunk_as_a_mixed_step():
 
 
 def test_local_prefill_stretches_the_running_decodes():
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw]), SM)
     assert (p.path, p.prefill, p.decode, p.running, p.cached_tokens) == ("local", None, "d0", 4, 0)
     assert p.ttft_s == pytest.approx(0.128)                     # two mixed steps
@@ -46,36 +47,36 @@ def test_local_prefill_stretches_the_running_decodes():
 
 
 def test_remote_leaves_the_decode_batch_one_larger_only():
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
-    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
+    pw = WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)
     p = predict_remote(pw, dw, req(), snap([pw, dw]), SM)
     assert (p.path, p.prefill, p.decode) == ("warm", "p0", "d0")
     # the prior line: 1000·(1 + 500/8192) work units at 1000/s, + the write-through's 2 ms overhead
     assert p.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 1000 + 0.002)
     assert p.tpot_s == pytest.approx(0.015) and p.running_tpot_s == pytest.approx(0.015)
-    assert predict_remote(WorkerView("c0", "pre-prefill"), dw, req(), snap([dw]), SM).path == "cold"
+    assert predict_remote(WorkerView("c0", "pre-prefill", chunk_tokens=512), dw, req(), snap([dw]), SM).path == "cold"
 
 
 def test_queued_prompts_on_the_decode_worker_go_first():
-    dw = WorkerView("d0", "decode", queued_prefill_tokens=508, running=4, running_tokens=4000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, queued_prefill_tokens=508, running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw]), SM)
     assert p.ttft_s == pytest.approx(0.0648 + 0.128)
     assert p.running_tpot_s == pytest.approx((0.0648 + 0.128 + 97 * 0.015) / 100)
-    r = predict_remote(WorkerView("p0", "prefill"), dw, req(), snap([dw]), SM)
+    r = predict_remote(WorkerView("p0", "prefill", chunk_tokens=512), dw, req(), snap([dw]), SM)
     assert r.running_tpot_s == pytest.approx((0.0648 + 99 * 0.015) / 100)
     assert current_tpot(SM, dw, 100) == pytest.approx((0.0648 + 99 * 0.014) / 100)
-    assert current_tpot(SM, WorkerView("d1", "decode"), 100) == 0.0
+    assert current_tpot(SM, WorkerView("d1", "decode", chunk_tokens=512), 100) == 0.0
 
 
 def test_cached_prefix_is_not_computed_locally():
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
     p = predict_local(dw, req(1000, turn=2), snap([dw], {"d0": PrefixHit(local_blocks=56)}), SM)
     # 896 cached (L1, free): 104 tokens in one mixed step 0.010 + 0.0104 + 0.004
     assert p.cached_tokens == 896 and p.ttft_s == pytest.approx(0.0244)
 
 
 def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_scales_online():
-    w = WorkerView("d0", "decode", prefill_tok_s=800)
+    w = WorkerView("d0", "decode", chunk_tokens=512, prefill_tok_s=800)
     assert step_cost(snap([w]), w) == LineSteps(0.0, 800)          # the heartbeat's line, no overhead
     ls = LineSteps(0.01, 800)
     assert ls.step_s([(1, 0)] * 4) == pytest.approx(0.01 + 16 / 800)          # the floor
@@ -93,7 +94,7 @@ def test_step_cost_prefers_the_workers_then_the_fleets_then_the_learnt_line_and_
     assert tpot_scale(snap([w], model=m), w) == pytest.approx(2.0)
     assert tpot_scale(snap([w]), w) == 1.0
     # it scales the decode steps of the TPOTs, never the chunks, never the TTFT
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw]), SM, k=2.0)
     assert (p.ttft_s, p.tpot_s, p.tpot_parts) == (pytest.approx(0.128), pytest.approx(0.030), (0.0, pytest.approx(0.015)))
     assert p.running_tpot_s == pytest.approx((0.128 + 2 * 98 * 0.015) / 100)
@@ -107,7 +108,7 @@ def test_the_load_book_tracks_running_contexts_for_the_views():
     book = LoadBook()
     book.add("d0", running=1, context=1064)
     book.add("d0", running=1, context=2032)
-    (v,) = book.views([WorkerView("d0", "decode", running=9, running_tokens=5)], 0.0)
+    (v,) = book.views([WorkerView("d0", "decode", chunk_tokens=512, running=9, running_tokens=5)], 0.0)
     assert (v.running, v.running_tokens) == (2, 3096)     # the router's own count, not the heartbeat's
     book.add("d0", running=-1, context=-1064)
     assert book.of("d0").context_tokens == 2032
@@ -117,7 +118,7 @@ def test_the_load_book_tracks_running_contexts_for_the_views():
 
 
 def test_without_a_step_model_local_is_priced_as_remote_less_the_handoff():
-    dw, pw = WorkerView("d0", "decode", prefill_tok_s=1000), WorkerView("p0", "prefill", prefill_tok_s=1000)
+    dw, pw = WorkerView("d0", "decode", chunk_tokens=512, prefill_tok_s=1000), WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)
     sn = snap([pw, dw])
     local = predict_local(dw, req(), sn, step_cost(sn, dw), chunk=2048)
     remote = predict_remote(pw, dw, req(), sn, step_cost(sn, dw), chunk=2048)
@@ -136,8 +137,8 @@ def test_chunks_after_drop_the_steps_done_by_then():
 
 def test_a_remote_request_pays_the_queued_chunks_left_when_its_first_token_comes():
     # a document (1016 tokens) prefilling on d0 beside 4 decodes: 2 mixed steps of 0.0648
-    dw = WorkerView("d0", "decode", queued_prefill_tokens=1016, running=4, running_tokens=4000)
-    fast = WorkerView("p0", "prefill", prefill_tok_s=15000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, queued_prefill_tokens=1016, running=4, running_tokens=4000)
+    fast = WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=15000)
     p = predict_remote(fast, dw, req(), snap([fast, dw]), SM)
     # TTFT 1061.035 work units / 15000 + 2 ms = 0.072736 s: one step done, one left
     assert p.ttft_s == pytest.approx(1000 * (1 + 500 / 8192) / 15000 + 0.002)
@@ -148,13 +149,13 @@ def test_a_remote_request_pays_the_queued_chunks_left_when_its_first_token_comes
     assert predict_remote(fast, dw, req(), snap([fast, dw]), SM, k=2.0).tpot_s == \
         pytest.approx((0.0648 + 2 * 99 * 0.015) / 100)
     # a slow prefill (1.063 s): the document is done before the first token
-    slow = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    slow = WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)
     assert predict_remote(slow, dw, req(), snap([slow, dw]), SM).tpot_s == pytest.approx(0.015)
 
 
 def test_the_correction_learns_the_decode_steps_and_shrugs_off_a_stretched_answer():
     m = RouterModel()
-    w = WorkerView("d0", "decode")
+    w = WorkerView("d0", "decode", chunk_tokens=512)
     # predicted 0.02 = 0.005 of chunks + 0.015 of decode steps; measured 0.03: κ = 0.025 / 0.015
     assert m.observe_tpot("d0", 0.02, 0.03, (0.005, 0.015)) == pytest.approx(1 / 3)
     assert tpot_scale(snap([w], model=m), w) == pytest.approx(5 / 3)
@@ -169,7 +170,7 @@ def test_the_correction_learns_the_decode_steps_and_shrugs_off_a_stretched_answe
 
 def test_rho_prices_the_prompt_steps_from_local_prefills_on_an_idle_decode_worker():
     m = RouterModel(steps={None: SM})                 # hop prior 0.005 s
-    idle = WorkerView("d0", "decode")
+    idle = WorkerView("d0", "decode", chunk_tokens=512)
     # alone: 512 + 488 tokens on the prefill line, 0.0562 + 0.0538
     p = predict_local(idle, req(), snap([idle], model=m), step_cost(snap([idle], model=m), idle))
     assert p.ttft_s == pytest.approx(0.005 + 0.11) and p.ttft_parts == (0.005, pytest.approx(0.11))
@@ -188,11 +189,11 @@ def test_rho_prices_the_prompt_steps_from_local_prefills_on_an_idle_decode_worke
     assert m.params()["chunk_scale"] == {"d0": 0.5}
     # beside running decodes (a step in flight to wait for) or queued prompts (progress unknown):
     # priced with ρ, no sample from it
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
     p = predict_local(dw, req(), snap([dw], model=m), cost)
     assert p.ttft_s == pytest.approx(0.005 + 0.064) and p.ttft_parts is None
     assert p.running_tpot_s == pytest.approx((0.064 + 98 * 0.015) / 100)
-    busy = WorkerView("d0", "decode", queued_prefill_tokens=508)
+    busy = WorkerView("d0", "decode", chunk_tokens=512, queued_prefill_tokens=508)
     assert predict_local(busy, req(), snap([busy], model=m), cost).ttft_parts is None
     m.observe_local_ttft("d0", 0.005, 0.0, 1.0)         # nothing computed: nothing learnt
     m.observe_local_ttft("d0", 0.005, 0.04, 0.2)        # steps 0.04 of 0.045 < 90%: overhead-bound
@@ -203,8 +204,8 @@ def test_a_handed_off_prompt_stalls_its_decode_worker_while_it_loads_what_that_w
     # 1000 tokens = 62 whole blocks (992 tokens) in the store; d0 holds 20 of them (320 tokens):
     # 672 tokens x 1000 bytes = 672 KB at the prior L3 line (2 ms + bytes / 4e8 B/s) = 0.00368 s,
     # over the answer's 100 tokens: +0.0000368 s per token for it and for the 4 running decodes
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000)
-    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000)
+    pw = WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)
     hits = {"d0": PrefixHit(local_blocks=20)}
     sn = Snapshot([pw, dw], hits, kv_bytes_per_token=1000)
     p = predict_remote(pw, dw, req(), sn, SM)
@@ -231,7 +232,7 @@ def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_
     # of KV load: +0.003 s per token; a decode more after it) and 2.0 s (after its answer).
     # Steps: 6 decodes (0.016 s) from 0.128 s until 0.5: ceil(0.372 / 0.016) = 24 steps, then the
     # 76 left at 7 (0.017 s): 0.384 + 1.292 = 1.676 s, 0.01676 per token.
-    dw = WorkerView("d0", "decode", running=4, running_tokens=4000,
+    dw = WorkerView("d0", "decode", chunk_tokens=512, running=4, running_tokens=4000,
                     incoming=((0.05, 0.2), (0.5, 0.3), (2.0, 0.4)))
     sn = Snapshot([dw], {"d0": PrefixHit()}, kv_bytes_per_token=1000)
     p = predict_local(dw, req(), sn, SM)
@@ -247,7 +248,7 @@ def test_handoffs_bound_for_the_decode_worker_stall_a_request_whose_answer_they_
     # back at the prefill worker's TTFT t = 1.0655 s; handoffs landing at 0.95 t and t + 0.1 stall
     # it, one at 0.8 t not. Decodes: 5 + the two landed before t = 7 (0.017 s) for ceil(0.1 /
     # 0.017) = 6 steps, then 8 (0.018 s) for 94: (0.102 + 1.692) / 100 = 0.01794 per token
-    pw = WorkerView("p0", "prefill", prefill_tok_s=1000)
+    pw = WorkerView("p0", "prefill", chunk_tokens=512, prefill_tok_s=1000)
     full = {"d0": PrefixHit(local_blocks=63)}
     t = predict_remote(pw, replace(dw, incoming=()), req(), Snapshot([pw, dw], full, kv_bytes_per_token=1000), SM).ttft_s
     dw2 = replace(dw, incoming=((0.8 * t, 0.5), (0.95 * t, 0.1), (t + 0.1, 0.3)))
@@ -279,3 +280,20 @@ def test_decode_steps_grow_as_handoffs_land():
     # one landing after the answer ends changes nothing; from 0.2 s on, both have landed
     assert decode_steps_s(SM, 2, 1000, ((5.0, 0.0),), 0.0, 10) == pytest.approx(0.012)
     assert decode_steps_s(SM, 2, 1000, ((0.0, 0.0), (0.05, 0.0)), 0.2, 10) == pytest.approx(0.014)
+
+
+def test_a_prompt_is_chunked_as_the_worker_that_computes_it_registered():
+    """The chunk is the decode worker's own (its --max-num-batched-tokens: 512 on ours, 2,048 on
+    vLLM's), not one number for the fleet: a 1,000-token prompt beside 4 decodes is 2 mixed steps
+    of 508 + 492 tokens at 512, one step at 2,048; a worker that registered none computes it in one."""
+    busy = dict(running=4, running_tokens=4000)
+    ours, vllm = WorkerView("d0", "decode", chunk_tokens=512, **busy), WorkerView("d0", "decode", chunk_tokens=2048, **busy)
+    two = predict_local(ours, req(), snap([ours]), SM)
+    one = predict_local(vllm, req(), snap([vllm]), SM)
+    # mixed step = 0.010 + 0.0001·t + 0.001·4: 0.0648 + 0.0632 in two chunks, 0.114 in one
+    assert two.ttft_s == pytest.approx(0.0648 + 0.0632)
+    assert one.ttft_s == pytest.approx(0.114)
+    assert predict_local(ours, req(), snap([ours]), SM, chunk=2048).ttft_s == pytest.approx(one.ttft_s)
+    unknown = WorkerView("d0", "decode", **busy)
+    assert predict_local(unknown, req(), snap([unknown]), SM).ttft_s == pytest.approx(one.ttft_s)
+    assert (chunk_of(ours), chunk_of(vllm), chunk_of(unknown, 256), chunk_of(unknown)) == (512, 2048, 256, UNCHUNKED)

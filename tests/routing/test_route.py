@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from warmpath.routing.classify import ColdRule, reuse
-from warmpath.routing.route import RouteDecider
+from warmpath.routing.route import RouteDecider, answer_budget
 from warmpath.routing.policy import CPDPolicy, PDKVPolicy, PDPolicy
 from warmpath.routing.ppd import PPDConfig
 from warmpath.routing.sessions import SessionState
@@ -44,7 +44,7 @@ def test_snapshot_looks_up_prefixes_only_where_a_prompt_is_computed():
 
 
 def test_the_class_is_the_requests_reuse_not_the_chosen_workers():
-    decider, rv = RouteDecider(PDPolicy()), RequestView(1600, HASHES, 16)
+    decider, rv = RouteDecider(PDPolicy()), RequestView(1600, HASHES, 16, max_tokens=128)
     # PD is cache-blind: it takes the least queued worker (c1 or p2, no prefix), yet 90 of
     # the 100 blocks are cached on p1, so the request is warm
     d = decider.decide_route(rv, snapshot(decider, {"p1": PrefixHit(90, 0)}))
@@ -62,11 +62,11 @@ def test_cold_rule_by_hand():
         ColdRule(1.5)
     decider = RouteDecider(PDPolicy())
     snap = snapshot(decider, {"p1": PrefixHit(90, 0), "c1": PrefixHit(10, 5)})
-    assert reuse(RequestView(1600, HASHES, 16), snap) == 1440
+    assert reuse(RequestView(1600, HASHES, 16, max_tokens=128), snap) == 1440
 
 
 def test_cpd_class_is_its_tier():
-    decider, rv = RouteDecider(CPDPolicy()), RequestView(1600, HASHES, 16)
+    decider, rv = RouteDecider(CPDPolicy()), RequestView(1600, HASHES, 16, max_tokens=128)
     d = decider.decide_route(rv, snapshot(decider, {"p2": PrefixHit(90, 0)}))
     assert (d.tier, d.cls, d.prefill) == ("warm", "warm", "p2")
     d = decider.decide_route(rv, snapshot(decider, {}))
@@ -84,7 +84,7 @@ def test_ppd_switch_local_remote_and_retry():
     never = RouteDecider(CPDPolicy(), PPDConfig("x0"))
     assert never.decide_route(rv, snapshot(never, hits, "d1")).ppd == "remote"
     # turn 1, or no PPD, or the session's decode worker gone: the switch does not apply
-    assert local.decide_route(RequestView(1600, HASHES, 16), snapshot(local, hits, "d1")).ppd is None
+    assert local.decide_route(RequestView(1600, HASHES, 16, max_tokens=128), snapshot(local, hits, "d1")).ppd is None
     assert RouteDecider(CPDPolicy()).decide_route(rv, snapshot(local, hits, "d1")).ppd is None
     assert local.decide_route(rv, snapshot(local, hits, "d9")).ppd is None
 
@@ -114,7 +114,7 @@ def test_with_no_prefill_worker_the_prompt_runs_on_a_decode_worker():
         assert "no healthy prefill worker" in d.reason
         # no session: the least loaded decode worker (1 running), with its own 5 blocks; the
         # class is the request's reuse in the fleet (d1's 60 blocks), not the chosen worker's
-        d = decider.decide_route(RequestView(1600, HASHES, 16), snapshot(decider, hits, None, decode_only))
+        d = decider.decide_route(RequestView(1600, HASHES, 16, max_tokens=128), snapshot(decider, hits, None, decode_only))
         assert (d.prefill, d.decode, d.cached_tokens, d.cls) == (None, "d2", 80, "warm")
         with pytest.raises(LookupError, match="no healthy prefill worker"):
             decider.decide_route(rv, snap, allow_local=False)
@@ -157,3 +157,16 @@ def test_the_ppd_feedback_keeps_a_turns_ttft_less_its_predicted_queue_wait():
     assert (st.ttft.samples, st.ttft.value, st.tpot.value) == (1, pytest.approx(0.5), pytest.approx(0.03))
     decider.observe_outcome(replace(remote, ppd_queue_s=3.0), 2.0, None)   # queue overestimated: 0, not -1
     assert st.ttft.value == pytest.approx(0.7 * 0.5 + 0.3 * 0.0) and st.tpot.samples == 1
+
+
+def test_a_request_without_max_tokens_is_booked_at_the_budget_the_worker_will_give_it():
+    """Not 128: the workers' registered default (1,024 on SmolLM2's), capped at the context
+    left as a worker caps it; the client's own max_tokens when it sent one."""
+    views = [WorkerView("p0", "prefill"), WorkerView("d0", "decode", default_max_tokens=1024)]
+    assert answer_budget(None, views, 1000, 8192) == 1024
+    assert answer_budget(None, views, 7900, 8192) == 292          # the context left
+    assert answer_budget(None, views, 8192, 8192) == 1            # at least one token
+    assert answer_budget(50, views, 1000, 8192) == 50
+    assert answer_budget(None, views, 1000, None) == 1024
+    with pytest.raises(LookupError, match="default max_tokens"):
+        answer_budget(None, [WorkerView("d0", "decode")], 1000, 8192)

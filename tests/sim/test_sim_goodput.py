@@ -29,7 +29,8 @@ def sessions(n=40, rate=2.0, seed=3):
 
 def test_goodput_runs_end_to_end_with_its_predictions_recorded():
     sim = build(setup())
-    assert type(sim.decider.policy) is GoodputPolicy and sim.decider.policy.cfg.chunk_tokens == 8192
+    assert type(sim.decider.policy) is GoodputPolicy
+    assert sim.workers["decode-0"].view().chunk_tokens == 8192     # the scheduler's chunk, as a worker registers it
     assert type(sim.decider.model.steps["decode-0"]) is Roofline      # the simulated worker's own steps
     seen, snapshot = [], sim.decider.snapshot
 

@@ -155,3 +155,13 @@ def test_relay_book_batch_from_vllm_running_readings():
     book.first_token("c")
     book.heartbeat("w", parse_metrics("vllm:num_requests_running 0\n"))
     assert book.finished("c") == 1.0
+
+
+def test_a_vllm_worker_registers_the_prefill_chunk_vllm_runs():
+    """The router chunks a prompt's predicted steps as vLLM will: ours when set, else one in
+    --vllm-args, else vLLM's own default (2,048)."""
+    base = ("/m", "M", 1, "tcp://h:1")
+    assert VLLMServerConfig(*base).batched_tokens() == 2048
+    assert VLLMServerConfig(*base, max_num_batched_tokens=4096).batched_tokens() == 4096
+    assert VLLMServerConfig(*base, extra_args=("--max-num-batched-tokens", "8192")).batched_tokens() == 8192
+    assert VLLMServerConfig(*base, extra_args=("--max-num-batched-tokens=1024",)).batched_tokens() == 1024

@@ -95,7 +95,7 @@ def test_a_decode_worker_drains_only_after_the_request_whose_prefill_runs_elsewh
     router = f"http://127.0.0.1:{rport}"
     args = ("--no-l3", "--router", router, "--heartbeat-s", "0.5", "--kv-cache-gib", "0.25", "--l2-gib", "0")
     procs: list = []
-    with serve_processes(server("--policy", "pd", "--heartbeat-s", "0.5", command="router", port=rport),
+    with serve_processes(server("--route-policy", "pd", "--heartbeat-s", "0.5", command="router", port=rport),
                          server(*args, "--role", "prefill", "--worker-id", "p", command="worker", procs=procs),
                          server(*args, "--role", "decode", "--worker-id", "d", command="worker", procs=procs)):
         wait_for(lambda: workers(router).keys() == {"p", "d"})

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from warmpath.deploy.plan import HOST
+from warmpath.deploy.placement import HOST
 from warmpath.procs import die_with_parent
 from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 

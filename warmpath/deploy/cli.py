@@ -8,7 +8,7 @@ import argparse
 import json
 import secrets
 
-from warmpath.deploy.plan import RayDeployConfig, args, parse_amounts
+from warmpath.deploy.placement import RayDeployConfig, args, parse_amounts
 
 
 def add_parser(sub) -> None:

@@ -17,7 +17,7 @@ import httpx
 
 from warmpath.deploy import drain as drains
 from warmpath.deploy.actor import ProcessHost
-from warmpath.deploy.plan import (
+from warmpath.deploy.placement import (
     RayDeployConfig,
     actor_name,
     is_store,

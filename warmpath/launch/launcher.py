@@ -32,7 +32,6 @@ import httpx
 
 from warmpath.launch.topology import Topology, pinning
 from warmpath.procs import die_with_parent
-from warmpath.routing.admission import AdmissionConfig
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +168,8 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
     c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"),
                 token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys), pins=pins)
     try:
-        ppd = [] if topo.ppd == "off" else ["--ppd", topo.ppd]
-        if "--elastic" not in router_argv and topo.policy == "cpd":
-            router_argv = [*router_argv, "--elastic", "on"]
         c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
-                           "--policy", topo.policy, *ppd, *router_argv])
+                           "--route-policy", topo.policy, "--ppd", topo.ppd, *router_argv])
         per = threads or max(1, (os.cpu_count() or 2) // topo.size)
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
@@ -247,6 +243,7 @@ def serve_cluster(a, model_id: str) -> int:
 def start_from_args(a) -> Cluster:
     """Start the cluster ``warmpath serve --topology NAME`` describes (its parsed flags)."""
     from warmpath.launch.topology import resolve, with_pins
+    from warmpath.routing.flags import routing_argv
 
     topo = with_pins(resolve(a.topology, a.ppd, getattr(a, "route_policy", None)), getattr(a, "pin", None))
     topo.check_handoff(a.engine, getattr(a, "vllm_kv_connector", None))
@@ -254,24 +251,11 @@ def start_from_args(a) -> Cluster:
         from warmpath.launch.topology import spread_vllm
 
         topo = spread_vllm(topo, a.engine)
-    router_argv = ["--model", a.model, *AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue).to_argv(),
-                   "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
-                   "--session-idle-s", str(getattr(a, "session_idle_s", 3600.0)), "--max-body-mib", str(a.max_body_mib)]
+    router_argv = ["--model", a.model, "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
+                   "--session-idle-s", str(a.session_idle_s), "--max-body-mib", str(a.max_body_mib),
+                   *routing_argv(a, topo.policy, topo.ppd)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
-    if getattr(a, "slo", None):
-        router_argv += ["--slo", a.slo]
-    if getattr(a, "goodput_local", "on") != "on":
-        router_argv += ["--goodput-local", a.goodput_local]
-    if getattr(a, "goodput_slack_share", None) is not None:
-        router_argv += ["--goodput-slack-share", str(a.goodput_slack_share)]
-    if getattr(a, "goodput_hold_share", None) is not None:
-        router_argv += ["--goodput-hold-share", str(a.goodput_hold_share)]
-    if getattr(a, "elastic", "auto") != "auto":
-        router_argv += ["--elastic", a.elastic]
-    for flag in ("elastic_hold_s", "elastic_cooldown_s"):   # the elastic rule's hysteresis, when given
-        if getattr(a, flag, None) is not None:
-            router_argv += ["--" + flag.replace("_", "-"), str(getattr(a, flag))]
     from warmpath.protocol.auth import api_keys, cluster_token
 
     vllm = a.engine == "vllm" or "vllm" in topo.engines.values()

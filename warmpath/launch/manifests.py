@@ -118,9 +118,8 @@ def router(cfg: ManifestConfig) -> list[dict]:
     t = cfg.topology
     match = k.selector("router")
     labels = _labels(cfg, match)
-    args = ["router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--policy", t.policy, "--model", cfg.model]
-    args += ["--ppd", t.ppd] if t.ppd != "off" else []
-    args += ["--elastic", "on"] if t.policy == "cpd" else []     # as `warmpath serve` runs cpd
+    args = ["router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--route-policy", t.policy,
+            "--ppd", t.ppd, "--model", cfg.model]   # --elastic auto: on for cpd, as `warmpath serve` runs it
     probes = {"startupProbe": k.http_probe("/health", 2, 60), "livenessProbe": k.http_probe("/health", 10, 3),
               "readinessProbe": k.http_probe("/ready", 5, 2)}
     # preStop: the Service stops sending clients here before the router stops listening.

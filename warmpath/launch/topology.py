@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from warmpath.routing.ppd import MODES as PPD_MODES
 from warmpath.routing.views import ROLES
 
 log = logging.getLogger(__name__)
 
-PPD_MODES = ("off", "x0", "x1", "dynamic")
 ENGINES = ("warmpath", "vllm")
 
 

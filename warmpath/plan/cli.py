@@ -9,6 +9,7 @@ from pathlib import Path
 from warmpath.bench.cli import add_shared_flags, check_shared_flags
 from warmpath.bench.workload import WORKLOADS
 from warmpath.plan.space import KINDS, PD_POLICIES, PLAN_PPD_MODES
+from warmpath.routing.flags import add_routing_args
 from warmpath.sim.hardware import HARDWARE, MODELS
 
 
@@ -21,11 +22,9 @@ def add_parser(sub) -> None:
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
-    s.add_argument("--slo", required=True, help="the target, e.g. ttft_p90=2,tpot=0.1 or "
-                                                "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05 (as warmpath bench)")
     s.add_argument("--tp-set", default="1,2,4,8", help="TP degrees per role to try")
     s.add_argument("--kinds", default=",".join(KINDS), help="deployment kinds to try")
-    s.add_argument("--ppd", default=",".join(PLAN_PPD_MODES),
+    s.add_argument("--ppd-modes", default=",".join(PLAN_PPD_MODES),
                    help="PPD modes on PD splits (only tried when sessions have turns 2+)")
     s.add_argument("--ppd-kinds", default="pd", help="kinds the PPD modes are tried on: pd, cpd (cpd-1d@dynamic)")
     s.add_argument("--pd-policies", default="pd",
@@ -42,8 +41,7 @@ def add_parser(sub) -> None:
     s.add_argument("--jobs", type=int, default=1, help="candidates simulated in parallel (processes)")
     s.add_argument("--block-size", type=int, default=128,
                    help="simulated KV block tokens (coarser than the engine's 16 for speed; see docs/sim.md)")
-    s.add_argument("--max-in-flight", type=int, default=None,
-                   help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
+    add_routing_args(s, topology=False, slo_required=True)
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
@@ -66,7 +64,7 @@ def build(a: argparse.Namespace):
     from warmpath.bench.replay import load_trace, parse_floats
     from warmpath.launch.topology import Topology
     from warmpath.engine.scheduler import SchedulerConfig
-    from warmpath.routing.admission import AdmissionConfig
+    from warmpath.routing.flags import admission_from_args, target_of
     from warmpath.plan.search import PlanConfig
     from warmpath.plan.evaluate import SimEvaluator, fits
     from warmpath.plan.space import candidates
@@ -81,13 +79,16 @@ def build(a: argparse.Namespace):
     grid = parse_floats(a.grid, "--grid") or (
         [a.gpus / 16 * 2 ** i for i in range(10)] if a.trace else [0.05 * 2 ** i for i in range(9)])
     cfg = PlanConfig(a.gpus, tuple(grid), a.min_gpus, _ints(a.tp_set, "--tp-set"), tuple(a.kinds.split(",")),
-                     tuple(a.ppd.split(",")), a.screen_requests, a.screen_duration, a.finalists, a.bisect, a.jobs,
+                     tuple(a.ppd_modes.split(",")), a.screen_requests, a.screen_duration, a.finalists, a.bisect, a.jobs,
                      a.seed, tuple(a.ppd_kinds.split(",")), tuple(a.pd_policies.split(",")))
     base = SimSetup(Topology("plan", "replica", {"replica": 1}), MODELS[a.model], HARDWARE[a.hardware],
-                    block_size=a.block_size, admission=AdmissionConfig(a.max_in_flight),
+                    block_size=a.block_size, admission=admission_from_args(a),
                     scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
                                               max_model_len=1 << 20),
-                    max_concurrency=a.max_concurrency, seed=a.seed, timeout_s=a.timeout)
+                    max_concurrency=a.max_concurrency, seed=a.seed, timeout_s=a.timeout, target=target_of(a),
+                    goodput_local=a.goodput_local == "on", slack_share=a.goodput_slack_share,
+                    hold_share=a.goodput_hold_share, elastic=a.elastic, elastic_hold_s=a.elastic_hold_s,
+                    elastic_cooldown_s=a.elastic_cooldown_s)
     if a.trace is not None:
         trace = load_trace(a.trace, a.trace_block, a.scale, a.max_output, a.seed)
         ev = SimEvaluator(base, slo, trace=trace, screen_requests=a.screen_requests, seed=a.seed)

@@ -182,6 +182,9 @@ class Registration(BaseModel):
     max_num_seqs: int | None = Field(None, ge=1, le=1 << 20)
     kv_capacity_tokens: int | None = Field(None, ge=1, le=1 << 40)
     overlaps_loads: bool = False         # its L3 loads run beside its engine's steps (--kv-l3-overlap)
+    # prompt tokens its scheduler computes per step (--max-num-batched-tokens): the router's
+    # predictions chunk a prompt as this worker will
+    prefill_chunk_tokens: int | None = Field(None, ge=1, le=1 << 24)
 
 
 class Heartbeat(BaseModel):

@@ -143,7 +143,8 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         try:
             state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
                                     b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens,
-                                    b.overlaps_loads)
+                                    b.overlaps_loads, b.prefill_chunk_tokens,
+                                    b.generation_defaults.max_tokens if b.generation_defaults else None)
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
         state.namespaces.add(b.worker_id, b.role, ns, b.engine)   # after a restart's removal above, which forgets it
@@ -210,7 +211,7 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
     @app.get("/ready", responses=status(503))
     async def ready() -> Response:
         """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
-        probe = RequestView(1, (), 16)
+        probe = RequestView(1, (), 16, max_tokens=1)   # a one-token probe: is there any path
         try:
             d = state.decider.decide_route(probe, state.snapshot(probe, None), arrival=False)
         except LookupError as e:

@@ -61,8 +61,7 @@ class RequestFlow:
             raise
         t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
         t.timing["route"] = t.admitted - arrival
-        if sess is not None:
-            sess.turns += 1
+        self.s.ledger.dispatched(sess)
         self._count(d, rv)
         try:
             return await self._run(t, sess)
@@ -74,7 +73,7 @@ class RequestFlow:
         """Take an in-flight slot (429 when the queues are full too); a request that waited
         is routed again, since the cluster moved on meanwhile."""
         s = self.s
-        verdict = s.admission.offer(key, d.cls)
+        verdict = s.ledger.admit(key, d)
         if verdict == "rejected":
             s.metrics.rejected.inc()
             raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
@@ -85,7 +84,7 @@ class RequestFlow:
             await ev.wait()
         except asyncio.CancelledError:  # the client left while waiting
             s.waiters.pop(key, None)
-            if not s.admission.cancel(key):
+            if not s.ledger.abandoned_waiting(key):
                 s.release()  # we had already been given the slot: hand it on
             raise
         try:
@@ -103,7 +102,7 @@ class RequestFlow:
         since = time.monotonic()
         while d.hold_s > 0:
             await asyncio.sleep(d.hold_s)
-            d = self.decide_route(replace(rv, waited_s=time.monotonic() - since), sess, arrival=False)
+            d = self.decide_route(self.s.ledger.held(rv, since, time.monotonic()), sess, arrival=False)
         self.s.metrics.held.observe(time.monotonic() - since)
         return d
 
@@ -226,19 +225,18 @@ class RequestFlow:
                                       computed_here=t.prefill is None)
 
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
-        self.s.load.add(t.decision.decode, running=-1, context=-_context(t))
-        tpot = t.finished(self.s.metrics)
+        s = self.s
+        s.load.add(t.decision.decode, running=-1, context=-_context(t))
+        tpot = t.finished(s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
-        ttft_err, tpot_err = self.s.decider.observe_outcome(t.decision, ttft, tpot)
+        end = s.ledger.ended(t.decision, t.rv.num_tokens, t.completion_tokens or 0, ttft, tpot, sess)
         self._learn(t)
-        if ttft_err is not None:
-            self.s.metrics.ttft_error.observe(ttft_err)
-        if tpot_err is not None:
-            self.s.metrics.tpot_error.observe(tpot_err)
-        self.s.dashboard.trip_ended(t)
-        if sess is not None:
-            sess.turn_ended(t.decision.decode, t.rv.num_tokens, t.completion_tokens)
-        self.s.release(t.rv.num_tokens + (t.completion_tokens or 0))
+        if end.ttft_err is not None:
+            s.metrics.ttft_error.observe(end.ttft_err)
+        if end.tpot_err is not None:
+            s.metrics.tpot_error.observe(end.tpot_err)
+        s.dashboard.trip_ended(t)
+        s.wake(end.woken)
 
 
 def _context(t: Trip) -> int:

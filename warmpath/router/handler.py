@@ -18,6 +18,7 @@ from warmpath.protocol.errors import APIError, bad
 from warmpath.protocol.internal import MAX_PROMPT_IDS
 from warmpath.protocol.openai import ChatCompletionRequest, SamplingFields, check_prompt_chars
 from warmpath.router.flow import RequestFlow
+from warmpath.routing.route import answer_budget
 from warmpath.routing.sessions import session_id
 from warmpath.router.state import RouterState
 
@@ -108,5 +109,10 @@ class RequestHandler:
         hashes = s.hash_cache.hashes(ns, ids, sid)   # = hash_prefix_blocks(ns, ids), the session's reused
         others = {o: s.hash_cache.hashes(o.with_salt(body.cache_salt), ids, sid)   # once per other namespace
                   for o in s.namespaces.others(s.namespace)}
-        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, body.max_new_tokens or 128, others)
+        try:   # booked and predicted with the budget the worker will give it
+            budget = answer_budget(body.max_new_tokens, [r.view for r in s.registry.workers.values()], len(ids),
+                                   s.max_model_len)
+        except LookupError as e:
+            raise APIError(503, str(e), err_type="server_error") from e
+        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, budget, others)
         return rv, sess

@@ -17,6 +17,7 @@ from warmpath.models.tokenizer import TextTokenizer
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
 from warmpath.routing.admission import Admission, AdmissionConfig
 from warmpath.router.dashboard import Dashboard
+from warmpath.routing.ledger import RequestLedger
 from warmpath.routing.index import GlobalKVIndex
 from warmpath.routing.elastic import ElasticConfig
 from warmpath.routing.load import LoadBook
@@ -77,6 +78,8 @@ class RouterState:
         self.gone: dict[str, asyncio.Event] = {}
         self.draining: set[str] = set()  # registered, finishing what they have, given nothing new
         self.dashboard = Dashboard()     # /dashboard's rings (router/dashboard.py)
+        # every request's books (admit, dispatch, end), kept as the simulator keeps them
+        self.ledger = RequestLedger(self.decider, self.admission, self.sessions, self.routable)
 
     @property
     def policy(self) -> RoutingPolicy:
@@ -119,16 +122,11 @@ class RouterState:
     def release(self, kv_tokens: int | None = None) -> None:
         """A request ended (having held ``kv_tokens`` of KV, prompt + answer, when it ran to
         its end): give its admission slot to the next waiter, if any."""
-        refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
-        nxt = self.admission.release()
-        if nxt is not None:
-            self._wake([nxt])
-        if refit:
-            self.fit_admission()
+        self.wake(self.ledger.release(kv_tokens))
 
     def fit_admission(self) -> None:
         """Size the admission limit to the fleet now (a worker joined, left or changed role)."""
-        self._wake(self.admission.fit(self.routable()))
+        self.wake(self.ledger.fit())
 
     def routable(self) -> list:
         """The registered workers new requests may go to (not draining)."""
@@ -149,7 +147,8 @@ class RouterState:
         self.fit_admission()
         return known
 
-    def _wake(self, keys: list) -> None:
+    def wake(self, keys: list) -> None:
+        """Give the slots to these waiters (``RequestLedger.release``'s keys)."""
         for k in keys:
             if k in self.waiters:
                 self.waiters.pop(k).set()

@@ -1,61 +1,37 @@
-"""The ``goodput`` policy's path decision: every candidate path, the requests it keeps
-within their targets, the best one (pure, no torch, no I/O).
+"""The ``goodput`` policy's path decision: every candidate path, the requests it keeps within
+their targets, the best one (pure, no torch, no I/O).
 
-Candidates (``routing/predict.py`` predicts each one's TTFT and TPOT):
+**Candidates** (``routing/predict.py`` predicts each one's TTFT and TPOT): *local* on each
+decode worker or replica (it computes the prompt in its batch, any turn, no handoff), and
+*remote* on each prefill-type worker (warm for ``prefill``, cold for ``pre-prefill``) with
+each decode-type worker to hand off to (a replica decodes a handed-off prompt as a decode
+worker does).
 
-* **local** on each decode worker (and replica): it computes the prompt in its batch —
-  any turn, turn 1 included, no handoff;
-* **remote** on each prefill-type worker (its tier: warm for ``prefill``, cold for
-  ``pre-prefill``) with each decode-type worker to hand off to — a decode worker or a
-  replica (a replica decodes a handed-off prompt as a decode worker does: a layout of
-  cold-tier workers beside replicas computes documents apart and decodes them aggregated).
+**Score**: the number of requests predicted within their targets — this one (TTFT and TPOT
+within its class's bounds) and every decode worker's running requests (their TPOT within the
+running bound, at the TPOT the path leaves them). The most kept wins; a tie goes to the lowest
+predicted TTFT plus the harm the path does to later requests, in units of this request's TTFT
+bound (a request with slack lends it): at a prefill tier the TTFT it adds to the tier's later
+arrivals (``estimate.harm_s``), locally the decode time its chunks add on that decode worker
+(:func:`local_harm_s`); then the fewest running, then the ids.
 
-A path's score is the number of requests predicted within their targets: this one (TTFT
-and TPOT within its class's bounds), and every decode worker's running requests (their
-TPOT within the running bound; the path's decode worker at the TPOT the path leaves it,
-the others at their current — those still computing their own prompt there stretched only by
-the chunks queued after theirs, this request's when local: ``PathPrediction.prefilling_tpot_s``).
-Requests queued for a prompt are not delayed by one that
-queues behind them. The most kept wins; a tie goes to the lowest predicted TTFT plus the
-harm the path does to later requests (in units of this request's TTFT bound, so a request
-with slack (a cold one, 20 s) pays ten times what a warm one (2 s) pays for the same harm:
-it lends its slack): at a prefill tier the TTFT it adds to the tier's later arrivals (CPD's
-``estimate.harm_s``, over their TTFT bound); locally the decode time its chunks add to the
-later arrivals on that decode worker (:func:`local_harm_s`, over their TPOT bound times the
-answer); then the fewest running on the decode worker, then the ids. A request at risk
-borrows: it takes the path that keeps it within its bound even when that stretches others,
-as long as they stay within theirs — and never a local path that would push the decode
-worker's running requests past their TPOT bound, from within it, while another path keeps
-this request's TTFT within its bound (``Scored.over``: the chunks that stretch them are this
-request's own; with no such path, a warm turn is not sent behind a document to spare the
-running decodes a few slow steps — in the simulated ranking52 pair, seed 12, one waited 8 s at
-the prefill worker so). Running requests
-already past it are at risk, not lost: a request's TPOT is its whole answer's, and a decode
-worker over the bound now recovers as its requests finish unless more are sent there — so a
-path to it loses them as a path that pushes a worker past the bound does (counting them lost
-on every path made the worker over its bound the cheapest place for every next request: in the
-simulated B200 map, 2P1D / 20% cold / 16K at 0.4 sessions/s and 2× the unloaded TPOT, one
-decoder took the warm requests at 25–26 ms per token for a 15 ms bound, attainment 0.66 → 0.85
-with this rule). A local path's harm to later arrivals still counts.
+**At risk**: a request may take the path that keeps it within its bound even when that
+stretches others, as long as they stay within theirs, but never a local path that pushes the
+decode worker's running requests past their bound while another path keeps this request's
+TTFT (``Scored.over``). Running requests already past the bound count as lost on any path
+that sends more work there, so a worker over its bound is not the cheapest next place.
 
-**Slack.** A prediction cannot see the chunks that later requests bring: a decision that
-packs each decode worker up to the TPOT bound leaves its requests there to be pushed past it
-by the next arrivals. Each decode-type worker's TPOT is therefore planned within
-``slack_share`` of the slack between its unloaded TPOT (a batch-1 decode step at the
-request's context, or at its running requests' mean context) and the bound
-(:func:`planned`): in the simulated B200 map (cold tier + TP4 replicas, seed 0), share 1
-sustained less under a TPOT bound of 2× the unloaded TPOT than under the tighter 1.3× in 3
-of 8 cells and missed the best fixed arm in 6 of 8 at 2×; share 0.5 met or beat it in all
-8 (``docs/benchmarks/policies_sim.md``, "A cold tier beside replicas").
+**Slack**: a prediction cannot see the chunks later requests bring, so each decode-type
+worker's TPOT is planned within ``slack_share`` of the slack between its unloaded TPOT and
+the bound (:func:`planned`); the measured effect of the share is in
+``docs/benchmarks/policies_sim.md``.
 
-**Hold.** When the best path's batch would push this request, or the running requests within
-their bound now, past their TPOT bound, while this request alone on that worker would be
-within — and its decode would start while those running now still decode (a local path, or a
-first token due within a lone answer's time) — it waits at the router (:func:`hold_s`) and is
-decided again: its TTFT slack lent to the decodes running (TaiChi's latency shifting), never
-beyond ``hold_share`` of its TTFT bound.
-On a 1P1D pair where one decode worker keeps two decodes within the bound, three warm turns
-decided within 0.3 s were all lost when sent at once.
+**Hold**: when the best path's batch would push this request, or those running within their
+bound, past the TPOT bound while this request alone would be within — and its decode would
+start while those running still decode (a local path, or a first token due within a lone
+answer's time) — it waits at the router (:func:`hold_s`) and is decided again, its TTFT slack
+lent to the running decodes (TaiChi's latency shifting), never beyond ``hold_share`` of its
+TTFT bound.
 """
 
 from __future__ import annotations
@@ -65,7 +41,7 @@ from dataclasses import dataclass
 from warmpath.routing.classify import ColdRule
 from warmpath.slo import Target
 from warmpath.routing.estimate import estimate, harm_s, tier_class
-from warmpath.routing.predict import (DEFAULT_CHUNK, PathPrediction, current_tpots, predict_local,
+from warmpath.routing.predict import (PathPrediction, current_tpots, predict_local,
                                      predict_remote, step_cost, tpot_scale)
 from warmpath.routing.views import RequestView, Snapshot
 
@@ -77,13 +53,12 @@ HOLD_STEP_S = 0.1     # a held request is decided again after this long
 
 @dataclass(frozen=True)
 class GoodputConfig:
-    """``target``: the service target (:class:`warmpath.slo.Target`; ``None``: no bounds, so the lowest TTFT + harm wins);
-    ``chunk_tokens``: the engines' tokens per step (chunked prefill); ``local``: consider
+    """``target``: the service target (:class:`warmpath.slo.Target`; ``None``: no bounds, so
+    the lowest TTFT + harm wins; prompts are chunked as each worker registered); ``local``: consider
     local paths at all; ``slack_share``: plan TPOT within that share of the slack between
     the unloaded TPOT and the bound (:func:`planned`); the cold rule as CPD's."""
 
     target: Target | None = None
-    chunk_tokens: int = DEFAULT_CHUNK
     local: bool = True
     slack_share: float = SLACK_SHARE
     harm_weight: float = 1.0
@@ -94,8 +69,6 @@ class GoodputConfig:
 
     def __post_init__(self) -> None:
         ColdRule(self.cold_threshold, self.min_cached_tokens)   # validates both
-        if self.chunk_tokens < 2:
-            raise ValueError(f"chunk_tokens must be >= 2, got {self.chunk_tokens}")
         if not 0 < self.slack_share <= 1:
             raise ValueError(f"slack_share must be in (0, 1], got {self.slack_share}")
         if not 0 <= self.hold_share <= 1:
@@ -152,15 +125,15 @@ def paths(req: RequestView, snap: Snapshot, cfg: GoodputConfig, allow_local: boo
     decoders = snap.by_role("decode", "replica")
     out = []
     if cfg.local and allow_local:
-        out += [predict_local(w, req, snap, step_cost(snap, w), cfg.chunk_tokens, tpot_scale(snap, w))
+        out += [predict_local(w, req, snap, step_cost(snap, w), k=tpot_scale(snap, w))
                 for w in decoders]
     costs = {d.worker_id: (step_cost(snap, d), tpot_scale(snap, d)) for d in decoders}
     for p in snap.by_role("pre-prefill", "prefill"):
         e = estimate(p, req, snap)
-        out += [predict_remote(p, d, req, snap, costs[d.worker_id][0], cfg.chunk_tokens, e, costs[d.worker_id][1])
+        out += [predict_remote(p, d, req, snap, costs[d.worker_id][0], e=e, k=costs[d.worker_id][1])
                 for d in decoders]
     if not out and not cfg.local and allow_local:   # local off, but no prefill-type worker to hand off from
-        out = [predict_local(w, req, snap, costs[w.worker_id][0], cfg.chunk_tokens, costs[w.worker_id][1])
+        out = [predict_local(w, req, snap, costs[w.worker_id][0], k=costs[w.worker_id][1])
                for w in decoders]
     return out
 
@@ -193,7 +166,7 @@ def score(req: RequestView, snap: Snapshot, cfg: GoodputConfig, cls: str,
         me_b[wid] = planned(tpot_b, lone[wid], cfg.slack_share)
         ctx = w.running_tokens // w.running if w.running else req.num_tokens
         run_bw[wid] = planned(run_b, cost.step_s([(1, ctx)]), cfg.slack_share)
-        now = current_tpots(cost, w, req.max_tokens, cfg.chunk_tokens, tpot_scale(snap, w))
+        now = current_tpots(cost, w, req.max_tokens, k=tpot_scale(snap, w))
         now_within[wid] = tuple(run_bw[wid] is None or t <= run_bw[wid] for t in now)   # decoding, prefilling
     total = sum(base.values())
     harm = {}

@@ -47,6 +47,8 @@ def bucket_of(context: int, new_tokens: int, max_tokens: int, running: int) -> t
             _bucket(running, LOAD_EDGES))
 
 
+MODES = ("off", "x0", "x1", "dynamic")      # --ppd: off, or how turn 2+ may run on its decode worker
+
 @dataclass(frozen=True)
 class Cell:
     """Measured in one bucket: TTFT and TPOT with the append-prefill local vs remote (s)."""
@@ -97,12 +99,12 @@ class PPDTable:
 
 @dataclass(frozen=True)
 class PPDConfig:
-    mode: str = "dynamic"            # "x0" | "x1" | "dynamic"
+    mode: str = "dynamic"            # one of MODES but "off" (a router with PPD off has no PPDConfig)
     w_ttft: float = 1.0
     w_tpot: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.mode not in ("x0", "x1", "dynamic"):
+        if self.mode not in MODES[1:]:
             raise ValueError(f"PPD mode must be x0, x1 or dynamic, got {self.mode!r}")
 
 

@@ -30,13 +30,12 @@ it does not scale the chunks: their price is the prefill's, which TTFT checks). 
   decodes alike.
 * **handoffs already bound for the decode worker** (their prompts computing on a prefill worker
   now) that land while this request decodes: their KV loads stall it too (:func:`incoming_load_s`),
-  and each one's decode joins the batch from its landing on (:func:`decode_steps_s`: three warm
-  turns decided 0.3 s apart, one local and two handed off, each predicted at a batch of one or
-  two, decoded together at 45-48 ms per token for 30 predicted in the simulated ranking52 pair).
+  and each one's decode joins the batch from its landing on (:func:`decode_steps_s`): requests
+  decided apart but decoding together are priced at the batch they will share.
 
 Chunks that later requests bring are not known here; the decision bounds them (``goodput.py``).
 The steps computing a prompt are priced ρ times the step cost's (:class:`ChunkScaled`), ρ the
-decode worker's online correction of its local prefills while idle (``model.RouterModel.observe_local_ttft``).
+decode worker's online correction of its local prefills while idle (``latency.RouterModel.observe_local_ttft``).
 """
 
 from __future__ import annotations
@@ -49,7 +48,13 @@ from warmpath.routing.estimate import Estimate, estimate, worker_model
 from warmpath.routing.latency import work
 from warmpath.routing.views import PrefixHit, RequestView, Snapshot, WorkerView
 
-DEFAULT_CHUNK = 512      # the engine's max_num_batched_tokens (engine/scheduler.py's default)
+UNCHUNKED = 1 << 40      # a worker that reported no prefill chunk: each prompt in one step
+
+
+def chunk_of(w: WorkerView, chunk: int | None = None) -> int:
+    """The prompt tokens ``w`` computes per step: ``chunk`` when given, else what it
+    registered (its ``--max-num-batched-tokens``), else the whole prompt."""
+    return chunk or w.chunk_tokens or UNCHUNKED
 
 
 class StepCost(Protocol):
@@ -62,13 +67,13 @@ class StepCost(Protocol):
 @dataclass(frozen=True)
 class LineSteps:
     """The prior before a calibration: the router's learnt prefill line of the worker
-    (``seconds = overhead + work / speed``, ``model.py``; its peers' before it answered one,
+    (``seconds = overhead + work / speed``, ``latency.py``; its peers' before it answered one,
     its heartbeat's before any), so a local prefill is priced as a remote one is, less the
     handoff. A prefill chunk costs its ``work``; the decodes one token each (their attention
     ignored), at least ``floor_tokens`` together (a step reads the weights once, however few
     sequences decode) — no floor on a prefill alone, as the line has none.
 
-    ``decode_s`` / ``decode_per_seq_s``: the worker's learnt decode line (``model.py``, from its
+    ``decode_s`` / ``decode_per_seq_s``: the worker's learnt decode line (``latency.py``, from its
     answers' timings) when it has one: ``b`` decodes then cost ``decode_s + b·decode_per_seq_s``
     (their context ignored), and a prefill chunk beside them its work at the prefill speed."""
 
@@ -120,7 +125,7 @@ def step_cost(snap: Snapshot, w: WorkerView) -> StepCost:
 
 
 def tpot_scale(snap: Snapshot, w: WorkerView) -> float:
-    """``w``'s online correction of its decode steps (``model.RouterModel.observe_tpot``; 1
+    """``w``'s online correction of its decode steps (``latency.RouterModel.observe_tpot``; 1
     before any): it scales the decode steps of the TPOT predictions, not the chunks, not TTFT."""
     k = getattr(snap.model, "tpot_scale", {}).get(w.worker_id)
     return k.value if k is not None and k.samples else 1.0
@@ -227,21 +232,21 @@ def decode_steps_s(cost: StepCost, batch: int, ctx: int, incoming: tuple[tuple[f
     return total / r
 
 
-def queued_chunks(cost: StepCost, dw: WorkerView, chunk: int) -> Chunks:
+def queued_chunks(cost: StepCost, dw: WorkerView, chunk: int | None = None) -> Chunks:
     """The prompts queued on ``dw`` before this one (their context unknown: none)."""
     b = dw.running
-    return chunked(cost, b, dw.running_tokens // b if b else 0, dw.queued_prefill_tokens, 0, chunk)
+    return chunked(cost, b, dw.running_tokens // b if b else 0, dw.queued_prefill_tokens, 0, chunk_of(dw, chunk))
 
 
 def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
-                  chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> PathPrediction:
-    """``dw`` computes ``req``'s prompt in mixed steps, then decodes it (``k``: the TPOT
-    correction, :func:`tpot_scale`)."""
+                  chunk: int | None = None, k: float = 1.0) -> PathPrediction:
+    """``dw`` computes ``req``'s prompt in mixed steps of its chunk (:func:`chunk_of`), then
+    decodes it (``k``: the TPOT correction, :func:`tpot_scale`)."""
     e = estimate(dw, req, snap, handoff=False)
     b = dw.running
     queued = queued_chunks(cost, dw, chunk)
     own = chunked(cost, b, dw.running_tokens // b if b else 0, req.num_tokens - e.cached_tokens,
-                  e.cached_tokens, chunk)
+                  e.cached_tokens, chunk_of(dw, chunk))
     hop = snap.model.hop_s.value if snap.model is not None else 0.0
     rho = cost.chunk_scale if isinstance(cost, ChunkScaled) else 1.0
     ttft = hop + e.load_s + queued.total_s + own.total_s
@@ -256,7 +261,7 @@ def predict_local(dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCo
 
 
 def predict_remote(pw: WorkerView, dw: WorkerView, req: RequestView, snap: Snapshot, cost: StepCost,
-                   chunk: int = DEFAULT_CHUNK, e: Estimate | None = None, k: float = 1.0) -> PathPrediction:
+                   chunk: int | None = None, e: Estimate | None = None, k: float = 1.0) -> PathPrediction:
     """``pw`` computes the prompt (its tier: cold for pre-prefill, else warm) and hands it to
     ``dw`` (``e``: ``pw``'s TTFT estimate, when the caller has it already)."""
     e = e or estimate(pw, req, snap)
@@ -283,9 +288,9 @@ def handoff_load_s(dw: WorkerView, req: RequestView, snap: Snapshot) -> float:
     second token (its first came from the prefill worker), so it lands in its TPOT; an engine
     that loads inside its steps (``--kv-l3-overlap off``) stalls every running decode too: a
     2,048-token document handed to a pinned CPU decode worker stretched its own TPOT 36–64 ms
-    for 29–33 predicted without it (``docs/benchmarks/policies.md``). Priced at the rate
+    for 29–33 predicted without it (``docs/benchmarks/ranking.md``). Priced at the rate
     ``dw``'s own L3 loads ran at, as its answers reported them
-    (``model.RouterModel.observe_l3_load``); before any, at its learnt L3 read line."""
+    (``latency.RouterModel.observe_l3_load``); before any, at its learnt L3 read line."""
     hit = snap.hits.get(dw.worker_id, PrefixHit())
     held = min(hit.local_blocks * req.block_size, req.num_tokens)
     moved = max(0, (req.num_tokens // req.block_size) * req.block_size - held) * snap.kv_bytes_per_token
@@ -303,7 +308,7 @@ def incoming_load_s(dw: WorkerView, first_s: float, answer_s: float) -> float:
     prompts computing elsewhere) make it pay while a request decodes there, its first token
     ``first_s`` from now and its answer ``answer_s`` long: each landing in that window stalls
     the worker's step, this request's decode with it. Both times are predictions (TTFT's median
-    error 4–9% at low load, ``docs/benchmarks/policies.md``): a landing predicted up to
+    error 4–9% at low load, ``docs/benchmarks/ranking.md``): a landing predicted up to
     :data:`LANDING_SLACK` of ``first_s`` before the first token counts too — two documents
     decided a moment apart, one handed off and one computed on the decode worker, land
     together and stall each other. (Their own decodes then join the batch, which the decode
@@ -314,12 +319,12 @@ def incoming_load_s(dw: WorkerView, first_s: float, answer_s: float) -> float:
     return sum(load for at, load in dw.incoming if lo <= at < first_s + answer_s)
 
 
-def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK, k: float = 1.0) -> float:
+def current_tpot(cost: StepCost, dw: WorkerView, answer: int, chunk: int | None = None, k: float = 1.0) -> float:
     """The decode worker's running requests' TPOT with no new request (an idle worker's: 0)."""
     return current_tpots(cost, dw, answer, chunk, k)[0]
 
 
-def current_tpots(cost: StepCost, dw: WorkerView, answer: int, chunk: int = DEFAULT_CHUNK,
+def current_tpots(cost: StepCost, dw: WorkerView, answer: int, chunk: int | None = None,
                   k: float = 1.0) -> tuple[float, float]:
     """With no new request: the TPOT of the decode worker's running requests that decode now
     (the queued prompts' chunks first), and of those still computing their prompt there (no

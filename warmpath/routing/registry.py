@@ -48,18 +48,21 @@ class Registry:
     def register(self, worker_id: str, role: str, url: str, now: float,
                  events_endpoint: str | None = None, replay_endpoint: str | None = None,
                  max_seqs: int | None = None, kv_tokens: int | None = None,
-                 overlaps_loads: bool = False) -> None:
+                 overlaps_loads: bool = False, chunk_tokens: int | None = None,
+                 default_max_tokens: int | None = None) -> None:
         """Add (or re-add after a restart) a worker with what it can hold (``max_seqs``,
-        ``kv_tokens``: ``None`` when it did not say) and whether its L3 loads run beside its
-        steps. Raises ``ValueError`` on a bad role or
+        ``kv_tokens``: ``None`` when it did not say), whether its L3 loads run beside its
+        steps, its prefill chunk (``chunk_tokens``) and the answer budget a request without
+        ``max_tokens`` gets there (``default_max_tokens``). Raises ``ValueError`` on a bad role or
         an id already used by a live worker at another URL."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         old = self.workers.get(worker_id)
         if old is not None and old.url != url and now - old.last_seen <= self.cfg.drop_after_s:
             raise ValueError(f"worker id {worker_id!r} is already registered at {old.url}")
-        self.workers[worker_id] = WorkerRecord(WorkerView(worker_id, role, max_seqs=max_seqs, kv_tokens=kv_tokens,
-                                                                  overlaps_loads=overlaps_loads), url, events_endpoint,
+        self.workers[worker_id] = WorkerRecord(WorkerView(
+            worker_id, role, max_seqs=max_seqs, kv_tokens=kv_tokens, overlaps_loads=overlaps_loads,
+            chunk_tokens=chunk_tokens, default_max_tokens=default_max_tokens), url, events_endpoint,
                                                replay_endpoint, now)
 
     def heartbeat(self, worker_id: str, now: float, **load) -> bool:

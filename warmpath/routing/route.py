@@ -14,7 +14,7 @@ The steps every request takes before it runs, in one place:
    paths include local ones for every turn), and the request's class
    (cold / warm, :mod:`warmpath.routing.classify`);
 4. what happened next feeds back: :meth:`RouteDecider.observe_prefill` (the online TTFT model,
-   ``model.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
+   ``latency.py``), :meth:`RouteDecider.observe_outcome` (predicted vs measured TTFT and TPOT, the PPD
    feedback), and :meth:`RouteDecider.rebalance` (elastic roles, ``elastic.py``: the load it
    reads — predicted queues and running TPOT, the recent share of requests routed local).
 
@@ -44,7 +44,6 @@ from warmpath.routing.estimate import estimate
 from warmpath.routing.latency import ArrivalRates, PrefillObservation, RouterModel
 from warmpath.routing.policy import NoPrefillWorker, RoutingPolicy
 from warmpath.routing.predict import (
-    DEFAULT_CHUNK,
     current_tpot,
     predict_local,
     predict_remote,
@@ -73,6 +72,7 @@ class RouteDecider:
         self.feedback = ppd.PPDFeedback()
         self.elastic = Elastic(with_policy_units(elastic, policy))
         self.recent_local: deque[bool] = deque(maxlen=64)   # the last decisions: prompt and decode on one worker?
+        self.recent_answers: deque[int] = deque(maxlen=64)  # the last requests' answer budgets (max_tokens)
 
     @property
     def cold_rule(self) -> ColdRule:
@@ -83,8 +83,9 @@ class RouteDecider:
                      session_id: str | None, session: SessionState | None, max_tokens: int,
                      ns_hashes: dict | None = None) -> RequestView:
         """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's
-        history (its last prompt + answer) does not already hold; ``ns_hashes``: its hashes
-        in the fleet's other namespaces."""
+        history (its last prompt + answer) does not already hold; ``max_tokens``: the answer's
+        budget (the client's, else what the workers give a request without one:
+        :func:`answer_budget`); ``ns_hashes``: its hashes in the fleet's other namespaces."""
         held = session.context_tokens if session else 0
         return RequestView(num_tokens, block_hashes, block_size, session_id,
                            turn=(session.turns + 1) if session else 1,
@@ -111,6 +112,7 @@ class RouteDecider:
         d = self._decide(rv, snap, allow_local, arrival)
         if arrival:
             self.recent_local.append(d.prefill in (None, d.decode))
+            self.recent_answers.append(rv.max_tokens)
         return d
 
     def _decide(self, rv: RequestView, snap: Snapshot, allow_local: bool, arrival: bool) -> Decision:
@@ -213,10 +215,11 @@ class RouteDecider:
         """Elastic roles: a role change to apply now, if the load calls for one. ``views``
         with the load the policies see; ``decoding(view)``: requests decoding there (default
         the view's ``running``); ``waiting``: requests waiting at admission, ``slots``: each
-        worker's admission slots (``admission.FleetLimit.slots``)."""
+        worker's admission slots (``admission.FleetLimit.slots``). The running requests' TPOT
+        is priced over the recent requests' mean answer budget."""
         snap = Snapshot(views, {}, None, self.model.kv_bytes_per_token, self.network_bytes_s, self.model, {}, now)
-        chunk = getattr(getattr(self.policy, "cfg", None), "chunk_tokens", DEFAULT_CHUNK)
-        tpot = ((lambda w: current_tpot(step_cost(snap, w), w, 128, chunk, tpot_scale(snap, w)))
+        answer = sum(self.recent_answers) // len(self.recent_answers) if self.recent_answers else 1
+        tpot = ((lambda w: current_tpot(step_cost(snap, w), w, answer, k=tpot_scale(snap, w)))
                 if self.elastic.cfg.tpot_s else (lambda w: 0.0))
         local = sum(self.recent_local) / len(self.recent_local) if self.recent_local else 0.0
         decoding = decoding or (lambda w: w.running)
@@ -228,3 +231,17 @@ class RouteDecider:
         """A decode worker to go on with a request whose first token exists (its KV is in
         L3): the session's when alive, else the least loaded."""
         return self.policy.decode_for(snap).worker_id
+
+
+def answer_budget(asked: int | None, views: Sequence[WorkerView], prompt_tokens: int,
+                  max_model_len: int | None) -> int:
+    """The answer budget a request gets: ``asked`` (the client's ``max_tokens``), else the
+    largest default the workers registered (``WorkerView.default_max_tokens``), capped at the
+    context left as a worker caps it (at least 1). Raises ``LookupError`` when neither is known."""
+    if asked:
+        return asked
+    defaults = [v.default_max_tokens for v in views if v.default_max_tokens]
+    if not defaults:
+        raise LookupError("no registered worker reported its default max_tokens")
+    room = max_model_len - prompt_tokens if max_model_len else max(defaults)
+    return max(1, min(max(defaults), room))

@@ -26,6 +26,8 @@ class WorkerView:
     max_seqs: int | None = None        # sequences its scheduler runs at once (registration)
     kv_tokens: int | None = None       # tokens its L1 KV pool holds (registration)
     overlaps_loads: bool = False       # its L3 loads run beside its steps, not in them (registration)
+    chunk_tokens: int | None = None    # prompt tokens its scheduler computes per step (registration; None: unchunked)
+    default_max_tokens: int | None = None   # what a request without max_tokens gets there (registration)
     running_tokens: int = 0            # context tokens of the running sequences (0: unknown)
     prefilling: int = 0                # of the running: still computing their own prompt here
     # handoffs bound here, their prompts computing elsewhere (each one decode more once it lands):
@@ -52,7 +54,8 @@ class RequestView:
     session_id: str | None = None
     turn: int = 1
     new_tokens: int | None = None      # turn 2+: tokens not in the session's history
-    max_tokens: int = 128
+    # the answer's token budget: the client's max_tokens, else the decode worker's default
+    max_tokens: int = field(kw_only=True)
     ns_hashes: dict = field(default_factory=dict, compare=False)
     waited_s: float = 0.0              # held by the router so far (the goodput policy's hold)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from warmpath.bench.cli import add_shared_flags, check_shared_flags, print_summary
 from warmpath.bench.replay import load_trace, parse_floats, trace_points
 from warmpath.bench.workload import WORKLOADS
-from warmpath.launch.topology import PPD_MODES, TOPOLOGIES, resolve
-from warmpath.routing.policy import POLICIES
+from warmpath.launch.topology import TOPOLOGIES, resolve
+from warmpath.routing.flags import add_routing_args, admission_from_args, target_of
 from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
@@ -34,12 +34,7 @@ CPU_TRANSFER_CORES = 0.49
 def add_parser(sub) -> None:
     s = sub.add_parser("sim", help="simulate a topology at cluster scale (same policy code)")
     s.add_argument("--topology", default="cpd-1d", help=" | ".join(TOPOLOGIES) + " | FILE.json")
-    s.add_argument("--ppd", default=None, choices=PPD_MODES, help="override the topology's PPD mode")
-    s.add_argument("--route-policy", default=None, choices=tuple(POLICIES),
-                   help="override the topology's routing policy (e.g. pd-2p1d with pd-kv)")
-    s.add_argument("--elastic", default="auto", choices=("auto", "on", "roles", "off"),
-                   help="elastic roles: on (between the CPD tiers) | roles (among every role the policy "
-                        "routes to, replica included) | off (auto: on for the cpd policy)")
+    add_routing_args(s)
     s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
     s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
@@ -65,8 +60,6 @@ def add_parser(sub) -> None:
                         "phase's (its steps over the fit, beside one other worker vs alone: the default where "
                         "measured), its timed figure (a decode batch beside a neighbour computing flat out), "
                         "or a number")
-    s.add_argument("--max-in-flight", type=int, default=None,
-                   help="router admission limit (default: sized to the simulated fleet, router/admission.fleet_limit)")
     s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
                    help="how the store evicts: lru, or lease (as Mooncake's master: shard by shard, any block "
                         "not read in the last 10 s)")
@@ -83,8 +76,6 @@ def add_parser(sub) -> None:
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
     s.add_argument("--scale", type=float, default=1.0)
-    s.add_argument("--slo", default=None, help="the target (slo.py), e.g. ttft_p90=2.0 or "
-                                               "warm.ttft_p90=2,cold.ttft_p90=20,tpot_p90=0.05")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, default=Path("sim_out"))
     s.set_defaults(fn=main)
@@ -123,7 +114,6 @@ def _contention(choice: str | None, cal: dict) -> dict:
 def setup_from_args(a: argparse.Namespace):
     """The :class:`~warmpath.sim.run.SimSetup` the flags describe."""
     from warmpath.engine.step_model import StepModel
-    from warmpath.routing.admission import AdmissionConfig
     from warmpath.routing.ppd import PPDTable
     from warmpath.sim.run import SimSetup
 
@@ -173,22 +163,16 @@ def setup_from_args(a: argparse.Namespace):
     if not 0.0 <= retok <= 1.0:
         raise ValueError(f"--retokenize-miss must be in [0, 1], got {retok}")
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=l2_gib,
-                    scheduler=sched, admission=AdmissionConfig(a.max_in_flight), ppd_table=table,
+                    scheduler=sched, admission=admission_from_args(a), ppd_table=table,
                     cpu_cores=cores if cpu else None, request_overhead_s=overhead,
                     retokenize_miss=retok,
-                    elastic=None if getattr(a, "elastic", "auto") == "auto" else a.elastic,
+                    elastic=a.elastic, target=target_of(a), goodput_local=a.goodput_local == "on",
+                    slack_share=a.goodput_slack_share, hold_share=a.goodput_hold_share,
+                    elastic_hold_s=a.elastic_hold_s, elastic_cooldown_s=a.elastic_cooldown_s,
                     transfer_cpu=measured.get("transfer_cpu", CPU_TRANSFER_CORES) if cpu else 0.0, seed=a.seed,
                     l3_eviction=getattr(a, "l3_eviction", "lru"), l3_overlap=getattr(a, "kv_l3_overlap", "off") == "on",
                     max_concurrency=getattr(a, "max_concurrency", None), timeout_s=getattr(a, "timeout", None),
-                    **(variation if cpu else {}), **store, **_goodput_target(a))
-
-
-def _goodput_target(a: argparse.Namespace) -> dict:
-    """The goodput policy keeps requests within ``--slo`` when one is given (else SimSetup's
-    default, the cluster target)."""
-    from warmpath.slo import Target
-
-    return {"target": Target.parse(a.slo)} if getattr(a, "slo", None) else {}
+                    **(variation if cpu else {}), **store)
 
 
 def main(a: argparse.Namespace) -> int:

@@ -14,16 +14,16 @@ from warmpath.sim.client import Req
 
 class Endings:
     """Mixed into :class:`~warmpath.sim.simulation.Simulation`, which owns the state used here
-    (``client``, ``decider``, ``sessions``, ``admission``, ``_queued``, ``_held``, ``_by_seq``, ``bound``,
+    (``client``, ``ledger``, ``sessions``, ``_queued``, ``_held``, ``_by_seq``, ``bound``,
     ``workers``, histories) and the plan / dispatch / kick steps."""
 
     def _finish(self, req: Req) -> None:
         s = req.session
         self.records.append(self.client.ended(self.now, req))
         n = len(req.output)
-        self.decider.observe_outcome(req.decision, req.first_at - req.admitted,
-                                     (self.now - req.first_at) / (n - 1) if n > 1 else None)
-        self.sessions.touch(s.sid, self.now).turn_ended(req.decision.decode, len(req.prompt), len(req.output))
+        end = self.ledger.ended(req.decision, len(req.prompt), n, req.first_at - req.admitted,
+                                (self.now - req.first_at) / (n - 1) if n > 1 else None,
+                                self.sessions.touch(s.sid, self.now))
         answer = req.output
         if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
             # the client re-tokenized the answer's text into other ids: the next turn cannot
@@ -32,7 +32,7 @@ class Endings:
         self._history[s.sid] = req.prompt + answer
         if req.hashes:
             self._hashes[s.sid] = req.hashes
-        self._release(len(req.prompt) + len(req.output))
+        self._start_waiting(end.woken)
         if req.turn + 1 < len(s.turns):
             self._arrive(s, req.turn + 1)
         else:
@@ -47,7 +47,7 @@ class Endings:
         drops the request from its queue or frees its slot, the workers abort its sequences."""
         self._fail(req, f"TimeoutError: no answer within {self.client.timeout_s:g} s")
         if self._queued.pop(req.rid, None) is not None:
-            self.admission.cancel(req.rid)
+            self.ledger.abandoned_waiting(req.rid)
             return
         if self._held.pop(req.rid, None) is not None:   # admitted, held by the policy: nothing sent yet
             return self._release()
@@ -62,10 +62,7 @@ class Endings:
     def _release(self, kv_tokens: int | None = None) -> None:
         """A request's in-flight slot goes to the longest queued one (planned now); a request
         that ran to its end (``kv_tokens``: prompt + answer) may re-size the fleet's limit."""
-        refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
-        self._start_waiting([self.admission.release()])
-        if refit:
-            self._start_waiting(self.admission.fit([w.capacity() for w in self.workers.values()]))
+        self._start_waiting(self.ledger.release(kv_tokens))
 
     def _start_waiting(self, keys: list) -> None:
         """Admission gave these waiters a slot: plan and dispatch each (a waiter with no
@@ -77,6 +74,5 @@ class Endings:
                 self._dispatch(q, self._decide_route(q, arrival=False))
             except LookupError as e:
                 self._fail(q, f"no worker: {e}")
-                keys.append(self.admission.release())
-                keys = [k for k in keys if k is not None]
+                keys += self.ledger.release()
 

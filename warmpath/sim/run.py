@@ -22,8 +22,9 @@ from warmpath.kv.hashing import KVNamespace
 from warmpath.routing.elastic import ElasticConfig
 from warmpath.routing.admission import AdmissionConfig
 from warmpath.routing.index import GlobalKVIndex
-from warmpath.routing.goodput import GoodputConfig
-from warmpath.routing.policy import POLICIES, CPDConfig, CPDPolicy, GoodputPolicy
+from warmpath.routing.flags import make_policy
+from warmpath.routing.goodput import HOLD_SHARE, SLACK_SHARE
+from warmpath.routing.policy import CPDConfig, RoutingPolicy
 from warmpath.routing.ppd import PPDConfig, PPDTable
 from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
@@ -74,6 +75,11 @@ class SimSetup:
     handoff: PDHandoff = PDHandoff()      # how a P->D handoff works (warmpath's, or the PPD paper's vLLM)
     timeout_s: float | None = None        # client timeout: no answer within it of the send fails (bench's --timeout)
     target: Target | None = CLUSTER_TARGET   # what the goodput policy keeps requests within (slo.py)
+    goodput_local: bool = True            # the routing flags (routing/flags.py), as the router takes them
+    slack_share: float = SLACK_SHARE
+    hold_share: float = HOLD_SHARE
+    elastic_hold_s: float | None = None
+    elastic_cooldown_s: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -126,17 +132,13 @@ def elastic_config(s: SimSetup, policy) -> ElasticConfig:
     if isinstance(s.elastic, ElasticConfig):
         return s.elastic
     mode = {None: "auto", True: "on", False: "off"}.get(s.elastic, s.elastic)
-    return ElasticConfig.from_mode(mode, s.topology.policy, policy.roles, policy.computes_anywhere)
+    timing = {k: v for k, v in (("hold_s", s.elastic_hold_s), ("cooldown_s", s.elastic_cooldown_s)) if v is not None}
+    return ElasticConfig.from_mode(mode, s.topology.policy, policy.roles, policy.computes_anywhere, **timing)
 
 
-def policy_for(s: SimSetup):
-    """The topology's routing policy: ``cpd`` with the setup's CPD config, ``goodput`` judged
-    by the setup's ``target`` (chunks of the scheduler's token budget), others as they are."""
-    if s.topology.policy == "cpd":
-        return CPDPolicy(s.cpd)
-    if s.topology.policy == "goodput":
-        return GoodputPolicy(GoodputConfig(s.target, s.scheduler.max_num_batched_tokens))
-    return POLICIES[s.topology.policy]()
+def policy_for(s: SimSetup) -> RoutingPolicy:
+    """The topology's routing policy, built as the router builds it (``routing/flags.py``)."""
+    return make_policy(s.topology.policy, s.target, s.goodput_local, s.slack_share, s.hold_share, s.cpd)
 
 
 def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], rate: float,

@@ -23,6 +23,7 @@ from warmpath.kv.hashing import KVNamespace, hash_prefix_blocks
 from warmpath.routing import ppd
 from warmpath.routing.admission import Admission, AdmissionConfig
 from warmpath.routing.index import GlobalKVIndex
+from warmpath.routing.ledger import RequestLedger
 from warmpath.routing.load import LoadBook
 from warmpath.routing.policy import RoutingPolicy
 from warmpath.routing.sessions import SessionTable
@@ -68,14 +69,17 @@ class Simulation(Endings):
         self.decider = RouteDecider(policy, ppd_cfg, ppd_table, network_bytes_s=nic_bytes_s, elastic=elastic)
         self._next_rebalance = 0.0
         self.admission = Admission(admission)
-        self.admission.fit([w.capacity() for w in workers])   # the fleet's limit (unless fixed)
+        self.sessions = SessionTable()
+        # every request's books (admit, dispatch, end), kept as the router keeps them
+        self.ledger = RequestLedger(self.decider, self.admission, self.sessions,
+                                    lambda: [w.capacity() for w in self.workers.values()])
+        self.ledger.fit()   # the fleet's limit (unless fixed)
         self.net, self.handoff = net_latency_s + handoff.extra_s, handoff   # one P->D handoff's fixed cost
         self.overhead = request_overhead_s   # router + HTTP time a request spends outside workers
         self.retokenize_miss = retokenize_miss   # share of answers the client sends back as other ids
         self.transfer_cpu = transfer_cpu   # shared cores: the store's side of a transfer keeps this many busy
         # the CPU profile: workers (and the store's process) share this many cores
         self.cpu = SharedCores(cpu_cores, self._at, contention) if cpu_cores else None
-        self.sessions = SessionTable()
         self.client = SimClient(max_concurrency, namespace.block_size, self._at, timeout_s)   # TTFT from send if capped
         self.stats = SimStats()
         self.records: list[Record] = []
@@ -131,7 +135,7 @@ class Simulation(Endings):
             d = self._decide_route(req)
         except LookupError as e:
             return self._fail(req, f"no worker: {e}")
-        verdict = self.admission.offer(req.rid, d.cls)
+        verdict = self.ledger.admit(req.rid, d)
         if verdict == "rejected":
             self.stats.rejected += 1
             return self._fail(req, "HTTP 429")
@@ -181,8 +185,7 @@ class Simulation(Endings):
             self.stats.ppd_local += 1
         elif d.ppd == "remote":
             self.stats.ppd_remote += 1
-        sess = self.sessions.touch(req.session.sid, self.now)
-        sess.turns += 1
+        self.ledger.dispatched(self.sessions.touch(req.session.sid, self.now))
         for w in {d.prefill, d.decode} - {None}:
             self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
         if d.prefill not in (None, d.decode):
@@ -202,7 +205,7 @@ class Simulation(Endings):
         """A held request's hold ended: decided again, knowing how long it has been held."""
         if req.ended:   # abandoned meanwhile (its slot freed there)
             return
-        req.rv = replace(req.rv, waited_s=self.now - req.held_at)
+        req.rv = self.ledger.held(req.rv, req.held_at, self.now)
         try:
             d = self._decide_route(req, arrival=False)
         except LookupError as e:

@@ -100,13 +100,15 @@ class SimWorker:
             self._view = WorkerView(self.wid, self.role, queued, len(admitted), self.pool.usage,
                                     self.cost.prefill_tok_s.value, self.cfg.dram_bytes_s, self.cfg.nic_bytes_s,
                                     running_tokens=ctx, overlaps_loads=self.cfg.l3_overlap,
-                                    prefilling=sum(1 for q in admitted if q.in_prefill))
+                                    prefilling=sum(1 for q in admitted if q.in_prefill),
+                                    chunk_tokens=self.cfg.scheduler.max_num_batched_tokens)
         return self._view
 
     def capacity(self) -> WorkerView:
         """What it can hold, as a real worker registers it (``router/admission.fleet_limit``)."""
         return WorkerView(self.wid, self.role, max_seqs=self.cfg.scheduler.max_num_seqs,
-                          kv_tokens=self.pool.num_blocks * self.cfg.block_size)
+                          kv_tokens=self.pool.num_blocks * self.cfg.block_size,
+                          chunk_tokens=self.cfg.scheduler.max_num_batched_tokens)
 
     def set_role(self, role: str) -> None:
         """Elastic roles moved this worker: the router's view changes, and its L3 writes as

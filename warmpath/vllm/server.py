@@ -58,6 +58,11 @@ def install_record(version: str = VERSION, root: Path | None = None) -> Path:
     return (root or default_root()) / version / "install.json"
 
 
+# vLLM V1's max_num_batched_tokens for its OpenAI server where nothing sets it (devices under
+# 70 GiB, and the CPU backend): the prompt tokens one of its steps computes
+VLLM_DEFAULT_BATCHED_TOKENS = 2048
+
+
 @dataclass(frozen=True)
 class VLLMServerConfig:
     """How to start one vLLM server (``warmpath worker --engine vllm`` flags)."""
@@ -81,6 +86,20 @@ class VLLMServerConfig:
     env: dict = field(default_factory=dict)   # more environment for vLLM
     startup_timeout_s: float = 900.0
     stop_timeout_s: float = 20.0
+
+
+    def batched_tokens(self) -> int:
+        """The prompt tokens one vLLM step computes: ours, else ``--max-num-batched-tokens`` in
+        ``extra_args``, else vLLM's own default."""
+        if self.max_num_batched_tokens:
+            return self.max_num_batched_tokens
+        args = list(self.extra_args)
+        for i, x in enumerate(args):
+            if x == "--max-num-batched-tokens" and i + 1 < len(args):
+                return int(args[i + 1])
+            if x.startswith("--max-num-batched-tokens="):
+                return int(x.partition("=")[2])
+        return VLLM_DEFAULT_BATCHED_TOKENS
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

@@ -109,14 +109,15 @@ def _bind(a: argparse.Namespace) -> socket.socket | None:
     return sock
 
 
-def _registration(a, ns: KVNamespace, url: str, mcfg, max_len: int, relay: EventRelay, defaults, kv_tokens) -> dict:
+def _registration(a, ns: KVNamespace, url: str, mcfg, max_len: int, relay: EventRelay, defaults, kv_tokens,
+                  scfg: VLLMServerConfig) -> dict:
     """What this worker tells the router: namespace, events, defaults and capacity (vLLM's)."""
     return Registration(
         worker_id=a.worker_id, role=a.role, url=url, namespace=dataclasses.asdict(ns), engine="vllm", pid=os.getpid(),
         kv_bytes_per_token=mcfg.kv_bytes_per_token(KV_ITEMSIZE.get(a.dtype, 2)), max_model_len=max_len,
         events_endpoint=relay.pub.endpoint, replay_endpoint=relay.pub.replay_endpoint,
         generation_defaults=defaults.to_json(), max_num_seqs=a.max_num_seqs,
-        kv_capacity_tokens=kv_tokens).model_dump()
+        kv_capacity_tokens=kv_tokens, prefill_chunk_tokens=scfg.batched_tokens()).model_dump()
 
 
 def _serve_front(a, app, server: VLLMServer, metrics_url: str, reg, body: dict | None, book: RelayBook,
@@ -195,7 +196,7 @@ def run(a: argparse.Namespace, model_id: str, advertise: str) -> int:
         defaults = vllm_defaults(resolve_defaults(a.override_generation_config, read_generation_config(mdir),
                                                   table_entry(model_id), a.default_max_tokens))
         url = f"http://{url_host(advertise)}:{a.port}"
-        body = _registration(a, ns, url, mcfg, max_len, relay, defaults, m.kv_tokens)
+        body = _registration(a, ns, url, mcfg, max_len, relay, defaults, m.kv_tokens, scfg)
         book = RelayBook()
         fcfg = FrontConfig(vllm_url=scfg.url, model=model_id, max_model_len=max_len, defaults=defaults,
                            aliases=(a.model,), vllm_pid=server.proc.pid, max_body_bytes=int(a.max_body_mib * (1 << 20)),

@@ -8,7 +8,7 @@ import pytest
 
 from warmpath.cli import build_parser
 from warmpath.deploy.cli import config
-from warmpath.deploy.plan import (
+from warmpath.deploy.placement import (
     RayDeployConfig,
     is_store,
     kv_store,
@@ -65,7 +65,7 @@ def test_argv_of_router_and_worker():
                                    "--worker-args", "--threads 1 --kv-cache-gib 0.25"])
     cfg = config(a)
     assert router_argv(cfg) == ["--log-level", "WARNING", "router", "--host", "{host}", "--port", "8100",
-                                "--policy", "cpd", "--elastic", "on", "--heartbeat-s", "1.0", "--drop-after-s", "3.0",
+                                "--route-policy", "cpd", "--ppd", "off", "--heartbeat-s", "1.0", "--drop-after-s", "3.0",
                                 "--model", "smollm2"]
     kv = kv_store("10.0.0.1", cfg)
     assert kv == "10.0.0.1:50051,http://10.0.0.1:8080/metadata"

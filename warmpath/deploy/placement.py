@@ -111,10 +111,8 @@ def kv_store(host: str, cfg: RayDeployConfig) -> str:
 
 def router_argv(cfg: RayDeployConfig) -> list[str]:
     t = cfg.topology
-    ppd = [] if t.ppd == "off" else ["--ppd", t.ppd]
-    elastic = ["--elastic", "on"] if t.policy == "cpd" and "--elastic" not in cfg.router_args else []
     return ["--log-level", cfg.log_level, "router", "--host", HOST, "--port", str(cfg.router_port),
-            "--policy", t.policy, *ppd, *elastic, "--heartbeat-s", str(cfg.heartbeat_s),
+            "--route-policy", t.policy, "--ppd", t.ppd, "--heartbeat-s", str(cfg.heartbeat_s),
             "--drop-after-s", str(cfg.drop_after_s), "--model", cfg.model, *cfg.router_args]
 
 

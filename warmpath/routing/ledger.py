@@ -1,0 +1,88 @@
+"""One request's books around the route decision, kept the same way by the router and the
+simulator (pure: no I/O, no clock of its own — callers pass ``now``).
+
+A request's life: **admit** (a slot, a place in its class's queue, or 429) → **hold** (the
+goodput policy may hold it; decided again knowing how long) → **dispatch** (its session's
+turn counted) → **end** (the latency model learns from its measured TTFT and TPOT, the
+session learns where its KV now lives, the slot goes to the next waiter and the fleet's limit
+may be re-sized) — or **abandon** (the client left: the queue place or the slot is freed).
+
+``router/flow.py`` drives it from HTTP handlers, ``sim/simulation.py`` from simulated events;
+what each does with the keys it returns (wake an ``asyncio.Event``, plan a dispatch) is its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
+
+from warmpath.routing.admission import Admission
+from warmpath.routing.route import RouteDecider
+from warmpath.routing.sessions import SessionState, SessionTable
+from warmpath.routing.views import Decision, RequestView, WorkerView
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What an answered request's end taught the latency model: relative errors of its TTFT
+    and TPOT predictions (``None``: not predicted or not measured), and the waiters that
+    now have a slot."""
+
+    ttft_err: float | None
+    tpot_err: float | None
+    woken: list
+
+
+class RequestLedger:
+    """The decider, admission and session table, and the bookkeeping of every request's life."""
+
+    def __init__(self, decider: RouteDecider, admission: Admission, sessions: SessionTable,
+                 fleet: Callable[[], list[WorkerView]]) -> None:
+        """``fleet()``: the workers new requests may go to, with what each can hold (the
+        admission limit is sized from them)."""
+        self.decider, self.admission, self.sessions, self.fleet = decider, admission, sessions, fleet
+
+    def admit(self, key: Hashable, d: Decision) -> str:
+        """``run`` (a slot now), ``queued`` (waits in its class's queue: wake it on a
+        key :meth:`release` returns, then decide again) or ``rejected`` (answer 429)."""
+        return self.admission.offer(key, d.cls)
+
+    @staticmethod
+    def held(rv: RequestView, held_since: float, now: float) -> RequestView:
+        """A held request, to be decided again: its view knows how long it has been held."""
+        return replace(rv, waited_s=now - held_since)
+
+    def dispatched(self, sess: SessionState | None) -> None:
+        """The request leaves the router for its workers: its session's turn counts."""
+        if sess is not None:
+            sess.turns += 1
+
+    def ended(self, d: Decision, prompt_tokens: int, completion_tokens: int, ttft_s: float | None,
+              tpot_s: float | None, sess: SessionState | None) -> Ended:
+        """An answered request ended: the latency model and the PPD feedback learn from its
+        measured TTFT (from admission) and TPOT, its session remembers where its KV is (the
+        decode worker) and how long its history is, and its slot goes on."""
+        ttft_err, tpot_err = self.decider.observe_outcome(d, ttft_s, tpot_s)
+        if sess is not None:
+            sess.turn_ended(d.decode, prompt_tokens, completion_tokens)
+        return Ended(ttft_err, tpot_err, self.release(prompt_tokens + completion_tokens))
+
+    def abandoned_waiting(self, key: Hashable) -> bool:
+        """A queued request's client left: ``True`` when it was still queued (nothing else to
+        free); ``False`` when it had just been given a slot (then :meth:`release` it)."""
+        return self.admission.cancel(key)
+
+    def release(self, kv_tokens: int | None = None) -> list:
+        """A request's slot is free (``kv_tokens``: the KV it held at its end, prompt + answer,
+        when it ran to its end: the fleet's limit may be re-sized from it). Returns the keys of
+        the waiters that now have a slot, oldest first."""
+        refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
+        woken = [k for k in (self.admission.release(),) if k is not None]
+        if refit:
+            woken += self.fit()
+        return woken
+
+    def fit(self) -> list:
+        """Size the admission limit to the fleet now (a worker joined, left or changed role);
+        returns the waiters a larger limit lets in."""
+        return [k for k in self.admission.fit(self.fleet()) if k is not None]
