@@ -47,7 +47,8 @@ def load(d: Path) -> list[dict]:
         waited = (r.get("server_timing") or {}).get("route", 0.0)
         if r.get("predicted_ttft_s") is not None and waited:
             r["predicted_ttft_s"] += waited
-    return [r for r in rows if r["ok"] and r.get("path")]
+    # the goodput policy's rows: those with a predicted TPOT (older files: a "path" written only for it)
+    return [r for r in rows if r["ok"] and r.get("predicted_tpot_s") is not None]
 
 
 def timeline(rows: list[dict], duration_s: float) -> list[dict]:

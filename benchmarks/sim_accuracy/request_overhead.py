@@ -67,7 +67,7 @@ async def session(http, url: str, s, gap: float, rows: list, t_start: float) -> 
         hist += ENCODE(row.pop("text"))   # the answer joins the history, as `warmpath bench` does it
         rows.append(row)
         print(f"{s.sid} {t.cls:4s} {row['prompt_tokens']:5d} tok: client TTFT {row['client_ttft_s']:.3f} "
-              f"worker {row.get('prefill_worker', 0):.3f} ({row['tier']}, {row['cached_tokens']} cached)", flush=True)
+              f"worker {row.get('prefill_worker', 0):.3f} ({row.get('path', row.get('tier'))}, {row['cached_tokens']} cached)", flush=True)
         await asyncio.sleep(gap)
 
 

@@ -22,15 +22,15 @@ def test_route_of_a_disaggregated_and_a_local_request():
                           "decode": {"loaded_tokens": {"L3": 64}, "recomputed_tokens": 0}}}
     h = httpx.Headers({"X-Warmpath-Route": "warm", "X-Warmpath-Decode": "decode-0",
                        "X-Warmpath-Worker": "prefill-1", "Server-Timing": "route;dur=1.0"})
-    assert route_from_http(h, usage) == {"tier": "warm", "prefill": "prefill-1", "decode": "decode-0", "ppd": None,
+    assert route_from_http(h, usage) == {"path": "warm", "prefill": "prefill-1", "decode": "decode-0", "ppd": None,
                                          "cached_by_tier": {"L1": 16, "L2": 0, "L3": 16},
                                          "predicted_ttft_s": None, "server_timing": {"route": 0.001},
-                                         "path": None, "predicted_tpot_s": None, "ppd_reason": None}
+                                         "predicted_tpot_s": None, "ppd_reason": None}
     local = {"X-Warmpath-Route": "local", "X-Warmpath-Decode": "decode-0", "X-Warmpath-Worker": "decode-0"}
     got = route_from_http(local, {"warmpath": {"worker": {"loaded_tokens": {"L1": 48}, "recomputed_tokens": 9}}})
-    assert (got["tier"], got["prefill"], got["ppd"], got["cached_by_tier"]) == ("local", None, "local", {"L1": 48})
-    # the goodput policy's path and predictions (router/views.predicted_headers)
-    got = route_from_http({**local, "X-Warmpath-Path": "local", "X-Warmpath-Predicted-TTFT-S": "0.125000",
+    assert (got["path"], got["prefill"], got["ppd"], got["cached_by_tier"]) == ("local", None, "local", {"L1": 48})
+    # the goodput policy's predictions (routing/views.predicted_headers)
+    got = route_from_http({**local, "X-Warmpath-Predicted-TTFT-S": "0.125000",
                            "X-Warmpath-Predicted-TPOT-S": "0.015000"}, None)
     assert (got["path"], got["predicted_ttft_s"], got["predicted_tpot_s"]) == ("local", 0.125, 0.015)
     assert route_from_http({"X-Warmpath-Predicted-TPOT-S": "x"}, None)["predicted_tpot_s"] is None
@@ -42,7 +42,7 @@ def test_route_of_a_disaggregated_and_a_local_request():
 
 
 def test_requests_jsonl_beside_summary(tmp_path):
-    ok = Record("s1", 1, "warm", True, 0.5, 1.5, 11, 100, 64, route={"tier": "replica", "decode": "replica-1"})
+    ok = Record("s1", 1, "warm", True, 0.5, 1.5, 11, 100, 64, route={"path": "replica", "decode": "replica-1"})
     bad = Record("s2", 2, "cold", False, error="TimeoutError: ")
     rows = [request_row(ok, 0.2, True), request_row(bad, 0.2, False)]
     assert rows[0]["tpot_s"] == pytest.approx(0.1) and rows[0]["decode"] == "replica-1" and rows[0]["prefill"] is None

@@ -63,7 +63,7 @@ def test_dashboard_in_a_real_browser(cluster, browser, tmp_path):  # noqa: F811
     browser.wait_for(lambda: browser.js(POINTS_JS) > grown, 30, "TTFT chart stopped gaining points")
     shown = browser.wait_for(lambda: (d := browser.js(DECISIONS_JS)) and len(d) == 4 and d, 30, "no decisions")
     state = httpx.get(cluster + "/v1/dashboard/state", timeout=10).json()
-    want = [[d["cls"], str(d["turn"]), d["tier"], d["decode"], d["reason"]] for d in state["decisions"]]
+    want = [[d["cls"], str(d["turn"]), d["path"], d["decode"], d["reason"]] for d in state["decisions"]]
     assert [[r[1], r[2], r[3], r[5], r[13]] for r in shown] == want    # 13: reason (after the TPOT columns)
     assert all(r[13] for r in shown) and {r[2] for r in shown} == {"1", "2"}
     ids = {w["id"] for w in rows}

@@ -21,7 +21,7 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
         assert r.parse().choices[0].message.content == reference["chat"]
         h = r.headers
         # turn 1 on the idle decode worker: no handoff beats the prefill worker's hop and write-through
-        assert (h["x-warmpath-route"], h["x-warmpath-path"], h["x-warmpath-worker"]) == ("local", "local", "decode-0")
+        assert (h["x-warmpath-route"], h["x-warmpath-worker"]) == ("local", "decode-0")
         assert float(h["x-warmpath-predicted-ttft-s"]) > 0 and float(h["x-warmpath-predicted-tpot-s"]) > 0
         s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
         assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
@@ -35,7 +35,7 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
             assert resp.status_code == 200, resp.text
             a = resp.json()["choices"][0]["message"]["content"]
             assert a == reference["turns"][i], f"turn {i + 1}"
-            paths.append(resp.headers["x-warmpath-path"])
+            paths.append(resp.headers["x-warmpath-route"])
             msgs.append({"role": "assistant", "content": a})
         assert set(paths) <= {"local", "warm", "cold"}
         info = httpx.get(base + "/v1/cluster", timeout=5).json()
@@ -66,7 +66,7 @@ def test_a_replica_decodes_what_the_cold_tier_hands_it(tmp_path, reference):
             assert resp.status_code == 200, resp.text
             a = resp.json()["choices"][0]["message"]["content"]
             assert a == reference["turns"][i], f"turn {i + 1}"
-            assert (resp.headers["x-warmpath-path"], resp.headers["x-warmpath-decode"]) == ("cold", "replica-0")
+            assert (resp.headers["x-warmpath-route"], resp.headers["x-warmpath-decode"]) == ("cold", "replica-0")
             msgs.append({"role": "assistant", "content": a})
         rows = httpx.get(base + "/v1/cluster", timeout=5).json()["decisions"]
         assert [(d["prefill"], d["decode"]) for d in rows] == [("pre-prefill-0", "replica-0")] * len(TURNS)

@@ -81,7 +81,7 @@ def test_rings_are_bounded_and_decisions_come_newest_first(state):
     assert [x["t"] for x in out["samples"]] == [2.0, 3.0, 4.0]
     assert [d["ttft_s"] for d in out["decisions"]] == [5.0, 4.0]
     d = out["decisions"][0]
-    assert (d["tier"], d["prefill"], d["decode"], d["reason"], d["est_ttft_s"]) == ("cold", "p0", "d0",
+    assert (d["path"], d["prefill"], d["decode"], d["reason"], d["est_ttft_s"]) == ("cold", "p0", "d0",
                                                                                     "cold because", 0.25)
     assert out["workers"] == {"p0": {"role": "prefill", "last_seen_s": 1.0, "health": "ok"},
                               "d0": {"role": "decode", "last_seen_s": 1.0, "health": "ok"}}

@@ -30,7 +30,7 @@ def decode_once(predicted_ttft_s: float, stream: bool = False) -> tuple:
     client = SlowWorker(book, after_s=0.2)
     flow = RequestFlow(SimpleNamespace(load=book, routed={}), client)
     flow._generate_msg = lambda t: None
-    d = Decision(None, "w", "local", predicted_ttft_s, 100, "test", path="local")
+    d = Decision(None, "w", "local", predicted_ttft_s, 100, "test")
     t = SimpleNamespace(decision=d, prefill=None, rv=SimpleNamespace(num_tokens=400, max_tokens=64),
                         body=SimpleNamespace(stream=stream))
     with pytest.raises(RuntimeError, match="went away"):

@@ -48,7 +48,7 @@ def test_a_follow_up_goes_local_when_the_decode_batch_has_slack():
     rv, hits = follow_up()
     d = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05").route(rv, snap(fleet(), hits))
     # local: 508 + 484 tokens in two mixed steps, 0.0648 + 0.0624; both paths keep all 5
-    assert (d.prefill, d.decode, d.tier, d.path, d.cls) == (None, "d0", "local", "local", "warm")
+    assert (d.prefill, d.decode, d.path, d.cls) == (None, "d0", "local", "warm")
     assert d.est_ttft_s == pytest.approx(0.1272) and d.est_tpot_s == pytest.approx(0.015)
     assert d.est_running_tpot_s == pytest.approx((0.1272 + 98 * 0.015) / 100)
     assert "local keeps 5" in d.reason
@@ -61,7 +61,7 @@ def test_a_follow_up_goes_remote_when_local_would_push_the_running_past_the_tpot
     got = {s.pred.path: s.kept for s in score(rv, sn, pol.cfg, "warm", paths(rv, sn, pol.cfg))}
     assert got == {"local": 1, "warm": 5}          # local: the 4 running at 0.01597 > 0.0155
     d = pol.route(rv, sn)
-    assert (d.prefill, d.decode, d.tier) == ("p0", "d0", "warm")
+    assert (d.prefill, d.decode, d.path) == ("p0", "d0", "warm")
     # 992 new after 1008 cached: 992·(1 + (1008 + 496)/8192) work units at 1000/s + 2 ms
     assert d.est_ttft_s == pytest.approx(992 * (1 + 1504 / 8192) / 1000 + 0.002)
     assert d.est_running_tpot_s == pytest.approx(0.015)
@@ -70,7 +70,7 @@ def test_a_follow_up_goes_remote_when_local_would_push_the_running_past_the_tpot
 def test_a_turn1_short_prompt_goes_local_on_an_idle_decode_worker():
     rv = RequestView(200, (), 16, None, 1, max_tokens=100)
     d = policy("warm.ttft_p90=2,cold.ttft_p90=20,tpot=0.05").route(rv, snap(fleet(running=0), session_decode=None))
-    assert (d.prefill, d.decode, d.tier, d.cls) == (None, "d0", "local", "cold")
+    assert (d.prefill, d.decode, d.path, d.cls) == (None, "d0", "local", "cold")
     assert d.est_ttft_s == pytest.approx(0.025)    # the prefill line alone: 0.005 + 0.0001·200
     assert d.est_tpot_s == pytest.approx(0.011)
 
@@ -99,10 +99,10 @@ def test_a_request_with_slack_lends_it_and_one_at_risk_borrows():
     # cold (20 s) request, both tiers idle and as fast: warm arrivals make the warm tier cost
     # it 10x (its bound over theirs): the cold tier
     d = pol.route(rv, snap(fleet(c0=True), arrivals={"warm": 1.0, "cold": 0.1}, session_decode=None))
-    assert (d.prefill, d.tier, d.cls) == ("c0", "cold", "cold")
+    assert (d.prefill, d.path, d.cls) == ("c0", "cold", "cold")
     # with cold arrivals 100x the warm ones, the cold tier costs it more: the warm tier
     d = pol.route(rv, snap(fleet(c0=True), arrivals={"warm": 0.01, "cold": 1.0}, session_decode=None))
-    assert (d.prefill, d.tier, d.cls) == ("p0", "warm", "cold")
+    assert (d.prefill, d.path, d.cls) == ("p0", "warm", "cold")
     # a warm request the warm tier's 3 s queue would make late: it borrows the cold tier
     hits = {"p0": PrefixHit(40), "c0": PrefixHit(40)}
     sn = snap(fleet(p_queue=3000, c0=True), hits, {"warm": 1.0, "cold": 0.1}, None)
@@ -118,9 +118,9 @@ def test_no_local_path_after_a_failure_and_no_ppd_switch():
     views = fleet()
     sn = dec.snapshot(views, lambda w: hits.get(w, PrefixHit()), "d0", 0)
     assert set(sn.hits) == {"d0", "p0"}            # every decode worker is looked up
-    assert dec.decide_route(rv, sn).tier == "local"
+    assert dec.decide_route(rv, sn).path == "local"
     d = dec.decide_route(rv, sn, allow_local=False, arrival=False)
-    assert (d.prefill, d.tier, d.ppd) == ("p0", "warm", None)
+    assert (d.prefill, d.path, d.ppd) == ("p0", "warm", None)
     with pytest.raises(LookupError):
         choose([])
 

@@ -39,19 +39,19 @@ def test_cpd_cold_goes_to_pre_prefill_warm_to_prefill():
     ws = [w("c1", "pre-prefill"), w("c2", "pre-prefill", q=100), w("p1", "prefill", q=800),
           w("p2", "prefill"), w("d1", "decode", running=3), w("d2", "decode", running=1)]
     cold = CPDPolicy().route(REQ, snap(ws))
-    assert (cold.prefill, cold.decode, cold.tier) == ("c1", "d2", "cold")
+    assert (cold.prefill, cold.decode, cold.path) == ("c1", "d2", "cold")
     warm = CPDPolicy().route(REQ, snap(ws, {"p1": PrefixHit(90, 0), "p2": PrefixHit(10, 0)}))
     # p1 has the prefix but 800 queued tokens; p2 must compute 1440 tokens: p1 wins
-    assert (warm.prefill, warm.tier, warm.cached_tokens) == ("p1", "warm", 1440)
+    assert (warm.prefill, warm.path, warm.cached_tokens) == ("p1", "warm", 1440)
 
 
 def test_cpd_threshold_and_min_cached():
     ws = [w("c", "pre-prefill"), w("p", "prefill"), w("d", "decode")]
     hits = {"p": PrefixHit(40, 0)}                  # 640 / 1600 = 0.4 reuse
-    assert CPDPolicy(CPDConfig(cold_threshold=0.5)).route(REQ, snap(ws, hits)).tier == "cold"
-    assert CPDPolicy(CPDConfig(cold_threshold=0.3)).route(REQ, snap(ws, hits)).tier == "warm"
+    assert CPDPolicy(CPDConfig(cold_threshold=0.5)).route(REQ, snap(ws, hits)).path == "cold"
+    assert CPDPolicy(CPDConfig(cold_threshold=0.3)).route(REQ, snap(ws, hits)).path == "warm"
     assert CPDPolicy(CPDConfig(cold_threshold=0.3, min_cached_tokens=1000)).route(
-        REQ, snap(ws, hits)).tier == "cold"
+        REQ, snap(ws, hits)).path == "cold"
 
 
 def test_cpd_cold_spills_to_an_idle_warm_worker_unless_it_harms_warm_traffic():
@@ -60,7 +60,7 @@ def test_cpd_cold_spills_to_an_idle_warm_worker_unless_it_harms_warm_traffic():
     # write-through = 23.5185 s; p: the same without the queue = 3.5185 s, and no warm
     # request is arriving that it would delay: spill
     d = CPDPolicy().route(REQ, snap(ws))
-    assert (d.prefill, d.tier, d.est_ttft_s) == ("p", "cold", pytest.approx(3.5185))
+    assert (d.prefill, d.path, d.est_ttft_s) == ("p", "cold", pytest.approx(3.5185))
     assert d.reason.endswith("harm 0.000s (spill)")
     # 0.2 warm requests/s at p would each wait 3.5125/2 s on average: 0.2 · 3.5125² / 2 =
     # 1.234 s of warm delay, which weighs 20 / 2 = 10 times a cold request's own: 12.34 s,
@@ -89,7 +89,7 @@ def test_cpd_warm_spills_to_an_idle_cold_worker():
     # 0.4 GB/s), computes 160 tokens after 1440 (160 · (1 + 1520/8192) at 500/s) and writes
     # 10 blocks through (2 ms + 0.16 MB at 0.4 GB/s)
     d = CPDPolicy().route(REQ, snap(ws, {"p": PrefixHit(90, 0), "c": PrefixHit(0, 90)}))
-    assert (d.prefill, d.tier, d.cached_tokens) == ("c", "warm", 1440) and d.reason.endswith("(spill)")
+    assert (d.prefill, d.path, d.cached_tokens) == ("c", "warm", 1440) and d.reason.endswith("(spill)")
     assert d.est_ttft_s == pytest.approx(2e-3 + 1440e3 / 4e8 + 160 * (1 + 1520 / 8192) / 500 + 2e-3 + 160e3 / 4e8)
 
 
@@ -100,7 +100,7 @@ def test_pd_kv_cost_credits_cached_blocks_by_tier():
     # a: 300 queued + 1600 - 960 = 940; b: 0 + 1600 - 0.5 · 960 = 1120
     assert (pol.cost(ws[0], REQ, snap(ws, hits)), pol.cost(ws[1], REQ, snap(ws, hits))) == (940, 1120)
     d = pol.route(REQ, snap(ws, hits))
-    assert (d.prefill, d.decode, d.tier, d.reason) == ("a", "d", "pd", "kv-aware: cost 940 tokens")
+    assert (d.prefill, d.decode, d.path, d.reason) == ("a", "d", "pd", "kv-aware: cost 940 tokens")
     assert PDKVPolicy(l3_credit=1.0).route(REQ, snap(ws, hits)).prefill == "b"    # 640 < 940
 
 
@@ -116,7 +116,7 @@ def test_pd_is_cache_blind_and_replica_is_prefix_aware():
     assert PDPolicy().route(REQ, snap(ws, {"p1": PrefixHit(99, 0)})).prefill == "p2"
     rs = [w("r1", "replica", q=100), w("r2", "replica")]
     d = ReplicaPolicy().route(REQ, snap(rs, {"r1": PrefixHit(99, 0)}))
-    assert (d.prefill, d.decode, d.tier) == ("r1", "r1", "replica")
+    assert (d.prefill, d.decode, d.path) == ("r1", "r1", "replica")
     assert ReplicaPolicy().route(REQ, snap(rs)).prefill == "r2"
 
 

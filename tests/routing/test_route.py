@@ -68,9 +68,9 @@ def test_cold_rule_by_hand():
 def test_cpd_class_is_its_tier():
     decider, rv = RouteDecider(CPDPolicy()), RequestView(1600, HASHES, 16, max_tokens=128)
     d = decider.decide_route(rv, snapshot(decider, {"p2": PrefixHit(90, 0)}))
-    assert (d.tier, d.cls, d.prefill) == ("warm", "warm", "p2")
+    assert (d.path, d.cls, d.prefill) == ("warm", "warm", "p2")
     d = decider.decide_route(rv, snapshot(decider, {}))
-    assert (d.tier, d.cls, d.prefill) == ("cold", "cold", "c1")
+    assert (d.path, d.cls, d.prefill) == ("cold", "cold", "c1")
 
 
 def test_ppd_switch_local_remote_and_retry():
@@ -78,7 +78,7 @@ def test_ppd_switch_local_remote_and_retry():
     hits = {"d1": PrefixHit(93, 0), "p2": PrefixHit(93, 0)}
     local = RouteDecider(CPDPolicy(), PPDConfig("x1"))
     d = local.decide_route(rv, snapshot(local, hits, "d1"))
-    assert (d.prefill, d.decode, d.tier, d.ppd, d.cached_tokens, d.cls) == (None, "d1", "local", "local", 1488, "warm")
+    assert (d.prefill, d.decode, d.path, d.ppd, d.cached_tokens, d.cls) == (None, "d1", "local", "local", 1488, "warm")
     d = local.decide_route(rv, snapshot(local, hits, "d1"), allow_local=False)   # a retry never goes local
     assert (d.prefill, d.decode, d.ppd) == ("p2", "d1", "remote")
     never = RouteDecider(CPDPolicy(), PPDConfig("x0"))
@@ -109,8 +109,8 @@ def test_with_no_prefill_worker_the_prompt_runs_on_a_decode_worker():
         assert asked == ["d1", "d2"]                 # with no prefill worker, every decode worker is looked up
         d = decider.decide_route(rv, snap)
         # 60 of 100 blocks on the session's d1: 960 cached tokens, 0.6 reused -> warm; PPD x0 does not apply
-        assert (d.prefill, d.decode, d.tier, d.path, d.cached_tokens, d.cls, d.ppd) == \
-            (None, "d1", "local", "local", 960, "warm", None)
+        assert (d.prefill, d.decode, d.path, d.cached_tokens, d.cls, d.ppd) == \
+            (None, "d1", "local", 960, "warm", None)
         assert "no healthy prefill worker" in d.reason
         # no session: the least loaded decode worker (1 running), with its own 5 blocks; the
         # class is the request's reuse in the fleet (d1's 60 blocks), not the chosen worker's

@@ -54,7 +54,7 @@ def test_a_request_past_the_client_timeout_fails_and_is_aborted():
     w = sim.workers["replica-0"]
     assert w.steps == 3 and not w.sched.running and not w.sched.waiting and sim.admission.in_flight == 0
     w.pool.check_integrity()
-    assert r.route["tier"] == "replica" and r.route["decode"] == "replica-0"
+    assert r.route["path"] == "replica" and r.route["decode"] == "replica-0"
 
 
 def test_timeouts_abort_in_decode_in_prefill_and_in_a_worker_queue():
@@ -86,7 +86,7 @@ def test_simulate_rate_writes_what_requests_jsonl_needs():
     rows = res["requests"]
     assert len(rows) == res["classes"]["all"]["completed"] > 0
     row = rows[0]
-    assert (row["tier"], row["prefill"], row["decode"], row["ppd"], row["rate"]) == ("pd", "prefill-0", "decode-0",
+    assert (row["path"], row["prefill"], row["decode"], row["ppd"], row["rate"]) == ("pd", "prefill-0", "decode-0",
                                                                                     None, 1.0)
     assert row["predicted_ttft_s"] > 0 and row["cached_by_tier"] == {"L1": 0, "L2": 0, "L3": 0}
     assert row["attained"] and row["ttft_s"] == pytest.approx(0.1) and row["tpot_s"] == pytest.approx(0.1)

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-ROUTE_KEYS = ("tier", "prefill", "decode", "ppd", "cached_by_tier", "predicted_ttft_s", "server_timing", "path",
+ROUTE_KEYS = ("path", "prefill", "decode", "ppd", "cached_by_tier", "predicted_ttft_s", "server_timing",
               "predicted_tpot_s", "ppd_reason")
 
 
@@ -59,11 +59,11 @@ def route_from_http(headers: Mapping[str, str], usage: Mapping | None) -> dict:
     """The path a warmpath router reports (headers are case-insensitive in httpx; give a
     lower-cased dict otherwise); empty values where the server says nothing."""
     h = {k.lower(): v for k, v in headers.items()}
-    tier, decode, worker = h.get("x-warmpath-route"), h.get("x-warmpath-decode"), h.get("x-warmpath-worker")
-    return {"tier": tier, "prefill": worker if worker and worker != decode else None, "decode": decode,
-            "ppd": "local" if tier == "local" else None, "cached_by_tier": cached_by_tier(usage),
+    path, decode, worker = h.get("x-warmpath-route"), h.get("x-warmpath-decode"), h.get("x-warmpath-worker")
+    return {"path": path, "prefill": worker if worker and worker != decode else None, "decode": decode,
+            "ppd": "local" if path == "local" else None, "cached_by_tier": cached_by_tier(usage),
             "predicted_ttft_s": _seconds(h.get("x-warmpath-predicted-ttft-s")),
-            "server_timing": server_timing(h.get("server-timing")), "path": h.get("x-warmpath-path"),
+            "server_timing": server_timing(h.get("server-timing")),
             "predicted_tpot_s": _seconds(h.get("x-warmpath-predicted-tpot-s")), "ppd_reason": h.get("x-warmpath-ppd")}
 
 

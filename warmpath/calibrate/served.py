@@ -104,7 +104,7 @@ async def request_once(http, url: str, prompt: list[int], max_tokens: int, sid: 
             usage = ch.get("usage") or usage
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return {"prompt_tokens": len(prompt), "cached_tokens": cached, "client_ttft_s": first,
-            "tier": r.headers.get("x-warmpath-route"), "text": "".join(text), **stages}
+            "path": r.headers.get("x-warmpath-route"), "text": "".join(text), **stages}
 
 
 async def _sequential(url: str, sessions, encode, headers: dict, limit: int) -> list[dict]:

@@ -84,9 +84,9 @@ class Dashboard:
             self.sources.update(src)
         d = t.decision
         self.decisions.append({
-            "t": time.time(), "cls": t.cls, "turn": t.rv.turn, "tier": d.tier, "prefill": d.prefill,
+            "t": time.time(), "cls": t.cls, "turn": t.rv.turn, "path": d.path, "prefill": d.prefill,
             "decode": d.decode, "ppd": d.ppd, "reason": d.reason, "est_ttft_s": d.est_ttft_s,
-            "path": d.path, "est_tpot_s": d.est_tpot_s, "est_running_tpot_s": d.est_running_tpot_s,
+            "est_tpot_s": d.est_tpot_s, "est_running_tpot_s": d.est_running_tpot_s,
             "ttft_s": t.ttft_s, "tpot_s": tpot, "prompt_tokens": t.rv.num_tokens,
             "cached_tokens": d.cached_tokens, "completion_tokens": n, "sources": src})
 

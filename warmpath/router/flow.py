@@ -108,7 +108,7 @@ class RequestFlow:
 
     def _count(self, d: Decision, rv: RequestView) -> None:
         m = self.s.metrics
-        m.requests.labels(d.tier, d.cls).inc()
+        m.requests.labels(d.path, d.cls).inc()
         if d.ppd:
             m.ppd.labels(d.ppd).inc()
         m.prefix.labels("cached").inc(d.cached_tokens)
@@ -179,7 +179,7 @@ class RequestFlow:
     async def _decode(self, t: Trip, sess: SessionState | None) -> Response:
         s, d = self.s, t.decision
         s.routed[d.decode] = s.routed.get(d.decode, 0) + 1
-        headers = {"X-Warmpath-Route": d.tier, "X-Warmpath-Decode": d.decode,
+        headers = {"X-Warmpath-Route": d.path, "X-Warmpath-Decode": d.decode,
                    "X-Warmpath-Worker": d.prefill or d.decode, **predicted_headers(d)}
         computed = t.rv.num_tokens - d.cached_tokens if t.prefill is None else 0
         s.load.add(d.decode, running=1, context=_context(t))

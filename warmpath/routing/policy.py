@@ -196,7 +196,7 @@ class GoodputPolicy(RoutingPolicy):
         reason = (f"{cls}: {p.path} keeps {got.kept} (of {len(preds)} paths); TTFT {p.ttft_s:.3f}s, TPOT "
                   f"{p.tpot_s * 1e3:.1f}ms, {p.running} running at {p.running_tpot_s * 1e3:.1f}ms; harm {got.harm_s:.3f}s"
                   + (f"; held {req.waited_s:.2f}s" if req.waited_s else "") + (f"; hold {wait:.2f}s" if wait else ""))
-        return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls, path=p.path,
+        return Decision(p.prefill, p.decode, p.path, p.ttft_s, p.cached_tokens, reason, cls=cls,
                         est_tpot_s=p.tpot_s, est_running_tpot_s=p.running_tpot_s, est_tpot_parts=p.tpot_parts,
                         est_ttft_parts=p.ttft_parts, est_handoff_load_s=p.handoff_s, hold_s=wait)
 

@@ -123,7 +123,7 @@ class RouteDecider:
             if not allow_local:
                 raise
             d = self._on_decode(rv, snap)
-        cls = d.cls or (d.tier if d.tier in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens))
+        cls = d.cls or (d.path if d.path in ("cold", "warm") else self.cold_rule.label(reuse(rv, snap), rv.num_tokens))
         if d.cls != cls:            # NOTE: a policy that set it already (cpd) skips the copy (~6 us)
             d = replace(d, cls=cls)
         if arrival:
@@ -159,7 +159,7 @@ class RouteDecider:
             raise NoPrefillWorker() from None
         e = estimate(dw, rv, snap, handoff=False)
         return Decision(None, dw.worker_id, "local", e.ttft_s, e.cached_tokens,
-                        f"no healthy prefill worker: the prompt runs on {dw.worker_id}", path="local")
+                        f"no healthy prefill worker: the prompt runs on {dw.worker_id}")
 
     def observe_prefill(self, obs: PrefillObservation, view: WorkerView | None) -> None:
         """A prefill reply: refit that worker's lines."""

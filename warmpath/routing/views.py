@@ -87,11 +87,9 @@ class Snapshot:
 
 def predicted_headers(d: "Decision") -> dict[str, str]:
     """The router's predictions for a response's headers (``bench/requests_log.route_from_http``
-    reads them back): TTFT always, path and TPOT where the policy predicted them, the PPD
-    switch's score where it decided."""
+    reads them back): TTFT always, TPOT where the policy predicted it, the PPD switch's score
+    where it decided (the path itself is ``X-Warmpath-Route``)."""
     out = {"X-Warmpath-Predicted-TTFT-S": f"{d.est_ttft_s:.6f}"}
-    if d.path is not None:
-        out["X-Warmpath-Path"] = d.path
     if d.est_tpot_s is not None:
         out["X-Warmpath-Predicted-TPOT-S"] = f"{d.est_tpot_s:.6f}"
     if d.ppd_reason is not None:
@@ -105,7 +103,7 @@ class Decision:
 
     prefill: str | None
     decode: str | None
-    tier: str                          # "cold" | "warm" | "local" | "replica" | "pd"
+    path: str                          # "cold" | "warm" | "local" | "replica" | "pd" (its class: ``cls``)
     est_ttft_s: float
     cached_tokens: int
     reason: str
@@ -114,7 +112,6 @@ class Decision:
     bucket: tuple | None = None        # PPD: the bucket the switch decided in (for its feedback)
     ppd_reason: str | None = None      # PPD: why the switch went that way (its score and terms)
     ppd_queue_s: float = 0.0           # PPD: the path's predicted queue wait (off its observed TTFT)
-    path: str | None = None            # goodput policy: "local" | "warm" | "cold" (the path chosen)
     est_tpot_s: float | None = None    # its predicted TPOT (routing/predict.py), where predicted
     est_running_tpot_s: float | None = None   # the decode worker's running requests' predicted TPOT
     est_tpot_parts: tuple[float, float] | None = None   # est_tpot_s = chunks' share + κ · decode steps' share

@@ -49,9 +49,9 @@ class Req:
         d = self.decision
         if d is None:
             return {}
-        return {"tier": d.tier, "prefill": d.prefill if d.prefill != d.decode else None, "decode": d.decode,
+        return {"path": d.path, "prefill": d.prefill if d.prefill != d.decode else None, "decode": d.decode,
                 "ppd": d.ppd, "cached_by_tier": self.cached_by_tier, "predicted_ttft_s": d.est_ttft_s,
-                "path": d.path, "predicted_tpot_s": d.est_tpot_s, "ppd_reason": d.ppd_reason,
+                "predicted_tpot_s": d.est_tpot_s, "ppd_reason": d.ppd_reason,
                 "server_timing": {"route": self.admitted - self.arrival}}   # as the router's stage: its admission wait
 
 

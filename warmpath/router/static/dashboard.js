@@ -136,8 +136,8 @@ function renderDecisions(state) {
   const body = document.querySelector("#decisions tbody");
   body.replaceChildren(...state.decisions.map((d) => {
     const tr = el("tr", { class: "decision" }), src = d.sources;
-    const cells = [new Date(d.t * 1000).toLocaleTimeString(), d.cls, d.turn, d.tier, d.prefill || "–", d.decode,
-      d.ppd || d.path || "–", fmt("s", d.est_ttft_s), fmt("s", d.ttft_s), fmt("s", d.est_tpot_s), fmt("s", d.tpot_s),
+    const cells = [new Date(d.t * 1000).toLocaleTimeString(), d.cls, d.turn, d.path, d.prefill || "–", d.decode,
+      d.ppd || "–", fmt("s", d.est_ttft_s), fmt("s", d.ttft_s), fmt("s", d.est_tpot_s), fmt("s", d.tpot_s),
       d.prompt_tokens + " / " + d.cached_tokens,
       src ? [src.L1, src.L2, src.L3, src.computed].join(" / ") : "–"];
     for (const c of cells) tr.appendChild(el("td", {}, String(c)));
