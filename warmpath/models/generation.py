@@ -44,7 +44,7 @@ GGUF_KEYS = {"general.sampling.temp": "temperature", "general.sampling.top_p": "
 # card's generate(..., temperature=0.2, top_p=0.9, do_sample=True) (its generation_config.json
 # has no sampling keys, the GGUF no general.sampling.*). With those alone 11 of 30 answers to
 # the README's question (135M, max_tokens 96) fell into a loop ("la femme, la femme, …") up to
-# the cap; with repetition_penalty 1.1, 0 of 30 (1.2 made answers ramble; docs: README).
+# the cap; with repetition_penalty 1.1, 0 of 30 (1.2 made answers ramble; docs/api.md, "Defaults").
 MODEL_TABLE: tuple[tuple[tuple[str, ...], dict[str, float | int]], ...] = (
     (("smollm2", "instruct"), {"temperature": 0.2, "top_p": 0.9, "repetition_penalty": 1.1}),
 )
