@@ -168,5 +168,6 @@ def test_a_request_without_max_tokens_is_booked_at_the_budget_the_worker_will_gi
     assert answer_budget(None, views, 8192, 8192) == 1            # at least one token
     assert answer_budget(50, views, 1000, 8192) == 50
     assert answer_budget(None, views, 1000, None) == 1024
+    assert answer_budget(None, [WorkerView("d0", "decode")], 1000, 8192) == 7192   # no default: the room left
     with pytest.raises(LookupError, match="default max_tokens"):
-        answer_budget(None, [WorkerView("d0", "decode")], 1000, 8192)
+        answer_budget(None, [WorkerView("d0", "decode")], 1000, None)

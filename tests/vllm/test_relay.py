@@ -165,3 +165,6 @@ def test_a_vllm_worker_registers_the_prefill_chunk_vllm_runs():
     assert VLLMServerConfig(*base, max_num_batched_tokens=4096).batched_tokens() == 4096
     assert VLLMServerConfig(*base, extra_args=("--max-num-batched-tokens", "8192")).batched_tokens() == 8192
     assert VLLMServerConfig(*base, extra_args=("--max-num-batched-tokens=1024",)).batched_tokens() == 1024
+    assert VLLMServerConfig(*base, extra_args=("--max-num-batched-tokens", "8k")).batched_tokens() == 2048
+    assert VLLMServerConfig(*base, max_num_batched_tokens=4096,
+                            extra_args=("--no-enable-chunked-prefill",)).batched_tokens() is None   # whole prompts

@@ -69,7 +69,7 @@ class PlanConfig:
         if "replica" not in self.kinds:    # replicas are in every comparison (issue 28)
             object.__setattr__(self, "kinds", ("replica", *self.kinds))
         if not self.ppd_modes or set(self.ppd_modes) - set(PPD_MODES):
-            raise ValueError(f"--ppd must be among {', '.join(PPD_MODES)}, got {list(self.ppd_modes)}")
+            raise ValueError(f"--ppd-modes must be among {', '.join(PPD_MODES)}, got {list(self.ppd_modes)}")
         if set(self.ppd_kinds) - {"pd", "cpd"}:
             raise ValueError(f"--ppd-kinds must be among pd, cpd, got {list(self.ppd_kinds)}")
         if not self.pd_policies or set(self.pd_policies) - set(PD_POLICIES):

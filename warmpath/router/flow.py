@@ -15,6 +15,7 @@ ends with an OpenAI-shaped error event (``relay.py``). HTTP is ``dispatch.Worker
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import replace
@@ -34,6 +35,8 @@ from warmpath.router.state import RouterState
 from warmpath.router.trip import Trip
 from warmpath.routing.views import Decision, RequestView
 
+
+log = logging.getLogger(__name__)
 
 class RequestFlow:
     """Runs requests; every admitted request gives its slot back exactly once."""
@@ -230,13 +233,16 @@ class RequestFlow:
         tpot = t.finished(s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
         end = s.ledger.ended(t.decision, t.rv.num_tokens, t.completion_tokens or 0, ttft, tpot, sess)
-        self._learn(t)
-        if end.ttft_err is not None:
-            s.metrics.ttft_error.observe(end.ttft_err)
-        if end.tpot_err is not None:
-            s.metrics.tpot_error.observe(end.tpot_err)
-        s.dashboard.trip_ended(t)
-        s.wake(end.woken)
+        s.wake(end.woken)   # the slot went on exactly once, whatever the books below make of the answer
+        try:   # the worker's own report (usage) feeds these: a malformed one must not fail the answer
+            self._learn(t)
+            if end.ttft_err is not None:
+                s.metrics.ttft_error.observe(end.ttft_err)
+            if end.tpot_err is not None:
+                s.metrics.tpot_error.observe(end.tpot_err)
+            s.dashboard.trip_ended(t)
+        except Exception:
+            log.exception("the books of a request's end (its answer was sent)")
 
 
 def _context(t: Trip) -> int:

@@ -237,11 +237,12 @@ def answer_budget(asked: int | None, views: Sequence[WorkerView], prompt_tokens:
                   max_model_len: int | None) -> int:
     """The answer budget a request gets: ``asked`` (the client's ``max_tokens``), else the
     largest default the workers registered (``WorkerView.default_max_tokens``), capped at the
-    context left as a worker caps it (at least 1). Raises ``LookupError`` when neither is known."""
+    context left as a worker caps it (at least 1); with no default registered, the context left.
+    Raises ``LookupError`` when neither is known."""
     if asked:
         return asked
     defaults = [v.default_max_tokens for v in views if v.default_max_tokens]
-    if not defaults:
-        raise LookupError("no registered worker reported its default max_tokens")
+    if not defaults and not max_model_len:
+        raise LookupError("no registered worker reported its default max_tokens or its context length")
     room = max_model_len - prompt_tokens if max_model_len else max(defaults)
-    return max(1, min(max(defaults), room))
+    return max(1, min(max(defaults, default=room), room))

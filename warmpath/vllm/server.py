@@ -88,17 +88,22 @@ class VLLMServerConfig:
     stop_timeout_s: float = 20.0
 
 
-    def batched_tokens(self) -> int:
+    def batched_tokens(self) -> int | None:
         """The prompt tokens one vLLM step computes: ours, else ``--max-num-batched-tokens`` in
-        ``extra_args``, else vLLM's own default."""
+        ``extra_args``, else vLLM's own default; ``None`` with chunked prefill off (whole prompts)."""
+        args = list(self.extra_args)
+        if "--no-enable-chunked-prefill" in args:
+            return None
         if self.max_num_batched_tokens:
             return self.max_num_batched_tokens
-        args = list(self.extra_args)
         for i, x in enumerate(args):
-            if x == "--max-num-batched-tokens" and i + 1 < len(args):
-                return int(args[i + 1])
-            if x.startswith("--max-num-batched-tokens="):
-                return int(x.partition("=")[2])
+            value = args[i + 1] if x == "--max-num-batched-tokens" and i + 1 < len(args) else \
+                x.partition("=")[2] if x.startswith("--max-num-batched-tokens=") else None
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:   # a form vLLM reads and we do not ("8k"): its default is our best guess
+                    return VLLM_DEFAULT_BATCHED_TOKENS
         return VLLM_DEFAULT_BATCHED_TOKENS
 
     def __post_init__(self) -> None:

@@ -113,7 +113,8 @@ async def register_and_heartbeat(cfg: RegistrationConfig, engine: "LLMEngine",
         max_model_len=engine.max_model_len, events_endpoint=ev.endpoint if ev else None,
         replay_endpoint=ev.replay_endpoint if ev else None, generation_defaults=defaults,
         max_num_seqs=engine.scheduler.cfg.max_num_seqs,
-        prefill_chunk_tokens=engine.scheduler.cfg.max_num_batched_tokens,
+        prefill_chunk_tokens=(engine.scheduler.cfg.max_num_batched_tokens
+                              if engine.scheduler.cfg.enable_chunked_prefill else None),   # None: whole prompts
         kv_capacity_tokens=engine.pool.num_blocks * engine.namespace.block_size,
         overlaps_loads=engine.tiers is not None and engine.tiers.overlaps_loads).model_dump()
 
