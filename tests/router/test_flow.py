@@ -47,3 +47,33 @@ def test_a_whole_answers_prompt_leaves_the_book_at_its_predicted_first_token():
 
 def test_a_whole_answer_predicted_later_is_still_computing_and_released_once_on_failure():
     assert decode_once(5.0) == ((300, 1, 1), (0, 0, 0))
+
+
+def test_a_requests_end_hands_its_slot_on_once_even_when_the_books_of_its_answer_fail(caplog):
+    """The ledger frees the slot and wakes the waiter first; a malformed worker report that
+    breaks the answer's own books (learning, dashboard) is logged and frees nothing twice."""
+    from warmpath.routing.admission import Admission, AdmissionConfig
+    from warmpath.routing.ledger import RequestLedger
+    from warmpath.routing.route import RouteDecider
+    from warmpath.routing.policy import ReplicaPolicy
+    from warmpath.routing.sessions import SessionTable
+
+    adm = Admission(AdmissionConfig(max_in_flight=1))
+    ledger = RequestLedger(RouteDecider(ReplicaPolicy()), adm, SessionTable(), list)
+    assert (ledger.admit("a", Decision(None, "w", "local", 0.1, 0, "t", cls="warm")),
+            ledger.admit("b", Decision(None, "w", "local", 0.1, 0, "t", cls="warm"))) == ("run", "queued")
+    woken = []
+
+    def broken(t):
+        raise ValueError("usage: not a number")
+
+    state = SimpleNamespace(load=LoadBook(), ledger=ledger, wake=woken.extend)
+    flow = RequestFlow(state, None)
+    flow._learn = broken
+    d = Decision(None, "w", "local", 0.1, 0, "test", cls="warm")
+    t = SimpleNamespace(decision=d, rv=SimpleNamespace(num_tokens=100, max_tokens=8), completion_tokens=8,
+                        first_token_at=None, admitted=0.0, finished=lambda metrics: None)
+    state.metrics = None
+    flow._ended(t, None)
+    assert woken == ["b"] and adm.in_flight == 1            # a's slot went to b, exactly once
+    assert "the books of a request's end" in caplog.text
