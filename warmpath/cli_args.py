@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from warmpath.routing.flags import count_arg
 from warmpath.vllm.cli_flags import vllm_args
 
 
@@ -21,19 +22,6 @@ def _nonneg(v: str) -> float:
     if not x >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
     return x
-
-
-def _count(minimum: int):
-    """An argparse type: an integer >= ``minimum``."""
-    def parse(v: str) -> int:
-        try:
-            x = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {v!r}") from None
-        if x < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
-        return x
-    return parse
 
 
 def _override(v: str) -> dict:
@@ -86,7 +74,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    g.add_argument("--decode-threads", type=_count(1), default=None,
+    g.add_argument("--decode-threads", type=count_arg(1), default=None,
                    help="threads of decode-only steps of < 4 sequences (CPU default: --threads - 1, ≥ 1)")
     g.add_argument("--attention", default="paged", choices=("paged", "gather"), help="gather: copy KV per layer")
     g.add_argument("--compile", default="off", choices=("off", "on"), help="on: compile the decode step at start")

@@ -22,15 +22,16 @@ from warmpath.slo import CLUSTER_TARGET, Target
 DEFAULT_POLICY = "replica"       # a router started alone, with no topology to take one from
 
 
-def _count(low: int):
-    def parse(s: str) -> int:
+def count_arg(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+    def parse(v: str) -> int:
         try:
-            n = int(s)
+            x = int(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {n}")
-        return n
+            raise argparse.ArgumentTypeError(f"must be an integer, got {v!r}") from None
+        if x < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return x
     return parse
 
 
@@ -76,12 +77,12 @@ def add_routing_args(p: argparse.ArgumentParser, topology: bool = True, slo_requ
                    help="elastic roles: seconds a role's pressure must hold before a change (default 5)")
     g.add_argument("--elastic-cooldown-s", type=float, default=None,
                    help="elastic roles: least seconds between two changes (default 20)")
-    g.add_argument("--max-in-flight", type=_count(1), default=None,
+    g.add_argument("--max-in-flight", type=count_arg(1), default=None,
                    help="router admission limit (default: what the workers can hold, re-sized as workers "
                         "join, leave or change role)")
-    g.add_argument("--cold-queue", type=_count(0), default=None,
+    g.add_argument("--cold-queue", type=count_arg(0), default=None,
                    help="router wait queue for cold requests (default: 4/3 of the limit, at least 32)")
-    g.add_argument("--warm-queue", type=_count(0), default=None,
+    g.add_argument("--warm-queue", type=count_arg(0), default=None,
                    help="router wait queue for warm requests (default: 8/3 of the limit, at least 64)")
 
 
