@@ -253,7 +253,7 @@ def start_from_args(a) -> Cluster:
         topo = spread_vllm(topo, a.engine)
     router_argv = ["--model", a.model, "--heartbeat-s", str(a.heartbeat_s), "--drop-after-s", str(a.drop_after_s),
                    "--session-idle-s", str(a.session_idle_s), "--max-body-mib", str(a.max_body_mib),
-                   *routing_argv(a, topo.policy, topo.ppd)]
+                   *routing_argv(a)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
     from warmpath.protocol.auth import api_keys, cluster_token

@@ -120,10 +120,11 @@ def admission_from_args(a: argparse.Namespace) -> AdmissionConfig:
     return AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue)
 
 
-def routing_argv(a: argparse.Namespace, policy: str, ppd: str) -> list[str]:
-    """The router command line that runs what ``a``'s routing flags say, with ``policy``
-    and ``ppd`` resolved (e.g. from the topology)."""
-    out = ["--route-policy", policy, "--ppd", ppd, "--goodput-local", a.goodput_local,
+def routing_argv(a: argparse.Namespace) -> list[str]:
+    """The router command line that runs what ``a``'s routing flags say, but the policy and
+    the PPD mode (``launch.launcher.start`` passes the topology's, which ``--route-policy`` and
+    ``--ppd`` already chose)."""
+    out = ["--goodput-local", a.goodput_local,
            "--goodput-slack-share", repr(a.goodput_slack_share), "--goodput-hold-share", repr(a.goodput_hold_share),
            "--elastic", a.elastic, *admission_from_args(a).to_argv()]
     if a.slo:
