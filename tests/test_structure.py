@@ -204,6 +204,9 @@ def test_router_and_simulator_keep_every_request_in_one_ledger():
     assert _calls("turn_ended") == {"routing/ledger.py"}
     assert _calls("offer") == {"routing/ledger.py"}
     assert _calls("ended") >= {"router/flow.py", "sim/ending.py"}
+    # the answers' own timings teach the worker lines the same way: the simulated router learns as the real one
+    assert _calls("observe_answer") == {"routing/ledger.py", "routing/route.py"}   # route.py: to its model
+    assert _calls("answered") >= {"router/flow.py", "sim/ending.py"}
 
 
 def test_router_and_simulator_run_the_same_route_decider():

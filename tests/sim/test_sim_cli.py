@@ -199,7 +199,18 @@ def test_cpu_profile_defaults_come_from_the_calibrations_served_engine(tmp_path)
     assert (given.retokenize_miss, given.request_overhead_s) == (0.0, 0.001)
     gpu = setup_from_args(p.parse_args(["sim", "--calibration", str(cal), "--workload", "coding-agent"]))
     assert (gpu.kv_blocks, gpu.l2_gib, gpu.l3_gib, gpu.cpu_cores, gpu.transfer_cpu) == (None, 0, 4096.0, None, 0.0)
-    assert (gpu.scheduler.max_num_batched_tokens, gpu.retokenize_miss) == (8192, 0.125)
+    # a GPU worker takes vLLM's defaults on that GPU: a B200 (>= 160 GiB) 1,024 sequences, 16,384 tokens a step
+    assert (gpu.scheduler.max_num_seqs, gpu.scheduler.max_num_batched_tokens, gpu.retokenize_miss) == (1024, 16384, 0.125)
+    h100 = setup_from_args(p.parse_args(["sim", "--hardware", "h100", "--workload", "coding-agent"]))
+    assert (h100.scheduler.max_num_seqs, h100.scheduler.max_num_batched_tokens, h100.memory_share()) == (1024, 8192, 0.92)
+    a100 = setup_from_args(p.parse_args(["sim", "--hardware", "a100-80g", "--engine", "vllm", "--max-num-seqs", "64",
+                                         "--workload", "coding-agent"]))
+    assert (a100.scheduler.max_num_seqs, a100.scheduler.max_num_batched_tokens) == (64, 2048)
+    fp8 = setup_from_args(p.parse_args(["sim", "--model", "qwen3-32b", "--weights", "fp8", "--kv-dtype", "fp8",
+                                        "--workload", "coding-agent"]))
+    assert (fp8.model.dtype_bytes, fp8.model.kv_bytes_per_token) == (1, 2 * 64 * 8 * 128)
+    with pytest.raises(ValueError, match="not a bundled model"):
+        setup_from_args(p.parse_args(["sim", "--model", "nope/config.json", "--workload", "coding-agent"]))
 
 
 def test_contention_is_the_calibrations_unless_chosen(tmp_path):

@@ -20,9 +20,12 @@ from warmpath.routing.route import RouteDecider
 from warmpath.routing.policy import CPDPolicy, RoutingPolicy
 from warmpath.routing.sessions import SessionTable
 from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
+from warmpath.sim.model_profile import from_config
 from warmpath.sim.run import SimSetup, build, simulate_rate
 from warmpath.sim.step_time import Roofline, StepTime
 
+TINY = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "head_dim": 128, "intermediate_size": 4096, "vocab_size": 1000, "tie_word_embeddings": False}
 FAST = HardwareProfile("test", 1e15, 1e13, 1e12, 1e15, 1e15, 80, net_latency_s=0.0)
 # 64 tokens of Llama-3.1-8B KV as the store holds them: 4 blocks of 16, each behind its header
 STORED_64 = 4 * (16 * MODELS["llama-3.1-8b"].kv_bytes_per_token + header_size(16))
@@ -202,18 +205,40 @@ def test_runs_the_production_classes():
 
 
 def test_roofline_numbers():
-    m, hw = MODELS["llama-3.1-8b"], HARDWARE["h100"]
-    assert m.kv_bytes_per_token == 128 * 1024 and MODELS["llama-3.1-70b"].kv_bytes_per_token == 320 * 1024
-    r1, r4 = Roofline(m, hw, 1), Roofline(m, hw, 4)
-    # decode of one sequence is memory-bound: weights / (HBM · MBU) + overhead
-    assert r1.step_s([(1, 0)]) == pytest.approx(m.weight_bytes / (hw.hbm_bytes_s * 0.7) + 0.003, rel=1e-3)
-    # a 8K prefill is compute-bound and TP4 is faster, but not 4x (all-reduce)
-    t1, t4 = r1.step_s([(8192, 0)]), r4.step_s([(8192, 0)])
-    assert t1 == pytest.approx((2 * m.params * 8192 + 4 * 32 * 32 * 128 * 8192 * 4096) / (989e12 * 0.5) + 0.003,
-                               rel=1e-3)
-    assert 2.5 < t1 / t4 < 4
+    """Hand-worked on a test GPU: a prefill of 100 tokens of the tiny model (tests/sim/
+    test_model_profile.py) is memory-bound: its weights and KV over HBM·MBU, plus the step's and
+    the sequence's overheads; FP8 weights run their GEMMs at the FP8 peak times fp8_mfu and read
+    half the linear bytes; TP2 adds 2 all-reduces per layer."""
+    m = from_config(TINY, "tiny")
+    hw = HardwareProfile("t", 1e15, 1e12, 1e11, 1e10, 1e10, 80, mfu=0.5, mbu=0.5, step_overhead_s=1e-3,
+                         seq_overhead_s=1e-5, fp8_flops=2e15, fp8_mfu=0.25, ar_latency_s=1e-5)
+    r1 = Roofline(m, hw, 1)
+    assert r1.step_s([(100, 0)]) == pytest.approx((64_913_408 + 2048 * 100) / 5e11 + 1e-3 + 1e-5, rel=1e-12)
+    # 20K tokens: compute-bound; linear FLOPs 2·active·20000 + the LM head once, attention 4·L·H·d·n·n/2
+    lin, attn = 2 * 30_408_704 * 20000 + 2 * 1000 * 1024, 4 * 2 * 8 * 128 * 20000 * 10000
+    assert r1.step_s([(20000, 0)]) == pytest.approx((lin + attn) / 5e14 + 1e-3 + 1e-5, rel=1e-12)
+    fp8 = Roofline(m.with_precision("fp8"), hw, 1)
+    assert fp8.step_s([(20000, 0)]) == pytest.approx(lin / 5e14 + attn / 5e14 + 1e-3 + 1e-5, rel=1e-12)
+    assert fp8.step_s([(1, 0)]) == pytest.approx((34_504_704 + 2048) / 5e11 + 1e-3 + 1e-5, rel=1e-12)
+    # TP2: half of each, plus 2 all-reduces per layer of (2·1/2)·activations over NVLink + latency
+    r2 = Roofline(m, hw, 2)
+    ar = 2 * 2 * (1.0 * 20000 * 1024 * 2 / 1e11 + 1e-5)
+    assert r2.step_s([(20000, 0)]) == pytest.approx((lin + attn) / 1e15 + ar + 1e-3 + 1e-5, rel=1e-12)
+    # decodes of 3 sequences: weights once, each one's KV, an overhead per sequence
+    assert r1.step_s([(1, 10)] * 3) == pytest.approx((64_913_408 + 2048 * 33) / 5e11 + 1e-3 + 3e-5, rel=1e-12)
     with pytest.raises(ValueError):
         dataclasses.replace(hw, mfu=0)
+
+
+def test_the_gpu_profiles_are_spec_sheets_with_the_fitted_fractions():
+    from warmpath.sim.hardware import FIT, SPECS, provenance
+
+    for name, hw in HARDWARE.items():
+        assert {k: getattr(hw, k) for k in FIT} == FIT and hw.flops == SPECS[name].flops
+    assert HARDWARE["h100"].gemm_flops(1) == 1978.9e12 * FIT["fp8_mfu"]
+    assert HARDWARE["a100-80g"].gemm_flops(1) == 312e12 * FIT["mfu"]      # no FP8 tensor cores: BF16's
+    src = provenance(HARDWARE["h200"])
+    assert src["hbm_bytes_s"] == "spec sheet" and src["mbu"] == "fit" and src["seq_overhead_s"] == "fit"
 
 
 def test_a_step_that_started_alone_slows_when_another_worker_starts():

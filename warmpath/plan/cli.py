@@ -10,15 +10,15 @@ from warmpath.bench.cli import add_shared_flags, check_shared_flags
 from warmpath.bench.workload import WORKLOADS
 from warmpath.plan.space import KINDS, PD_POLICIES, PLAN_PPD_MODES
 from warmpath.routing.flags import add_routing_args
-from warmpath.sim.hardware import HARDWARE, MODELS
+from warmpath.sim.hardware import HARDWARE, provenance
+from warmpath.sim.profile_flags import add_profile_args, engine_from_args, model_from_args
 
 
 def add_parser(sub) -> None:
     s = sub.add_parser("plan", help="search topologies for a GPU budget in the simulator; recommend one")
     s.add_argument("--gpus", type=int, required=True, help="GPU budget")
     s.add_argument("--min-gpus", type=int, default=None, help="also try deployments this small (default: --gpus)")
-    s.add_argument("--hardware", default="h100", choices=tuple(HARDWARE))
-    s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
+    add_profile_args(s, "h100", cpu=False)
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
@@ -42,7 +42,6 @@ def add_parser(sub) -> None:
     s.add_argument("--block-size", type=int, default=128,
                    help="simulated KV block tokens (coarser than the engine's 16 for speed; see docs/sim.md)")
     add_routing_args(s, topology=False, slo_required=True)
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     add_shared_flags(s, duration=120.0)
     s.add_argument("--ramp", type=float, default=0.0)
     s.add_argument("--scale", type=float, default=1.0, help="multiply workload / CSV prompt and answer lengths")
@@ -63,7 +62,6 @@ def build(a: argparse.Namespace):
     from warmpath.bench.metrics import parse_slo
     from warmpath.bench.replay import load_trace, parse_floats
     from warmpath.launch.topology import Topology
-    from warmpath.engine.scheduler import SchedulerConfig
     from warmpath.routing.flags import admission_from_args, target_of
     from warmpath.plan.search import PlanConfig
     from warmpath.plan.evaluate import SimEvaluator, fits
@@ -81,10 +79,11 @@ def build(a: argparse.Namespace):
     cfg = PlanConfig(a.gpus, tuple(grid), a.min_gpus, _ints(a.tp_set, "--tp-set"), tuple(a.kinds.split(",")),
                      tuple(a.ppd_modes.split(",")), a.screen_requests, a.screen_duration, a.finalists, a.bisect, a.jobs,
                      a.seed, tuple(a.ppd_kinds.split(",")), tuple(a.pd_policies.split(",")))
-    base = SimSetup(Topology("plan", "replica", {"replica": 1}), MODELS[a.model], HARDWARE[a.hardware],
-                    block_size=a.block_size, admission=admission_from_args(a),
-                    scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=a.max_num_batched_tokens,
-                                              max_model_len=1 << 20),
+    hw = HARDWARE[a.hardware]
+    limits = engine_from_args(a, hw)
+    base = SimSetup(Topology("plan", "replica", {"replica": 1}), model_from_args(a), hw,
+                    block_size=a.block_size, admission=admission_from_args(a), scheduler=limits.scheduler(),
+                    gpu_memory_utilization=limits.gpu_memory_utilization, router_steps=a.router_steps,
                     max_concurrency=a.max_concurrency, seed=a.seed, timeout_s=a.timeout, target=target_of(a),
                     goodput_local=a.goodput_local == "on", slack_share=a.goodput_slack_share,
                     hold_share=a.goodput_hold_share, elastic=a.elastic, elastic_hold_s=a.elastic_hold_s,
@@ -104,6 +103,20 @@ def build(a: argparse.Namespace):
     return cfg, cands, ev, unit, modes
 
 
+def profile_of(setup) -> dict:
+    """What the simulated workers are and where each parameter comes from: the GPU's spec sheet,
+    the fit on published measurements, the model's config.json, the engine's defaults."""
+    hw, m, sc = setup.hardware, setup.model, setup.sched()
+    src = provenance(hw)
+    frm = {"spec sheet": [f"{k}={getattr(hw, k):.4g}" for k, v in src.items() if v == "spec sheet"],
+           "fit": [f"{k}={getattr(hw, k):.4g}" for k, v in src.items() if v == "fit"],
+           "config.json": [f"{m.name}: {m.params / 1e9:.2f}B params, {m.weight_bytes / 2**30:.1f} GiB weights, "
+                           f"{m.kv_bytes_per_token} KV bytes/token"],
+           "engine": [f"max_num_seqs={sc.max_num_seqs}", f"max_num_batched_tokens={sc.max_num_batched_tokens}",
+                      f"gpu_memory_utilization={setup.memory_share()}", f"router steps: {setup.router_steps}"]}
+    return {"hardware": {k: {"value": getattr(hw, k), "from": v} for k, v in src.items()}, "from": frm}
+
+
 def main(a: argparse.Namespace) -> int:
     from warmpath.plan.search import plan
     from warmpath.plan.report import write
@@ -115,7 +128,10 @@ def main(a: argparse.Namespace) -> int:
     print(f"warmpath plan: {len(cands)} candidates on {a.gpus}x {a.hardware}, {a.model}, {what}; "
           f"SLO {a.slo}; PPD modes {','.join(modes)}" + ("" if modes == cfg.ppd_modes else " (no turns 2+)"),
           flush=True)
+    prof = profile_of(ev.base)
+    print("  " + "; ".join(f"{k}: {', '.join(v)}" for k, v in prof["from"].items()), flush=True)
     result = plan(cands, ev, cfg, unit)
+    result["profile"] = prof
     result.update(prep_s=prep, prep_cpu_s=prep_cpu, wall_s=time.perf_counter() - t0, unit=f"{unit}/GPU",
                   load=("x the trace's own rate" if ev.trace else "sessions/s per GPU"),
                   config={k: v for k, v in vars(a).items() if k != "fn"})

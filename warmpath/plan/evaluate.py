@@ -25,8 +25,8 @@ from warmpath.sim.run import GIB, SimSetup, simulate_rate
 
 def fits(setup: SimSetup, tp: int) -> bool:
     """The model's weights fit ``tp`` GPUs with room left for KV (as ``sim/run.build`` sizes L1)."""
-    return setup.hardware.hbm_gib * tp * 0.9 * GIB - setup.model.weight_bytes >= setup.block_size * \
-        setup.model.kv_bytes_per_token * 64
+    room = setup.hardware.hbm_gib * tp * setup.memory_share() * GIB - setup.model.weight_bytes
+    return room >= setup.block_size * setup.model.kv_bytes_per_token * 64
 
 
 def with_classes(slo, class_slo: dict | None) -> Target:

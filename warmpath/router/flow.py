@@ -224,8 +224,8 @@ class RequestFlow:
         """The decode worker's own timings in the answer's usage (vLLM workers report them)
         refit its lines; its prefill line only when it computed the prompt (no handoff)."""
         w = self.s.registry.workers.get(t.decision.decode)
-        self.s.decider.observe_answer(t.decision.decode, t.usage, w.view if w is not None else None,
-                                      computed_here=t.prefill is None)
+        self.s.ledger.answered(t.decision.decode, t.usage, w.view if w is not None else None,
+                               computed_here=t.prefill is None)
 
     def _ended(self, t: Trip, sess: SessionState | None) -> None:
         s = self.s

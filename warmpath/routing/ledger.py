@@ -67,6 +67,12 @@ class RequestLedger:
             sess.turn_ended(d.decode, prompt_tokens, completion_tokens)
         return Ended(ttft_err, tpot_err, self.release(prompt_tokens + completion_tokens))
 
+    def answered(self, worker: str, usage: dict | None, view, computed_here: bool) -> bool:
+        """The answering worker's own report of it (``usage["warmpath"]``: its timings, its
+        L3 loads): that worker's lines learn (its prefill line only when ``computed_here``,
+        no handoff). Returns whether anything was learnt; a malformed report is ignored."""
+        return self.decider.observe_answer(worker, usage, view, computed_here)
+
     def abandoned_waiting(self, key: Hashable) -> bool:
         """A queued request's client left: ``True`` when it was still queued (nothing else to
         free); ``False`` when it had just been given a slot (then :meth:`release` it)."""

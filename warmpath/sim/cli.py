@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -13,7 +12,8 @@ from warmpath.bench.replay import load_trace, parse_floats, trace_points
 from warmpath.bench.workload import WORKLOADS
 from warmpath.launch.topology import TOPOLOGIES, resolve
 from warmpath.routing.flags import add_routing_args, admission_from_args, target_of
-from warmpath.sim.hardware import HARDWARE, MODELS, HardwareProfile
+from warmpath.sim.hardware import HARDWARE, HardwareProfile
+from warmpath.sim.profile_flags import add_profile_args, engine_from_args, model_from_args
 
 # The CPU behind ``warmpath calibrate``: only the transfer speeds matter here (measured on this
 # machine: L3 reads ~1.0 GB/s through Mooncake over TCP, host copies ~4 GB/s; L3 writes per
@@ -23,8 +23,6 @@ CPU = HardwareProfile("cpu", 1.85e11, 2e10, 1e9, 1.0e9, 4e9, hbm_gib=24, step_ov
                       net_latency_s=1e-3, l3_write_bytes_s=2.85e8, l3_write_latency_s=4.6e-3)
 # Router + HTTP hops + stream relay per request on this machine, outside any worker's own time
 # (median of benchmarks/results/request_overhead.json: client TTFT - prefill worker seconds).
-# --kv-dtype: element bytes of the KV cache (0: the model profile's own dtype_bytes)
-KV_DTYPE_BYTES = {"auto": 0, "float32": 4, "bfloat16": 2, "float16": 2}
 CPU_REQUEST_OVERHEAD_S = 0.012
 # Cores the Mooncake segment holder keeps busy while KV moves (its CPU seconds over the workers'
 # KV-tier seconds in the same run): transfers compete with the workers for the shared cores.
@@ -35,12 +33,9 @@ def add_parser(sub) -> None:
     s = sub.add_parser("sim", help="simulate a topology at cluster scale (same policy code)")
     s.add_argument("--topology", default="cpd-1d", help=" | ".join(TOPOLOGIES) + " | FILE.json")
     add_routing_args(s)
-    s.add_argument("--hardware", default="b200", choices=(*HARDWARE, "cpu"))
-    s.add_argument("--model", default="llama-3.1-8b", choices=tuple(MODELS))
+    add_profile_args(s, "b200", cpu=True)
     s.add_argument("--tp", default="", help="GPUs per worker by role, e.g. pre-prefill=4,prefill=4")
     s.add_argument("--calibration", type=Path, help="`warmpath calibrate` output (required for --hardware cpu)")
-    s.add_argument("--kv-dtype", default="auto", choices=tuple(KV_DTYPE_BYTES),
-                   help="as the workers' --kv-dtype: the KV bytes of every block, load and handoff (auto: the model's)")
     s.add_argument("--kv-l3-overlap", default="off", choices=("off", "on"),
                    help="as the workers' --kv-l3-overlap: L3 loads beside the steps")
     s.add_argument("--kv-gib", type=float, default=None, help="L1 KV per worker (default: GPU memory)")
@@ -63,8 +58,6 @@ def add_parser(sub) -> None:
     s.add_argument("--l3-eviction", default="lru", choices=("lru", "lease"),
                    help="how the store evicts: lru, or lease (as Mooncake's master: shard by shard, any block "
                         "not read in the last 10 s)")
-    s.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help="prefill chunk (default: --hardware cpu as the calibration's served engine, else 8192)")
     wl = s.add_mutually_exclusive_group(required=True)
     wl.add_argument("--workload", choices=sorted(WORKLOADS))
     wl.add_argument("--trace", type=Path, help="Mooncake JSONL or CSV trace")
@@ -138,20 +131,14 @@ def setup_from_args(a: argparse.Namespace):
         variation.update(_contention(getattr(a, "contention", None), cal))
     if a.hardware == "cpu" and fitted is None:
         raise ValueError("--hardware cpu needs --calibration (run `warmpath calibrate` first)")
-    model = MODELS[a.model]
-    kv_dtype = getattr(a, "kv_dtype", "auto")
-    if KV_DTYPE_BYTES[kv_dtype]:
-        model = dataclasses.replace(model, kv_dtype_bytes=KV_DTYPE_BYTES[kv_dtype])
+    model = model_from_args(a)
     hw = CPU if a.hardware == "cpu" else HARDWARE[a.hardware]
-    from warmpath.engine.scheduler import SchedulerConfig
-
     cpu = a.hardware == "cpu"
     eng = engine if cpu else {}   # the calibration's served engine: the CPU profile's defaults
+    limits = engine_from_args(a, hw, eng if cpu else None)
     block_bytes = 16 * model.kv_bytes_per_token
     kv_blocks = int(a.kv_gib * GIB // block_bytes) if a.kv_gib else eng.get("l1_blocks")
     l2_gib = a.l2_gib if a.l2_gib is not None else eng.get("l2_blocks", 0) * block_bytes / GIB
-    sched = SchedulerConfig(max_num_seqs=eng.get("max_num_seqs", 256), max_model_len=1 << 20,
-                            max_num_batched_tokens=a.max_num_batched_tokens or eng.get("max_num_batched_tokens", 8192))
     cores = a.cpu_cores if a.cpu_cores is not None else eng.get("cores")
     store = {"l3_gib": eng["l3_gib"]} if eng.get("l3_gib") else {}
     overhead = a.request_overhead_s
@@ -163,7 +150,8 @@ def setup_from_args(a: argparse.Namespace):
     if not 0.0 <= retok <= 1.0:
         raise ValueError(f"--retokenize-miss must be in [0, 1], got {retok}")
     return SimSetup(topo, model, hw, parse_tp(a.tp), fitted, kv_blocks=kv_blocks, l2_gib=l2_gib,
-                    scheduler=sched, admission=admission_from_args(a), ppd_table=table,
+                    scheduler=limits.scheduler(), gpu_memory_utilization=limits.gpu_memory_utilization,
+                    router_steps=getattr(a, "router_steps", "auto"), admission=admission_from_args(a), ppd_table=table,
                     cpu_cores=cores if cpu else None, request_overhead_s=overhead,
                     retokenize_miss=retok,
                     elastic=a.elastic, target=target_of(a), goodput_local=a.goodput_local == "on",

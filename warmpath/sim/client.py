@@ -43,6 +43,10 @@ class Req:
     cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
     ended: bool = False                  # the client recorded it (answered, failed or timed out)
     held_at: float | None = None         # when the policy first held it (``Decision.hold_s``)
+    at_worker: float = 0.0               # when it reached the worker that answers it
+    dec_first: float | None = None       # the decode worker's first token of it (its answer's timing)
+    dec_tokens: int = 0                  # tokens that worker produced after that one
+    dec_batch: float = 0.0               # summed over those: sequences sampling in the same step
 
     def path(self) -> dict:
         """The path it took (``bench/requests_log.ROUTE_KEYS``)."""

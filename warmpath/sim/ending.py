@@ -24,6 +24,9 @@ class Endings:
         end = self.ledger.ended(req.decision, len(req.prompt), n, req.first_at - req.admitted,
                                 (self.now - req.first_at) / (n - 1) if n > 1 else None,
                                 self.sessions.touch(s.sid, self.now))
+        d = req.decision
+        usage = {"warmpath": {"timing": self._timing(req)}} if self.answer_timing else None
+        self.ledger.answered(d.decode, usage, self.workers[d.decode].view(), computed_here=d.prefill in (None, d.decode))
         answer = req.output
         if self.retokenize_miss and random.Random(req.rid).random() < self.retokenize_miss:
             # the client re-tokenized the answer's text into other ids: the next turn cannot
@@ -38,6 +41,16 @@ class Endings:
         else:
             self._history.pop(s.sid, None)
             self._hashes.pop(s.sid, None)
+
+    def _timing(self, req: Req) -> dict:
+        """What the answering worker reports of it (``AnswerTiming``), as a vLLM worker's relay
+        does (``vllm/relay.py``): its first token from its arrival there (the queue inside it),
+        then its tokens after the first over the steps between and their mean batch."""
+        n = req.dec_tokens
+        return {"computed_tokens": len(req.prompt) - req.cached, "cached_tokens": req.cached,
+                "prefill_s": max(0.0, (req.dec_first or self.now) - req.at_worker), "queue_s": 0.0,
+                "decode_s": self.now - req.dec_first if n and req.dec_first is not None else 0.0,
+                "decode_steps": n, "batch": max(1.0, req.dec_batch / n) if n else 1.0}
 
     def _fail(self, req: Req, why: str) -> None:
         self.records.append(self.client.ended(self.now, req, why))

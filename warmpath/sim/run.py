@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,9 +27,12 @@ from warmpath.routing.flags import make_policy
 from warmpath.routing.goodput import HOLD_SHARE, SLACK_SHARE
 from warmpath.routing.policy import CPDConfig, RoutingPolicy
 from warmpath.routing.ppd import PPDConfig, PPDTable
+from warmpath.sim import router_start
+from warmpath.sim.engine_defaults import EngineDefaults, calibrated_engine, engine_defaults
 from warmpath.sim.simulation import Simulation
 from warmpath.sim.handoff import PDHandoff
-from warmpath.sim.hardware import HardwareProfile, ModelProfile
+from warmpath.sim.hardware import HardwareProfile
+from warmpath.sim.model_profile import ModelProfile
 from warmpath.sim.step_time import Fitted, Jittered, Roofline, StepTime
 from warmpath.sim.lease_store import LeaseStore
 from warmpath.sim.store import SharedLink, SimStore
@@ -56,8 +60,7 @@ class SimSetup:
     l3_gib: float = 4096.0
     l3_eviction: str = "lru"              # "lease": evicted as Mooncake's master does (sim/lease_store.py)
     store_bytes_s: float | None = None
-    scheduler: SchedulerConfig = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=8192,
-                                                 max_model_len=1 << 20)
+    scheduler: SchedulerConfig | None = None   # None: vLLM's defaults on that GPU (sim/engine_defaults.py)
     admission: AdmissionConfig = AdmissionConfig()
     cpd: CPDConfig = CPDConfig()
     ppd_table: PPDTable | None = None
@@ -80,6 +83,20 @@ class SimSetup:
     hold_share: float = HOLD_SHARE
     elastic_hold_s: float | None = None
     elastic_cooldown_s: float | None = None
+    gpu_memory_utilization: float | None = None   # of each GPU's memory, weights and KV (None: the engine's)
+    router_steps: str = "auto"            # what the router knows of step times at start (sim/router_start.py)
+
+    def engine(self) -> EngineDefaults:
+        """The workers' engine: vLLM's defaults on the GPU (the calibrated engine's on a CPU profile)."""
+        return calibrated_engine({}) if self.fitted is not None else engine_defaults("vllm", self.hardware)
+
+    def sched(self) -> SchedulerConfig:
+        """The workers' scheduler limits: ``scheduler``, else the engine's."""
+        return self.scheduler or self.engine().scheduler()
+
+    def memory_share(self) -> float:
+        """Share of each GPU's memory the weights and KV may take: as set, else the engine's."""
+        return self.gpu_memory_utilization or self.engine().gpu_memory_utilization
 
     @property
     def gpus(self) -> int:
@@ -104,12 +121,13 @@ def build(s: SimSetup) -> Simulation:
         st = s.step_time or (Fitted(s.fitted) if s.fitted is not None else Roofline(m, hw, tp))
         if s.step_cv:
             st = Jittered(st, s.step_cv, f"{s.seed}/{wid}")
-        nblocks = s.kv_blocks or int((hw.hbm_gib * tp * 0.9 * GIB - m.weight_bytes) // block_bytes)
+        nblocks = s.kv_blocks or int((hw.hbm_gib * tp * s.memory_share() * GIB - m.weight_bytes)
+                                      // block_bytes)
         if nblocks <= 0:
             raise ValueError(f"{m.name} does not fit {tp}x {hw.name} (TP{tp}); raise --tp")
         cfg = SimWorkerConfig(min(nblocks, s.max_kv_blocks), s.block_size, block_bytes,
                               int(s.l2_gib * GIB // block_bytes),
-                              "write-back" if role == "replica" else "write-through", s.scheduler,
+                              "write-back" if role == "replica" else "write-through", s.sched(),
                               hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
                               hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s,
                               s.l3_overlap)
@@ -122,9 +140,30 @@ def build(s: SimSetup) -> Simulation:
                      s.cpu_cores, s.request_overhead_s, s.retokenize_miss, s.transfer_cpu, s.contention,
                      elastic_config(s, pol),
                      s.max_concurrency, s.handoff, s.timeout_s)
-    # the router's step costs: each simulated worker's own (unjittered: a prediction draws no noise)
-    sim.decider.model.steps = {w.wid: w.st.inner if isinstance(w.st, Jittered) else w.st for w in workers}
+    sim.decider.model.steps = router_steps(s, workers)
+    sim.answer_timing = s.fitted is None   # a GPU worker is vLLM's (its relay reports them); the embedded engine's is not
     return sim
+
+
+def router_steps(s: SimSetup, workers: list[SimWorker]) -> dict:
+    """The router's step costs at start (``sim/router_start.py``): none, a calibration of the
+    hardware (the decode workers' shape), or each worker's exact steps (unjittered)."""
+    knows = router_start.resolve(s.router_steps, s.fitted is not None)
+    if knows == "oracle":
+        return {w.wid: w.st.inner if isinstance(w.st, Jittered) else w.st for w in workers}
+    if knows == "learn":
+        return {}
+    if s.fitted is not None:
+        return {None: s.fitted}
+    role = "decode" if "decode" in s.topology.workers else next(iter(s.topology.workers))
+    if s.step_time is not None:
+        return {None: router_start.calibration_of(s.step_time)}
+    return {None: _calibration(s.model, s.hardware, s.tp.get(role, 1))}
+
+
+@functools.lru_cache(maxsize=32)
+def _calibration(model: ModelProfile, hw: HardwareProfile, tp: int):
+    return router_start.calibration_of(Roofline(model, hw, tp))
 
 
 def elastic_config(s: SimSetup, policy) -> ElasticConfig:

@@ -71,6 +71,7 @@ class Simulation(Endings):
         self.admission = Admission(admission)
         self.sessions = SessionTable()
         # every request's books (admit, dispatch, end), kept as the router keeps them
+        self.answer_timing = False   # answers carry their timings (usage["warmpath"]["timing"]), as vLLM workers' do
         self.ledger = RequestLedger(self.decider, self.admission, self.sessions,
                                     lambda: [w.capacity() for w in self.workers.values()])
         self.ledger.fit()   # the fleet's limit (unless fixed)
@@ -226,6 +227,8 @@ class Simulation(Endings):
         if req.ended:   # abandoned on its way here
             return
         self._by_seq[seq.request_id] = req
+        if not seq.request_id.endswith("/p"):
+            req.at_worker = self.now
         self.workers[wid].add(seq)
         self._kick(wid)
 
@@ -259,6 +262,7 @@ class Simulation(Endings):
         got, finished, put_s = w.end_step(self.now, out)
         done = {s.request_id for s in finished}
         firsts = []
+        batch = len(got)
         for seq in got:
             req = self._by_seq.get(seq.request_id)
             if req is None:                           # abandoned: its worker aborts it
@@ -266,7 +270,7 @@ class Simulation(Endings):
             if seq.request_id.endswith("/p"):         # prefill side: first token once written through
                 firsts.append((req, seq))
             else:
-                self._decode_token(req, seq, seq.request_id in done)
+                self._decode_token(req, seq, seq.request_id in done, batch)
         if put_s <= 0:
             self._resume(wid, firsts)
         elif self.cpu is None:   # write-through puts run on the engine thread after the step
@@ -312,7 +316,12 @@ class Simulation(Endings):
             return self._finish(req)
         self._submit(req.decision.decode, seq, req)
 
-    def _decode_token(self, req: Req, seq: Sequence, finished: bool) -> None:
+    def _decode_token(self, req: Req, seq: Sequence, finished: bool, batch: int = 1) -> None:
+        if req.dec_first is None:
+            req.dec_first = self.now
+        else:   # its answer's timing, as a worker reports it: steps after its first token and their batches
+            req.dec_tokens += 1
+            req.dec_batch += batch
         if req.first_at is None:
             req.first_at = self.now
             if not req.output:   # computed here from the start, not handed off

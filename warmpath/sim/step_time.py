@@ -11,7 +11,8 @@ import random
 from abc import ABC, abstractmethod
 
 from warmpath.engine.step_model import StepModel
-from warmpath.sim.hardware import HardwareProfile, ModelProfile
+from warmpath.sim.hardware import HardwareProfile
+from warmpath.sim.model_profile import ModelProfile
 
 
 class StepTime(ABC):
@@ -27,41 +28,38 @@ class StepTime(ABC):
 
 
 class Roofline(StepTime):
-    """max(FLOPs / (peak·MFU), bytes / (HBM·MBU)) over ``tp`` GPUs, plus the TP all-reduce
-    and a fixed per-step overhead.
+    """max(compute, memory) over ``tp`` GPUs, plus the TP all-reduces and the overheads.
 
-    FLOPs: 2·params per token (linear layers) + 4·layers·heads·head_dim·n·(ctx + n/2)
-    (attention, quadratic in the context). Bytes: weights once per step + the KV read for
-    every item's context + the KV written for new tokens. All-reduce: 2 per layer, each
-    moving ``2·(tp−1)/tp`` of the activations over NVLink, plus a latency per call.
+    Compute: the linear layers' FLOPs (``ModelProfile.linear_flops``: per token, the LM head
+    once per sequence) at what GEMMs of the weights' precision reach (``gemm_flops``), plus
+    attention's FLOPs (quadratic in the context) at the BF16 peak times ``attn_mfu``. Memory: the weights a
+    step reads (a mixture of experts: only the experts routed to) + every item's KV read +
+    the KV written, at ``hbm · mbu``. All-reduce: 2 per layer, each moving ``2·(tp−1)/tp`` of
+    the BF16 activations over NVLink at ``ar_eff`` of its bandwidth, plus ``ar_latency_s`` per call.
+    Overheads: ``step_overhead_s`` per step and ``seq_overhead_s`` per sequence in it.
 
-    Mixed steps (decodes with a prefill chunk) are not fitted here: the step's items are
-    priced together, so the chunk's FLOPs and the decodes' KV reads add up and the weights are
-    read once — ``max(FLOPs_d + FLOPs_p, bytes_w + KV_d + KV_p)``, one overhead. A chunk that
-    keeps the step memory-bound costs (nearly) nothing beside decodes; no measured
-    interference enters (unlike :class:`Fitted`'s calibrated form).
+    Mixed steps (decodes with a prefill chunk) are priced by the same form over all their
+    items at once: the chunk's FLOPs and the decodes' KV reads add up, the weights are read once.
     """
 
-    def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int = 1,
-                 allreduce_latency_s: float = 8e-6) -> None:
+    def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int = 1) -> None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
-        self.m, self.hw, self.tp, self.ar_lat = model, hw, tp, allreduce_latency_s
+        self.m, self.hw, self.tp = model, hw, tp
 
     def step_s(self, items: list[tuple[int, int]]) -> float:
         m, hw, tp = self.m, self.hw, self.tp
         tokens = sum(n for n, _ in items)
         if tokens == 0:
             return 0.0
-        attn = sum(4.0 * m.layers * m.heads * m.head_dim * n * (c + n / 2) for n, c in items)
-        flops = 2.0 * m.params * tokens + attn
-        kv = m.kv_bytes_per_token * sum(c + n for n, c in items)
-        byts = m.weight_bytes + kv
-        t = max(flops / (tp * hw.flops * hw.mfu), byts / (tp * hw.hbm_bytes_s * hw.mbu))
+        compute = (m.linear_flops(tokens, len(items)) / hw.gemm_flops(m.dtype_bytes)
+                   + m.attention_flops(items) / (hw.flops * (hw.attn_mfu or hw.mfu))) / tp
+        byts = m.step_weight_bytes(tokens) + m.kv_bytes_per_token * sum(c + n for n, c in items)
+        t = max(compute, byts / (tp * hw.hbm_bytes_s * hw.mbu))
         if tp > 1:
-            act = tokens * m.hidden * m.dtype_bytes
-            t += 2 * m.layers * (2 * (tp - 1) / tp * act / hw.nvlink_bytes_s + self.ar_lat)
-        return t + hw.step_overhead_s
+            act = tokens * m.hidden * 2
+            t += 2 * m.layers * (2 * (tp - 1) / tp * act / (hw.nvlink_bytes_s * hw.ar_eff) + hw.ar_latency_s)
+        return t + hw.step_overhead_s + hw.seq_overhead_s * len(items)
 
     def prefill_tok_s(self) -> float:
         return 4096 / self.step_s([(4096, 0)])
