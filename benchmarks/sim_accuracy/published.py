@@ -119,7 +119,8 @@ def predict_served(p: dict, fit: dict | None) -> dict:
     sim = build(setup)
     recs = [r for r in sim.run(sessions(p)) if r.ok]
     tpots = [r.tpot for r in recs if r.output_tokens > 1]
-    return {"output_tok_s": sum(r.output_tokens for r in recs) / sim.now, "req_s": len(recs) / sim.now,
+    end = sim.last_end
+    return {"output_tok_s": sum(r.output_tokens for r in recs) / end, "req_s": len(recs) / end,
             "ttft_median_ms": 1e3 * statistics.median(r.ttft for r in recs),
             "ttft_mean_ms": 1e3 * statistics.fmean(r.ttft for r in recs),
             "tpot_median_ms": 1e3 * statistics.median(tpots), "tpot_mean_ms": 1e3 * statistics.fmean(tpots),
@@ -153,9 +154,9 @@ STEPS = {"mfu": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), "fp8_mfu": (0.3, 0.4, 0.5, 0.6, 
          "seq_overhead_s": (0.0, 2e-5, 5e-5, 1e-4), "ar_eff": (0.4, 0.6, 0.8, 1.0)}
 
 
-def fit_fractions(points: list[dict], rounds: int = 2) -> dict:
+def fit_fractions(points: list[dict], rounds: int = 1) -> dict:
     """Coordinate search over ``STEPS`` from ``FIT``: each parameter in turn set to the value of
-    its grid with the lowest :func:`score`, twice round."""
+    its grid with the lowest :func:`score`, ``rounds`` times round."""
     best = dict(FIT)
     for _ in range(rounds):
         for k, grid in STEPS.items():

@@ -20,6 +20,7 @@ class Endings:
     def _finish(self, req: Req) -> None:
         s = req.session
         self.records.append(self.client.ended(self.now, req))
+        self.last_end = self.now
         n = len(req.output)
         end = self.ledger.ended(req.decision, len(req.prompt), n, req.first_at - req.admitted,
                                 (self.now - req.first_at) / (n - 1) if n > 1 else None,
@@ -54,6 +55,7 @@ class Endings:
 
     def _fail(self, req: Req, why: str) -> None:
         self.records.append(self.client.ended(self.now, req, why))
+        self.last_end = self.now
 
     def _abandon(self, req: Req) -> None:
         """The client's timeout passed: it records a failure (as ``warmpath bench``); the router

@@ -208,7 +208,9 @@ def simulate_rate(setup: SimSetup, make: Callable[[int, int], list[Session]], ra
     t0 = time.perf_counter()
     records = sim.run(sessions, None if stop is None else (lambda recs: stop(recs[seen:])))[seen:]
     wall = time.perf_counter() - t0
-    makespan = sim.now - start if fixed_arrivals else max(sim.now - start, ramp_s + duration_s)
+    # to the last request's end: a client timeout's timer or a role change may still fire after it
+    ended = max(sim.last_end, start) - start
+    makespan = ended if fixed_arrivals else max(ended, ramp_s + duration_s)
     for w in sim.workers.values():
         w.pool.check_integrity()
     got = judge(records, makespan, slo, rate)

@@ -71,6 +71,7 @@ class Simulation(Endings):
         self.admission = Admission(admission)
         self.sessions = SessionTable()
         # every request's books (admit, dispatch, end), kept as the router keeps them
+        self.last_end = 0.0          # when the last request ended (answered or failed): timers may run on past it
         self.answer_timing = False   # answers carry their timings (usage["warmpath"]["timing"]), as vLLM workers' do
         self.ledger = RequestLedger(self.decider, self.admission, self.sessions,
                                     lambda: [w.capacity() for w in self.workers.values()])
