@@ -22,7 +22,7 @@ def add_profile_args(p: argparse.ArgumentParser, hardware: str, cpu: bool) -> No
     ``--weights``, ``--kv-dtype``, ``--engine``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
     ``--gpu-memory-utilization``, ``--router-steps``."""
     p.add_argument("--hardware", default=hardware, choices=(*HARDWARE, *(("cpu",) if cpu else ())),
-                   help="the GPU (spec sheet + fitted fractions: docs/benchmarks/sim_accuracy.md)")
+                   help="the GPU (spec sheet + fitted fractions: docs/benchmarks/sim_gpu.md)")
     p.add_argument("--model", default="llama-3.1-8b",
                    help=f"a bundled model ({', '.join(MODELS)}) or a Hugging Face config.json (or its folder)")
     p.add_argument("--weights", default=None, choices=("bf16", "fp16", "fp8"),
