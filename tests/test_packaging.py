@@ -95,4 +95,6 @@ def test_every_code_directory_is_a_package_and_its_data_files_are_declared():
                              for pkg, globs in declared.items() if p.is_relative_to(ROOT / pkg.replace(".", "/"))
                              for g in globs)]
     assert undeclared == [], "package data: declare it in [tool.setuptools.package-data]"
-    assert sorted(p.name for p in data) == ["dashboard.css", "dashboard.html", "dashboard.js"]
+    assert sorted(p.name for p in data if p.parent.name != "models") == ["dashboard.css", "dashboard.html", "dashboard.js"]
+    # and the simulator's bundled model configs with their sources (warmpath/sim/models/)
+    assert {p.suffix for p in data if p.parent.name == "models"} == {".json", ".md"}
