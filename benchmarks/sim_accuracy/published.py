@@ -7,7 +7,8 @@ How a point is replayed, by its ``mode``:
   batch's prompts in one step, then one decode step per output token, each priced by the
   simulator's step time (:class:`~warmpath.sim.step_time.Roofline`); nothing to schedule.
 * ``offline`` / ``rate`` — the simulator itself (production scheduler and router over ``dp``
-  replicas of ``tp`` GPUs), the engine's scheduler limits from ``sim/engine_defaults.py``: all
+  replicas of ``tp`` GPUs), the engine's scheduler limits from ``sim/engine_defaults.py`` (and
+  the server command's ``--num-scheduler-steps``: new requests join every k-th step): all
   prompts at once, or Poisson arrivals at the published rate. ShareGPT lengths are not in the
   sources that ran them: they are drawn log-normal (σ = 1, clipped as the samplers clip) and
   scaled to GPUStack's totals of the same dataset (217.4 prompt / 201.6 answer tokens per request).
@@ -113,8 +114,10 @@ def predict_served(p: dict, fit: dict | None) -> dict:
     """The simulator on the point's fleet and requests; the published metrics from its records."""
     model, hw = profile(p, fit)
     eng = engine_of(p, hw)
+    cmd = p.get("server_cmd", "").split()
+    steps = int(cmd[cmd.index("--num-scheduler-steps") + 1]) if "--num-scheduler-steps" in cmd else 1
     setup = SimSetup(Topology("published", "replica", {"replica": int(p.get("dp", 1))}), model, hw,
-                     tp={"replica": int(p["tp"])}, scheduler=eng.scheduler(), admission=UNBOUNDED,
+                     tp={"replica": int(p["tp"])}, scheduler=eng.scheduler(), admission=UNBOUNDED, multi_step=steps,
                      gpu_memory_utilization=eng.gpu_memory_utilization, l3_gib=0.0, max_kv_blocks=1 << 21)
     sim = build(setup)
     recs = [r for r in sim.run(sessions(p)) if r.ok]

@@ -206,8 +206,8 @@ def test_runs_the_production_classes():
 
 def test_roofline_numbers():
     """Hand-worked on a test GPU: a prefill of 100 tokens of the tiny model (tests/sim/
-    test_model_profile.py) is memory-bound: its weights and KV over HBM·MBU, plus the step's and
-    the sequence's overheads; FP8 weights run their GEMMs at the FP8 peak times fp8_mfu and read
+    test_model_profile.py) is memory-bound in both its GEMMs and its attention: its weights and
+    KV over HBM·MBU, plus the step's and the sequence's overheads; FP8 weights run their GEMMs at the FP8 peak times fp8_mfu and read
     half the linear bytes; TP2 adds 2 all-reduces per layer."""
     m = from_config(TINY, "tiny")
     hw = HardwareProfile("t", 1e15, 1e12, 1e11, 1e10, 1e10, 80, mfu=0.5, mbu=0.5, step_overhead_s=1e-3,
@@ -226,6 +226,11 @@ def test_roofline_numbers():
     assert r2.step_s([(20000, 0)]) == pytest.approx((lin + attn) / 1e15 + ar + 1e-3 + 1e-5, rel=1e-12)
     # decodes of 3 sequences: weights once, each one's KV, an overhead per sequence
     assert r1.step_s([(1, 10)] * 3) == pytest.approx((64_913_408 + 2048 * 33) / 5e11 + 1e-3 + 3e-5, rel=1e-12)
+    # 4,000 decodes at 1,000 of context: the GEMMs are compute-bound and attention reads its KV —
+    # one after the other, the two add (one roofline over the step would hide the GEMMs' 0.5 ms)
+    big = [(1, 1000)] * 4000
+    assert r1.step_s(big) == pytest.approx((2 * 30_408_704 + 2 * 1_024_000) * 4000 / 5e14 + 2048 * 1001 * 4000 / 5e11
+                                           + 1e-3 + 4000 * 1e-5, rel=1e-12)
     with pytest.raises(ValueError):
         dataclasses.replace(hw, mfu=0)
 
@@ -272,3 +277,16 @@ def test_summary_reports_the_shared_cores_busy():
     assert got["worker_busy"]["replica-0"] > 0
     assert got["cpu_cores_busy"] == pytest.approx(got["worker_busy"]["replica-0"])
     assert simulate_rate(setup(topo), make, 1.0, 4.0, {}, seed=1)["sim"]["cpu_cores_busy"] is None
+
+
+def test_multi_step_scheduling_lets_new_requests_join_only_between_rounds():
+    """vLLM 0.6's --num-scheduler-steps k: a request arriving while others decode waits for the
+    round of k steps to end. a alone (0.1 s steps, 8 tokens out) starts round 1 at 0; b arrives
+    at 0.15 (in step 2): with k = 4 it joins at step 5 (0.4), so its first token is at 0.5;
+    with k = 1 at step 3 (0.2), first token at 0.3."""
+    topo = Topology("one", "replica", {"replica": 1})
+    ss = lambda: [one_turn("a", 0.0, out=8), one_turn("b", 0.15, out=2, seed=100)]  # noqa: E731
+    _, rounds = run(setup(topo, multi_step=4), ss())
+    _, plain = run(setup(topo), ss())
+    assert {r.sid: round(r.ttft, 9) for r in rounds} == {"a": 0.1, "b": round(0.5 - 0.15, 9)}
+    assert {r.sid: round(r.ttft, 9) for r in plain} == {"a": 0.1, "b": round(0.3 - 0.15, 9)}

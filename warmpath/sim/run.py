@@ -85,6 +85,7 @@ class SimSetup:
     elastic_cooldown_s: float | None = None
     gpu_memory_utilization: float | None = None   # of each GPU's memory, weights and KV (None: the engine's)
     router_steps: str = "auto"            # what the router knows of step times at start (sim/router_start.py)
+    multi_step: int = 1                   # steps per scheduling round (vLLM 0.6's --num-scheduler-steps)
 
     def engine(self) -> EngineDefaults:
         """The workers' engine: vLLM's defaults on the GPU (the calibrated engine's on a CPU profile)."""
@@ -130,7 +131,7 @@ def build(s: SimSetup) -> Simulation:
                               "write-back" if role == "replica" else "write-through", s.sched(),
                               hw.nic_bytes_s * tp, hw.dram_bytes_s * tp,
                               hw.l3_write_bytes_s * tp if hw.l3_write_bytes_s else None, hw.l3_write_latency_s,
-                              s.l3_overlap)
+                              s.l3_overlap, s.multi_step)
         workers.append(SimWorker(wid, role, cfg, st, store, index))
     pol = policy_for(s)
     ns = KVNamespace(model_id=m.name, revision="sim", dtype=f"{8 * (m.kv_dtype_bytes or m.dtype_bytes)}bit", block_size=s.block_size)

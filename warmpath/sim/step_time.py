@@ -28,18 +28,23 @@ class StepTime(ABC):
 
 
 class Roofline(StepTime):
-    """max(compute, memory) over ``tp`` GPUs, plus the TP all-reduces and the overheads.
+    """A step as its two kinds of kernels, each bound by compute or memory, over ``tp`` GPUs,
+    plus the TP all-reduces and the overheads. GEMMs and attention run one after the other,
+    so their times add; each is the larger of its FLOPs and its bytes:
 
-    Compute: the linear layers' FLOPs (``ModelProfile.linear_flops``: per token, the LM head
-    once per sequence) at what GEMMs of the weights' precision reach (``gemm_flops``), plus
-    attention's FLOPs (quadratic in the context) at the BF16 peak times ``attn_mfu``. Memory: the weights a
-    step reads (a mixture of experts: only the experts routed to) + every item's KV read +
-    the KV written, at ``hbm · mbu``. All-reduce: 2 per layer, each moving ``2·(tp−1)/tp`` of
-    the BF16 activations over NVLink at ``ar_eff`` of its bandwidth, plus ``ar_latency_s`` per call.
-    Overheads: ``step_overhead_s`` per step and ``seq_overhead_s`` per sequence in it.
+    * linear layers: FLOPs per token and the LM head once per sequence
+      (``ModelProfile.linear_flops``) at what GEMMs of the weights' precision reach
+      (``gemm_flops``) vs the weights the step reads (a mixture of experts: only the experts
+      routed to) at ``hbm · mbu``;
+    * attention: FLOPs quadratic in the context at the BF16 peak times ``attn_mfu`` vs every
+      item's KV read and the KV written, at ``hbm · mbu``.
 
-    Mixed steps (decodes with a prefill chunk) are priced by the same form over all their
-    items at once: the chunk's FLOPs and the decodes' KV reads add up, the weights are read once.
+    So a large decode batch pays both its GEMMs' compute and its KV reads, where one roofline
+    over the whole step would hide one behind the other. All-reduce: 2 per layer, each moving
+    ``2·(tp−1)/tp`` of the BF16 activations over NVLink at ``ar_eff`` of its bandwidth, plus
+    ``ar_latency_s`` per call. Overheads: ``step_overhead_s`` per step and ``seq_overhead_s``
+    per sequence in it. Mixed steps (decodes with a prefill chunk) are priced by the same form
+    over all their items at once.
     """
 
     def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int = 1) -> None:
@@ -52,10 +57,11 @@ class Roofline(StepTime):
         tokens = sum(n for n, _ in items)
         if tokens == 0:
             return 0.0
-        compute = (m.linear_flops(tokens, len(items)) / hw.gemm_flops(m.dtype_bytes)
-                   + m.attention_flops(items) / (hw.flops * (hw.attn_mfu or hw.mfu))) / tp
-        byts = m.step_weight_bytes(tokens) + m.kv_bytes_per_token * sum(c + n for n, c in items)
-        t = max(compute, byts / (tp * hw.hbm_bytes_s * hw.mbu))
+        bw = hw.hbm_bytes_s * hw.mbu
+        gemm = max(m.linear_flops(tokens, len(items)) / hw.gemm_flops(m.dtype_bytes), m.step_weight_bytes(tokens) / bw)
+        attn = max(m.attention_flops(items) / (hw.flops * (hw.attn_mfu or hw.mfu)),
+                   m.kv_bytes_per_token * sum(c + n for n, c in items) / bw)
+        t = (gemm + attn) / tp
         if tp > 1:
             act = tokens * m.hidden * 2
             t += 2 * m.layers * (2 * (tp - 1) / tp * act / (hw.nvlink_bytes_s * hw.ar_eff) + hw.ar_latency_s)

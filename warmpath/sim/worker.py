@@ -42,10 +42,13 @@ class SimWorkerConfig:
     l3_write_bytes_s: float | None = None   # None: nic_bytes_s
     l3_write_latency_s: float = 0.0
     l3_overlap: bool = False                # L3 loads beside the steps (engine/tier_rules.py)
+    multi_step: int = 1                     # steps per scheduling round (vLLM 0.6's --num-scheduler-steps)
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be > 0, got {self.num_blocks}")
+        if self.multi_step < 1:
+            raise ValueError(f"multi_step must be >= 1, got {self.multi_step}")
 
     @property
     def stored_bytes(self) -> int:
@@ -87,6 +90,7 @@ class SimWorker:
         self.handoff_hit_tokens = 0      # and the KV of them loaded here (no prefix hit)
         self.trace: list[dict] | None = None   # step-trace rows (``step_trace.py``'s format) when a list
         self._step = (0.0, [])                 # the running step's start and items
+        self._round = 0                        # step of the scheduling round (0: new requests may join)
 
     # -- router's view -----------------------------------------------------
     def view(self) -> WorkerView:
@@ -148,7 +152,7 @@ class SimWorker:
         self._view = None
         if self._aborting:
             self._abort_pending()
-        out = self.sched.schedule()
+        out = self._schedule()
         self.rules.apply_loads()
         if out.is_empty:
             return None
@@ -166,6 +170,22 @@ class SimWorker:
         self._step_s = dt
         self._step = (now, items)
         return dt, out
+
+    def _schedule(self) -> SchedulerOutput:
+        """The scheduler's next step. With ``multi_step`` k > 1 new requests join only every k-th
+        step while others run (vLLM 0.6's multi-step scheduling: a round of k steps is planned at
+        once); what the scheduler sends back to waiting meanwhile goes ahead of them."""
+        k, s = self.cfg.multi_step, self.sched
+        if k == 1 or not s.running or self._round == 0:
+            self._round = 1 % k
+            return s.schedule()
+        self._round = (self._round + 1) % k
+        held, s.waiting = s.waiting, type(s.waiting)()
+        try:
+            return s.schedule()
+        finally:
+            held.extendleft(reversed(s.waiting))
+            s.waiting = held
 
     def end_step(self, now: float, out: SchedulerOutput) -> tuple[list[Sequence], list[Sequence], float]:
         """Apply the step's results at ``now``: returns (sequences that got a token, finished
