@@ -150,6 +150,10 @@ def test_sim_plan_is_deterministic_and_writes_its_files(tmp_path, capsys):
         assert top["workers"] == a["rows"][0]["workers"]
     err = capsys.readouterr().err
     assert "[screen 3/3]" in err and "[full 2/2]" in err
+    # where each parameter of the simulated GPU comes from: its spec sheet or the fit
+    hw = a["profile"]["hardware"]
+    assert hw["hbm_bytes_s"] == {"value": 3.35e12, "from": "spec sheet"} and hw["mbu"]["from"] == "fit"
+    assert any(x.startswith("max_num_seqs=1024") for x in a["profile"]["from"]["engine"])   # vLLM's on an H100
 
 
 @pytest.mark.parametrize("extra, message", [
