@@ -15,8 +15,9 @@ How a point is replayed, by its ``mode``:
 
 Not replayed: MLPerf's Llama-2-70B (no source read gives its mean prompt length) and the
 Mixtral rows (``extra_scope``) unless ``--with-extra``. ``--fit`` searches the shared fractions
-(``sim/hardware.FIT``) for the lowest median |log error| over the ``batch`` points plus the served
-ones, coordinate by coordinate, and prints them; the table then uses what it found.
+(``sim/hardware.FIT``) for the lowest median |log error|, coordinate by coordinate, over the
+``batch`` points plus the served long-prompt ones (``--fit-on``), and prints them; the table then
+uses what it found.
 
     python -m benchmarks.sim_accuracy.published [--fit] [--out benchmarks/results/sim_published.json]
 """
@@ -75,7 +76,7 @@ def predict_batch(p: dict, fit: dict | None) -> dict:
     rt = Roofline(model, hw, p["tp"])
     b, i, o = int(p["batch"]), int(p["input_len"]), int(p["output_len"])
     first = rt.step_s([(i, 0)] * b)
-    stride = max(1, (o - 1) // 64)
+    stride = max(1, (o - 1) // 64)   # every stride-th decode step priced, standing for the stride (context grows linearly)
     decode = sum(rt.step_s([(1, i + k)] * b) * min(stride, o - 1 - k) for k in range(1, o, stride))
     return {"ttft_ms": 1e3 * first, "output_tok_s_per_gpu": b * o / (first + decode) / p["gpus"]}
 

@@ -54,9 +54,7 @@ def model_from_args(a: argparse.Namespace) -> ModelProfile:
 def engine_from_args(a: argparse.Namespace, hw: HardwareProfile, base: dict | None = None) -> EngineDefaults:
     """The engine's defaults on ``hw`` (``base``: a calibration's served engine instead, the CPU
     profile's), with the flags that override them."""
-    d = engine_defaults(getattr(a, "engine", "vllm"), hw)
-    if base is not None:
-        d = calibrated_engine(base)
+    d = calibrated_engine(base) if base is not None else engine_defaults(getattr(a, "engine", "vllm"), hw)
     seqs, tokens = getattr(a, "max_num_seqs", None), getattr(a, "max_num_batched_tokens", None)
     util = getattr(a, "gpu_memory_utilization", None)
     for flag, v in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", tokens)):

@@ -156,9 +156,9 @@ def router_steps(s: SimSetup, workers: list[SimWorker]) -> dict:
         return {}
     if s.fitted is not None:
         return {None: s.fitted}
-    role = "decode" if "decode" in s.topology.workers else next(iter(s.topology.workers))
     if s.step_time is not None:
         return {None: router_start.calibration_of(s.step_time)}
+    role = "decode" if "decode" in s.topology.workers else next(iter(s.topology.workers))
     return {None: _calibration(s.model, s.hardware, s.tp.get(role, 1))}
 
 
