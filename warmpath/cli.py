@@ -135,6 +135,7 @@ def _router(a: argparse.Namespace) -> int:
     from warmpath.engine.step_model import StepModel
     from warmpath.routing.flags import DEFAULT_POLICY, admission_from_args, elastic_from_args, policy_from_args
     from warmpath.routing.ppd import PPDConfig, PPDTable
+    from warmpath.routing.peers import PeerConfig
     from warmpath.routing.registry import DiscoveryConfig
     from warmpath.protocol.auth import api_keys, cluster_token, warn_if_open
     from warmpath.router.app import build_router
@@ -156,7 +157,9 @@ def _router(a: argparse.Namespace) -> int:
                        ppd=None if ppd == "off" else PPDConfig(ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
-                       elastic=elastic_from_args(a, name, policy))
+                       elastic=elastic_from_args(a, name, policy),
+                       peers=PeerConfig(tuple(a.peer or ()), a.peer_every_s, a.peer_alive_s),
+                       advertise_url=a.advertise_url)
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
         state.decider.model.steps[None] = steps
@@ -215,6 +218,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     rt.add_argument("--drop-after-s", type=float, default=30.0)
     rt.add_argument("--session-idle-s", type=float, default=3600.0)
     rt.add_argument("--max-body-mib", type=_positive, default=8.0, help="largest request body accepted (413 beyond)")
+    ha = rt.add_argument_group("several routers, active-active (serve --routers N starts them)")
+    ha.add_argument("--peer", action="append", default=None, metavar="URL",
+                    help="another router fronting the same workers (repeatable): the routers share their load "
+                         "and the admission limit, and a router that starts follows the peers' workers at once")
+    ha.add_argument("--peer-every-s", type=_positive, default=0.25, help="how often this router reports to its peers")
+    ha.add_argument("--peer-alive-s", type=_positive, default=1.0,
+                    help="a peer silent this long no longer counts (its load, its share of the limit)")
+    ha.add_argument("--advertise-url", default=None,
+                    help="how the peers name this router (default http://HOST:PORT)")
     _auth_args(rt)
     rt.set_defaults(fn=_router)
     pr = sub.add_parser("prepare", help="convert and cache the model weights")

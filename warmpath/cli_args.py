@@ -133,7 +133,8 @@ def advertise_host(a: argparse.Namespace) -> str:
         return a.advertise_host
     if not is_wildcard(a.host):
         return a.host
-    for peer in (getattr(a, "router", None), getattr(a, "kv_store", None)):
+    first_router = (getattr(a, "router", None) or "").split(",")[0]
+    for peer in (first_router, getattr(a, "kv_store", None)):
         if peer and (src := route_source(peer)):
             return src
     return "127.0.0.1"
@@ -195,7 +196,8 @@ def _worker_args(p: argparse.ArgumentParser, role_required: bool) -> None:
     p.add_argument("--max-waiting", type=int, default=4096,
                    help="requests waiting in the scheduler beyond which new ones get 429")
     p.add_argument("--router", default=None, required=role_required,
-                   help="register with this router (http://host:port)")
+                   help="register with this router (http://host:port), or with each of several active-active "
+                        "routers (comma-separated)")
     p.add_argument("--role", default="replica", choices=ROLES, help="worker role behind a router")
     p.add_argument("--heartbeat-s", type=float, default=10.0, help="heartbeat period to the router")
     p.add_argument("--drain-timeout-s", type=_nonneg, default=120.0,

@@ -56,3 +56,39 @@ def test_malformed_batches_and_replay_requests_are_skipped_not_fatal():
     finally:
         sub.close()
         pub.close()
+
+
+def test_a_late_subscriber_gets_the_held_blocks_then_only_later_batches():
+    """The snapshot is the fold of every batch (hand-worked below), even after the replay
+    buffer wrapped, and it carries the sequence number it covers."""
+    a, b, c, d = (bytes([i]) * 16 for i in range(4))
+    pub = KVEventPublisher("w1", buffer_batches=2)
+    try:
+        pub.publish([BlockStored([a, b], None, [1, 2, 3, 4], 2, "L1")])      # L1 {a, b}
+        pub.publish([BlockStored([c], a, [5, 6], 2, "L3")])                  # L3 {c}
+        pub.publish([BlockRemoved([a], "L1"), BlockStored([d], None, [7, 8], 2, "L2")])  # L1 {b}, L2 {d}
+        pub.publish([AllBlocksCleared(), BlockStored([a], None, [1, 2], 2, "L2")])        # L1 {}, L2 {a}
+        assert [s for s, _ in pub._buf] == [2, 3]     # batches 0 and 1 are gone from the buffer
+        sub = KVEventSubscriber(pub.endpoint, pub.replay_endpoint)
+        try:
+            time.sleep(0.3)
+            held = sub.snapshot()
+            assert held == [BlockStored([a], None, [], 0, "L2"), BlockStored([c], None, [], 0, "L3")]
+            assert sub.next_seq == 4
+            pub.publish([BlockRemoved([c], "L3")])
+            got = sub.poll(2000)
+            assert [(s, e) for s, e, _ in got] == [(4, [BlockRemoved([c], "L3")])] and sub.replays == 1
+        finally:
+            sub.close()
+    finally:
+        pub.close()
+
+
+def test_a_snapshot_of_a_publisher_that_published_nothing_starts_at_batch_zero():
+    pub = KVEventPublisher("w1")
+    sub = KVEventSubscriber(pub.endpoint, pub.replay_endpoint)
+    try:
+        assert sub.snapshot() == [] and sub.next_seq == 0
+    finally:
+        sub.close()
+        pub.close()

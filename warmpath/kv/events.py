@@ -11,6 +11,13 @@ lora_id|None, medium]``, ``["BlockRemoved", [hash, ...], medium]`` or
 Replay: a DEALER sends ``seq`` (8 bytes) to the ROUTER endpoint and gets every buffered
 batch from that seq on as ``[seq, payload]`` frames, then ``[-1 (8 bytes), b""]``.
 
+Snapshot: a DEALER that sends ``SNAPSHOT`` (-2) instead gets one ``[seq, payload]`` frame
+whose events are ``BlockStored`` per medium for every block the publisher's events say is
+held now (the fold of every batch it ever published, :class:`HeldBlocks`), ``seq`` the first
+batch *not* folded in, then the end marker. A subscriber that starts (a router
+that starts or restarts) applies it and then the batches after ``seq``: its view of the
+worker is complete at once, however long ago the replay buffer wrapped.
+
 With a cluster token both publisher sockets require ZeroMQ's PLAIN mechanism (user
 ``warmpath``, password the token), checked by a ZAP handler in the publisher's own context:
 a peer without the token completes no handshake and receives nothing. (PLAIN is
@@ -31,7 +38,9 @@ import msgpack
 import zmq
 
 END = (-1).to_bytes(8, "big", signed=True)
+SNAPSHOT = -2      # a replay request for the held blocks instead of the buffered batches
 PLAIN_USER = "warmpath"
+MEDIA = ("L1", "L2", "L3")
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,36 @@ def request_replay(ctx, endpoint: str, start: int, timeout_ms: int, configure=No
         d.close()
 
 
+class HeldBlocks:
+    """What a worker's events say it holds now, per medium: the fold of every batch, applied
+    as the router's index applies them (``AllBlocksCleared`` clears L1 and L2, not L3)."""
+
+    def __init__(self) -> None:
+        self.media: dict[str, set[bytes]] = {}
+
+    def apply(self, events: list) -> None:
+        for e in events:
+            if isinstance(e, BlockStored):
+                self.media.setdefault(e.medium, set()).update(e.block_hashes)
+            elif isinstance(e, BlockRemoved):
+                self.media.get(e.medium, set()).difference_update(e.block_hashes)
+            elif isinstance(e, AllBlocksCleared):
+                for m in [m for m in self.media if m != "L3"]:
+                    del self.media[m]
+
+    def events(self) -> list:
+        """The held blocks as one ``BlockStored`` per medium (sorted: the same set, the same bytes)."""
+        return [BlockStored(sorted(hs), None, [], 0, m) for m, hs in sorted(self.media.items()) if hs]
+
+    def copy(self) -> HeldBlocks:
+        out = HeldBlocks()
+        out.media = {m: set(hs) for m, hs in self.media.items()}
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(hs) for hs in self.media.values())
+
+
 class KVEventPublisher:
     """PUB + replay ROUTER bound on ``host`` (ports 0 = pick free ones); the endpoints it
     announces name ``advertise_host`` (default ``host``): bind ``0.0.0.0``, advertise the
@@ -134,6 +173,7 @@ class KVEventPublisher:
         self._buf: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=buffer_batches)
         self._lock = threading.Lock()
         self._seq = 0
+        self.held = HeldBlocks()     # the fold of every batch published (served as a snapshot)
         self._stop = threading.Event()
         self.malformed = 0   # replay requests ignored because they were not one
         self._thread = threading.Thread(target=self._serve_replay, daemon=True, name="kv-events-replay")
@@ -156,6 +196,7 @@ class KVEventPublisher:
             seq = self._seq
             self._seq += 1
             self._buf.append((seq, payload))
+            self.held.apply(events)
         self.pub.send_multipart([self.topic, seq.to_bytes(8, "big", signed=True), payload])
         return seq
 
@@ -171,8 +212,12 @@ class KVEventPublisher:
                 continue
             ident, _, start = frames
             first = int.from_bytes(start, "big", signed=True)
-            with self._lock:
-                batches = [b for b in self._buf if b[0] >= first]
+            with self._lock:   # the engine's publish waits on this: copy here, encode outside
+                held = (self._seq, self.held.copy()) if first == SNAPSHOT else None
+                batches = [] if held else [b for b in self._buf if b[0] >= first]
+            if held is not None:
+                batches = [(held[0], msgpack.packb([time.time(), [e.encode() for e in held[1].events()],
+                                                    self.worker_id], use_bin_type=True))]
             for seq, payload in batches:
                 self.router.send_multipart([ident, b"", seq.to_bytes(8, "big", signed=True), payload])
             self.router.send_multipart([ident, b"", END, b""])
@@ -217,6 +262,16 @@ class KVEventSubscriber:
                 self.malformed += 1
         self.replays += 1
         return out
+
+    def snapshot(self, timeout_ms: int = 2000) -> list | None:
+        """The blocks the publisher holds now (``BlockStored`` per medium); later :meth:`poll`
+        calls return only the batches after it. ``None`` when no snapshot came (the publisher
+        did not answer in ``timeout_ms``): poll replays from the start of its buffer then."""
+        got = self.replay(SNAPSHOT, timeout_ms)
+        if len(got) != 1:
+            return None
+        self.next_seq, events, _ = got[0]
+        return events
 
     def poll(self, timeout_ms: int = 100) -> list[tuple[int, list, str]]:
         """Batches received since the last call, in sequence order, gaps filled by replay."""

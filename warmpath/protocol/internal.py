@@ -5,6 +5,8 @@
 :class:`GenerateRequest` → the client's OpenAI response. ``POST /internal/register`` and
 ``/internal/heartbeat`` (worker → router): :class:`Registration`, :class:`Heartbeat`.
 ``POST /internal/drain`` (cluster manager → router): :class:`Drain` → :class:`DrainState`.
+Router ↔ router (``--peer``): ``POST /internal/peer`` :class:`PeerState`, ``GET
+/internal/peer/workers`` → :class:`PeerWorkers`.
 Index fidelity (``vllm/fidelity.py``): ``GET /internal/kv/cached`` (a vLLM worker) →
 :class:`CachedBlocks`; ``POST /internal/kv/held`` (router): :class:`HeldQuery` → :class:`HeldReply`.
 Every field is typed and range-checked: a malformed message is a 400 and changes nothing.
@@ -268,3 +270,41 @@ class HeldReply(BaseModel):
     indexed: int
     stale: bool
     mirror_mismatch: int
+
+
+class PeerLoad(BaseModel):
+    """What one router has sent one worker and not yet seen finish (``routing/load.py``)."""
+
+    model_config = _STRICT
+    prefill_tokens: int = Field(0, ge=0, le=2**62)
+    running: int = Field(0, ge=0, le=2**31)
+    prefilling: int = Field(0, ge=0, le=2**31)
+    context_tokens: int = Field(0, ge=0, le=2**62)
+
+
+MAX_PEER_WORKERS = 4096
+
+
+class PeerState(BaseModel):
+    """``POST /internal/peer`` (router → each other router, every ``--peer-every-s``): its
+    load per worker, its admission and how far it has read each worker's KV events, so the
+    others count its work and the fleet limit is shared (``routing/peers.py``)."""
+
+    model_config = _STRICT
+    router: HttpUrl
+    loads: dict[WorkerId, PeerLoad] = Field(default_factory=dict, max_length=MAX_PEER_WORKERS)
+    in_flight: int = Field(0, ge=0, le=2**31)
+    waiting: int = Field(0, ge=0, le=2**31)
+    index_blocks: dict[Literal["local", "l3", "approx"], Annotated[int, Field(ge=0, le=2**62)]] = Field(
+        default_factory=dict)
+    event_seqs: dict[WorkerId, Annotated[int, Field(ge=0, le=2**62)]] = Field(
+        default_factory=dict, max_length=MAX_PEER_WORKERS)
+
+
+class PeerWorkers(BaseModel):
+    """``GET /internal/peer/workers``: the registrations a router holds, for a router that
+    starts beside it (it follows those workers at once instead of waiting for their next
+    heartbeat)."""
+
+    model_config = _STRICT
+    workers: list[Registration] = Field(default_factory=list, max_length=MAX_PEER_WORKERS)

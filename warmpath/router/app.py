@@ -29,6 +29,7 @@ from warmpath.router.dispatch import WorkerClient
 from warmpath.routing.elastic import elastic_json
 from warmpath.router.flow import RequestFlow
 from warmpath.router.handler import RequestHandler
+from warmpath.router.peers import add_peer_routes, adopt_peer_workers, peer_loop, routers_json
 from warmpath.router.state import RouterState
 from warmpath.routing.views import RequestView
 
@@ -44,11 +45,18 @@ def build_router(state: RouterState) -> FastAPI:
     client = WorkerClient(http, lambda w: (r := state.registry.workers.get(w)) and r.url, state.gone_event)
     handle = RequestHandler(state, RequestFlow(state, client))
 
+    internal = [Depends(require_cluster_token(token))]
+    register = _registrar(state, http)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        task = asyncio.create_task(_expire_loop(state))
+        tasks = [asyncio.create_task(_expire_loop(state))]
+        if state.cfg.peers.peers:   # active-active: follow the peers' workers now, then report every every_s
+            await adopt_peer_workers(state, http, register)
+            tasks.append(asyncio.create_task(peer_loop(state, http)))
         yield
-        task.cancel()
+        for task in tasks:
+            task.cancel()
         for w in list(state.subs):
             state.drop(w)
         await http.aclose()
@@ -80,8 +88,8 @@ def build_router(state: RouterState) -> FastAPI:
             entry.update(max_model_len=state.max_model_len, generation_defaults=state.generation_defaults)
         return {"object": "list", "data": [entry]}
 
-    internal = [Depends(require_cluster_token(token))]
-    _add_worker_routes(app, state, http, internal)
+    _add_worker_routes(app, state, register, internal)
+    add_peer_routes(app, state, internal)
     _add_index_routes(app, state, internal)
     _add_status_routes(app, state, public)
     add_dashboard_routes(app, state, public)
@@ -111,9 +119,9 @@ async def _expire_loop(state: RouterState) -> None:
             state.metrics.thread_errors.labels("expire").inc()
 
 
-def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient, internal: list) -> None:
-    """``/internal/register``, ``/internal/heartbeat`` and ``/internal/drain`` (the cluster
-    token required)."""
+def _registrar(state: RouterState, http: httpx.AsyncClient):
+    """The registration of a worker (``/internal/register``, or read from a peer router):
+    raises :class:`APIError` (400 for a namespace the fleet cannot share, 409 for an id in use)."""
 
     async def answers(url: str) -> bool:
         try:
@@ -121,8 +129,7 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         except httpx.HTTPError:
             return False
 
-    @app.post("/internal/register", dependencies=internal, responses=errors(*BODY, 409))
-    async def register(b: Registration) -> dict:
+    async def register(b: Registration) -> None:
         try:
             ns = KVNamespace(**b.namespace.model_dump())
         except (ValueError, TypeError) as e:
@@ -148,12 +155,24 @@ def _add_worker_routes(app: FastAPI, state: RouterState, http: httpx.AsyncClient
         except ValueError as e:
             raise APIError(409, str(e), param="worker_id") from e
         state.namespaces.add(b.worker_id, b.role, ns, b.engine)   # after a restart's removal above, which forgets it
+        state.registrations[b.worker_id] = b
         state.fit_admission()
         if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
             state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
         if b.events_endpoint:
             state.subscribe(b.worker_id, b.events_endpoint, b.replay_endpoint or b.events_endpoint)
         state.pids[b.worker_id] = b.pid
+
+    return register
+
+
+def _add_worker_routes(app: FastAPI, state: RouterState, registrar, internal: list) -> None:
+    """``/internal/register``, ``/internal/heartbeat`` and ``/internal/drain`` (the cluster
+    token required)."""
+
+    @app.post("/internal/register", dependencies=internal, responses=errors(*BODY, 409))
+    async def register(b: Registration) -> dict:
+        await registrar(b)
         return {"ok": True}
 
     @app.post("/internal/heartbeat", dependencies=internal, responses=errors(*BODY, 404))
@@ -264,4 +283,4 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                 "ppd_decisions": {p: int(m.ppd.labels(p)._value.get()) for p in ("local", "remote")},
                 "decisions": list(state.dashboard.decisions)[-20:],   # predicted vs measured, newest last
                 "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
-                "admission": state.admission.to_json()}
+                "admission": state.admission.to_json(), **routers_json(state, time.monotonic())}

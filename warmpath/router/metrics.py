@@ -34,6 +34,9 @@ class RouterMetrics:
         self.thread_errors = Counter("warmpath_router_thread_errors", "Errors survived by background loops "
                                      "(events: a KV event batch skipped; expire: an expiry pass)",
                                      ["loop"], registry=r)
+        self.snapshots = Counter("warmpath_router_kv_snapshots", "Workers whose held blocks this router "
+                                 "read whole when it began following their KV events (its start, their registration)",
+                                 registry=r)
         self.client_errors = Counter("warmpath_router_client_errors", "Requests refused with a 4xx, by status",
                                      ["status"], registry=r)
         self.ttft = Histogram("warmpath_router_ttft_seconds", "Arrival to first token", ["cls"],

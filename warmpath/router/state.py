@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from warmpath.kv.events import KVEventSubscriber
+from warmpath.kv.events import AllBlocksCleared, KVEventSubscriber
 from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import KVNamespace
 from warmpath.models.tokenizer import TextTokenizer
@@ -23,6 +23,7 @@ from warmpath.routing.elastic import ElasticConfig
 from warmpath.routing.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
 from warmpath.routing.namespaces import FleetNamespaces, in_request_blocks
+from warmpath.routing.peers import PeerBook, PeerConfig
 from warmpath.routing.route import RouteDecider
 from warmpath.routing.policy import RoutingPolicy
 from warmpath.routing.ppd import PPDConfig, PPDTable
@@ -48,6 +49,12 @@ class RouterConfig:
     cluster_token: str | None = field(default=None, repr=False)   # /internal/*, to workers, KV events
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
     elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes (routing/elastic.py)
+    peers: PeerConfig = PeerConfig()       # the other routers of an active-active fleet (routing/peers.py)
+    advertise_url: str | None = None       # how the other routers name this one (default http://host:port)
+
+    @property
+    def url(self) -> str:
+        return self.advertise_url or f"http://{self.host}:{self.port}"
 
 
 class RouterState:
@@ -78,6 +85,8 @@ class RouterState:
         self.gone: dict[str, asyncio.Event] = {}
         self.draining: set[str] = set()  # registered, finishing what they have, given nothing new
         self.dashboard = Dashboard()     # /dashboard's rings (router/dashboard.py)
+        self.peers = PeerBook(cfg.peers)  # the other routers' last reports (routing/peers.py)
+        self.registrations: dict = {}    # worker -> its Registration (what a starting peer router reads)
         # every request's books (admit, dispatch, end), kept as the simulator keeps them
         self.ledger = RequestLedger(self.decider, self.admission, self.sessions, self.routable)
 
@@ -90,9 +99,14 @@ class RouterState:
         their prefix hits from the KV index."""
         now = time.monotonic()
         with self.lock:
-            return self.decider.snapshot(self.load.views(self.routable(), now),
+            return self.decider.snapshot(self.load_views(now),
                                          lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
+
+    def load_views(self, now: float) -> list:
+        """The routable workers with the load this router and the other routers alive have sent them."""
+        others = (lambda w: self.peers.load_of(w, now)) if self.peers.reports else None
+        return self.load.views(self.routable(), now, others)
 
     def hashes_for(self, worker: str, rv: RequestView) -> Sequence[bytes]:
         """``rv``'s block keys in ``worker``'s namespace."""
@@ -112,7 +126,7 @@ class RouterState:
         of the old one finishes there (``elastic.py``). Logged, counted per role and shown in
         the dashboard's role log with its reason."""
         with self.lock:
-            views = self.load.views(self.routable(), time.monotonic())
+            views = self.load_views(time.monotonic())
         ch = self.decider.rebalance(views, now, waiting=self.admission.waiting(), slots=self.admission.current.slots)
         if ch is not None and self.registry.set_role(ch.worker, ch.new):
             self.metrics.role_changes.labels(ch.new).inc()
@@ -161,6 +175,11 @@ class RouterState:
         sub = KVEventSubscriber(endpoint, replay, token=self.cfg.cluster_token)
 
         def loop() -> None:
+            held = sub.snapshot()   # what it holds now; then only the batches after it
+            if held is not None:
+                with self.lock:
+                    self.index.apply(worker, [AllBlocksCleared(), *held], time.monotonic())
+                self.metrics.snapshots.inc()
             while not stop.is_set():
                 try:
                     batches = sub.poll(200)
@@ -197,6 +216,7 @@ class RouterState:
         that wait on it (call on the event loop)."""
         self.gone_event(worker).set()
         self.draining.discard(worker)
+        self.registrations.pop(worker, None)
         self.namespaces.drop(worker)
         with self.lock:
             self.index.drop_worker(worker)

@@ -5,12 +5,14 @@ over the registered workers of the sequences each can hold at once — its sched
 sequence limit, or fewer when its L1 KV has room for fewer requests of the size the router
 has been seeing. It follows workers joining, leaving and changing role; the per-tier wait
 queues scale with it. A fixed ``max_in_flight`` (``--max-in-flight``) overrides the rule.
+Several routers share the limit (``routing/peers.py``): each admits ``ceil(limit / routers)``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from warmpath.routing.views import WorkerView
@@ -62,21 +64,32 @@ class FleetLimit:
     source: str                       # "fixed" (--max-in-flight) or "fleet"
     slots: dict[str, int] = field(default_factory=dict)
     request_tokens: float | None = None
+    routers: int = 1                  # routers sharing the fleet's limit (``limit`` is this one's share)
+    fleet: int | None = None          # the whole fleet's limit when shared
+
+    def shared(self, routers: int) -> FleetLimit:
+        """This router's share when ``routers`` share the limit: ``ceil(limit / routers)``."""
+        if routers <= 1:
+            return self
+        return replace(self, limit=max(1, math.ceil(self.limit / routers)), routers=routers, fleet=self.limit)
 
     @property
     def reason(self) -> str:
+        whole = self.fleet if self.fleet is not None else self.limit
+        share = f"; this router admits 1/{self.routers} of it: {self.limit}" if self.routers > 1 else ""
         if self.source == "fixed":
-            return f"fixed by --max-in-flight {self.limit}"
+            return f"fixed by --max-in-flight {whole}{share}"
         if not self.slots:
             return "no worker registered: 1 until one does"
         size = (f"KV room at {self.request_tokens:.0f} tokens per request" if self.request_tokens
                 else "no request size seen yet")
         per = ", ".join(f"{w} {n}" for w, n in sorted(self.slots.items()))
-        return f"sum of what each worker can hold (sequence limit, {size}): {per}"
+        return f"sum of what each worker can hold (sequence limit, {size}): {per}{share}"
 
     def to_json(self) -> dict:
         return {"limit": self.limit, "source": self.source, "reason": self.reason,
-                "slots": dict(self.slots), "request_tokens": self.request_tokens}
+                "slots": dict(self.slots), "request_tokens": self.request_tokens,
+                "routers": self.routers, "fleet_limit": self.fleet if self.fleet is not None else self.limit}
 
 
 def worker_slots(w: WorkerView, request_tokens: float | None) -> int:
@@ -110,6 +123,7 @@ class Admission:
     peak_waiting: int = 0           # the most requests that waited at once (does the limit bind?)
     sizes: deque = field(default_factory=lambda: deque(maxlen=SIZE_WINDOW))
     current: FleetLimit = field(default_factory=lambda: FleetLimit(1, "fleet"))
+    routers: int = 1                # routers sharing the limit (set by the peer loop, then fit)
 
     def __post_init__(self) -> None:
         if self.cfg.max_in_flight is not None:
@@ -163,8 +177,9 @@ class Admission:
 
     def fit(self, workers: Iterable[WorkerView]) -> list:
         """Size the limit to ``workers`` (unless fixed); returns the waiters it lets start."""
-        if self.cfg.max_in_flight is None:
-            self.current = fleet_limit(workers, self.request_tokens())
+        whole = (fleet_limit(workers, self.request_tokens()) if self.cfg.max_in_flight is None
+                 else FleetLimit(self.cfg.max_in_flight, "fixed"))
+        self.current = whole.shared(self.routers)
         out = []
         while self.in_flight < self.limit and (nxt := self._next()) is not None:
             self.in_flight += 1

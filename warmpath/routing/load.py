@@ -21,6 +21,12 @@ class WorkerLoad:
     prefilling: int = 0          # requests computing their prompt there (sent, no first token yet)
     context_tokens: int = 0      # their contexts (prompt + half the answer each)
 
+    def plus(self, other: WorkerLoad) -> WorkerLoad:
+        """The two loads together (this router's and another's on one worker)."""
+        return WorkerLoad(self.prefill_tokens + other.prefill_tokens, self.running + other.running,
+                          self.pending + other.pending, self.prefilling + other.prefilling,
+                          self.context_tokens + other.context_tokens)
+
 
 @dataclass
 class LoadBook:
@@ -112,10 +118,17 @@ class LoadBook:
         x = self.of(worker)
         return x.running + x.pending
 
-    def views(self, views: list[WorkerView], now: float) -> list[WorkerView]:
+    def views(self, views: list[WorkerView], now: float,
+              others: Callable[[str], WorkerLoad] | None = None) -> list[WorkerView]:
         """``views`` with the queue, running counts, contexts and handoffs bound there this
-        router knows of (``now``: the monotonic clock of :meth:`bound_for`'s times)."""
-        return [replace(v, queued_prefill_tokens=self.of(v.worker_id).prefill_tokens,
-                        running=self.of(v.worker_id).running, prefilling=self.of(v.worker_id).prefilling,
-                        running_tokens=self.of(v.worker_id).context_tokens,
-                        incoming=self.incoming(v.worker_id, now)) for v in views]
+        router knows of (``now``: the monotonic clock of :meth:`bound_for`'s times), plus
+        ``others(worker)``: what the other routers of the fleet have there (``routing/peers.py``)."""
+        out = []
+        for v in views:
+            x = self.of(v.worker_id)
+            if others is not None:
+                x = x.plus(others(v.worker_id))
+            out.append(replace(v, queued_prefill_tokens=x.prefill_tokens, running=x.running,
+                               prefilling=x.prefilling, running_tokens=x.context_tokens,
+                               incoming=self.incoming(v.worker_id, now)))
+        return out

@@ -1,7 +1,10 @@
 """A worker's side of discovery: register with the router, then heartbeat its load.
 
 :func:`keep_registered` is the loop any worker kind runs (warmpath's engine here, a vLLM
-server in ``warmpath/vllm/``); it imports no torch."""
+server in ``warmpath/vllm/``); it imports no torch. With several routers (``--router
+URL,URL``, active-active) the worker registers with, heartbeats to and reports its health
+and drain to each of them on its own: a router that dies or restarts costs the others
+nothing."""
 
 from __future__ import annotations
 
@@ -34,9 +37,15 @@ class RegistrationConfig:
     def headers(self) -> dict[str, str] | None:
         return {"Authorization": f"Bearer {self.cluster_token}"} if self.cluster_token else None
 
+    @property
+    def router_urls(self) -> tuple[str, ...]:
+        """Every router this worker reports to (``--router`` takes several, comma-separated)."""
+        return tuple(u.strip().rstrip("/") for u in self.router_url.split(",") if u.strip())
+
     def __post_init__(self) -> None:
-        if not self.router_url.startswith("http"):
-            raise ValueError(f"--router must be an http URL, got {self.router_url!r}")
+        urls = self.router_urls
+        if not urls or any(not u.startswith("http") for u in urls):
+            raise ValueError(f"--router must be an http URL (or several, comma-separated), got {self.router_url!r}")
 
 
 def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> Heartbeat:
@@ -55,35 +64,41 @@ def load_report(engine: "LLMEngine", worker_id: str, healthy: bool = True) -> He
 
 
 async def report_unhealthy(cfg: RegistrationConfig, detail: str) -> bool:
-    """Tell the router at once that this worker can serve nothing (it drops us); ``False``
-    when the router could not be told (it drops us after ``drop_after_s`` anyway)."""
-    r = await _tell(cfg, Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024]),
-                    "the engine failure")
-    return r is not None and r.status_code in (200, 404)
+    """Tell every router at once that this worker can serve nothing (they drop us); ``False``
+    when one could not be told (it drops us after ``drop_after_s`` anyway)."""
+    rs = await _tell(cfg, Heartbeat(worker_id=cfg.worker_id, healthy=False, detail=detail[:1024]),
+                     "the engine failure")
+    return all(r is not None and r.status_code in (200, 404) for r in rs)
 
 
 async def report_drain(cfg: RegistrationConfig, left: bool) -> int | None:
-    """Tell the router this worker drains (``left=False``: route nothing new here, let the
+    """Tell every router this worker drains (``left=False``: route nothing new here, let the
     requests under way finish) or has drained (``left=True``: drop it, reason ``drained``).
-    Returns how many requests the router still has for this worker (those here, and
-    prefills elsewhere whose decode will come here); ``None`` when it could not say."""
+    Returns how many requests the routers still have for this worker together (those here,
+    and prefills elsewhere whose decode will come here); ``None`` when none could say (a
+    router that cannot be reached has no requests under way here: its streams ended with it)."""
     hb = Heartbeat(worker_id=cfg.worker_id, healthy=not left, draining=True, detail="drained" if left else None)
-    r = await _tell(cfg, hb, "the drain")
-    try:
-        n = r.json().get("in_flight") if r is not None and r.status_code == 200 else None
-    except ValueError:
-        return None
-    return n if isinstance(n, int) else None
+    counts = []
+    for r in await _tell(cfg, hb, "the drain"):
+        try:
+            n = r.json().get("in_flight") if r is not None and r.status_code == 200 else None
+        except ValueError:
+            n = None
+        if isinstance(n, int):
+            counts.append(n)
+    return sum(counts) if counts else None
 
 
-async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> httpx.Response | None:
-    """Post one heartbeat now; ``None`` when the router could not be reached."""
-    try:
-        async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
-            return await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
-    except httpx.HTTPError as e:
-        log.warning("could not report %s to the router: %s", what, e)
-        return None
+async def _tell(cfg: RegistrationConfig, hb: Heartbeat, what: str) -> list[httpx.Response | None]:
+    """Post one heartbeat to every router now; per router, ``None`` when it could not be reached."""
+    async with httpx.AsyncClient(timeout=2, headers=cfg.headers) as http:
+        async def one(url: str) -> httpx.Response | None:
+            try:
+                return await http.post(url + "/internal/heartbeat", json=hb.model_dump())
+            except httpx.HTTPError as e:
+                log.warning("could not report %s to the router %s: %s", what, url, e)
+                return None
+        return list(await asyncio.gather(*(one(u) for u in cfg.router_urls)))
 
 
 def _adopt_role(body: dict, r: httpx.Response, on_role: Callable[[str], None]) -> None:
@@ -134,31 +149,39 @@ async def keep_registered(cfg: RegistrationConfig, body: dict, report: Callable[
                           alive: Callable[[], bool] = lambda: True,
                           draining: Callable[[], bool] = lambda: False,
                           on_role: Callable[[str], None] = lambda role: None) -> None:
-    """Runs until cancelled: posts ``body`` (a :class:`Registration`'s JSON) whenever the
-    router does not know this worker, then ``await report()`` every ``heartbeat_s``; stops
-    once ``alive()`` turns false. While ``draining()`` (``worker/drain.py``) the heartbeats
-    say so and a router that forgot this worker is not told of it again. A heartbeat's
-    answer names the role the router gives this worker now (elastic roles): a new one is
-    passed to ``on_role`` and registered from then on (a restarted router keeps it)."""
-    registered = False
+    """Runs until cancelled: for each router, posts ``body`` (a :class:`Registration`'s JSON)
+    whenever that router does not know this worker, then ``await report()`` every
+    ``heartbeat_s``; stops once ``alive()`` turns false. While ``draining()``
+    (``worker/drain.py``) the heartbeats say so and a router that forgot this worker is not
+    told of it again. A heartbeat's answer names the role the router gives this worker now
+    (elastic roles): a new one is passed to ``on_role`` and registered from then on (a
+    restarted router keeps it)."""
     async with httpx.AsyncClient(timeout=5, headers=cfg.headers) as http:
-        while alive():
-            try:
-                if not registered and not draining():
-                    r = await http.post(cfg.router_url + "/internal/register", json=body)
-                    registered = r.status_code == 200
-                    if not registered:
-                        log.warning("router refused registration: %s", r.text[:200])
+        await asyncio.gather(*(_follow(http, url, body, report, alive, draining, on_role, cfg.heartbeat_s)
+                               for url in cfg.router_urls))
+
+
+async def _follow(http: httpx.AsyncClient, url: str, body: dict, report, alive, draining, on_role,
+                  heartbeat_s: float) -> None:
+    """:func:`keep_registered` with one router."""
+    registered = False
+    while alive():
+        try:
+            if not registered and not draining():
+                r = await http.post(url + "/internal/register", json=body)
+                registered = r.status_code == 200
+                if not registered:
+                    log.warning("router %s refused registration: %s", url, r.text[:200])
+            if registered:
+                hb = (await report()).model_copy(update={"draining": draining()})
+                r = await http.post(url + "/internal/heartbeat", json=hb.model_dump())
+                registered = r.status_code == 200
                 if registered:
-                    hb = (await report()).model_copy(update={"draining": draining()})
-                    r = await http.post(cfg.router_url + "/internal/heartbeat", json=hb.model_dump())
-                    registered = r.status_code == 200
-                    if registered:
-                        _adopt_role(body, r, on_role)
-            except httpx.HTTPError as e:
-                log.info("router not reachable yet (%s)", e)
-                registered = False
-            except Exception:  # noqa: BLE001 - the heartbeat must outlive any one bad pass
-                log.exception("heartbeat pass failed; retrying")
-                registered = False
-            await asyncio.sleep(cfg.heartbeat_s if registered else 0.5)
+                    _adopt_role(body, r, on_role)
+        except httpx.HTTPError as e:
+            log.info("router %s not reachable yet (%s)", url, e)
+            registered = False
+        except Exception:  # noqa: BLE001 - the heartbeat must outlive any one bad pass
+            log.exception("heartbeat pass to %s failed; retrying", url)
+            registered = False
+        await asyncio.sleep(heartbeat_s if registered else 0.5)
