@@ -240,7 +240,7 @@ class _Renamed(argparse.Action):
 def add_serve_parser(sub, fn=None) -> None:
     """``warmpath serve``'s flags: one worker, or a whole topology behind a router."""
     from warmpath.launch.topology import TOPOLOGIES
-    from warmpath.routing.flags import add_routing_args
+    from warmpath.routing.flags import add_routing_args, count_arg
 
     s = sub.add_parser("serve", help="serve the OpenAI API (one worker, or a whole topology)")
     s.add_argument("--topology", default="single",
@@ -250,6 +250,9 @@ def add_serve_parser(sub, fn=None) -> None:
                    help="pin a process (worker id, role or router) to CPUs, e.g. --pin prefill-0=0 --pin decode=1; "
                         "over the topology file's \"cpus\"; a pinned worker's --threads defaults to its CPU count")
     s.add_argument("--calibration", default=None, help="`warmpath calibrate` output (PPD dynamic, goodput)")
+    s.add_argument("--routers", type=count_arg(1), default=1,
+                   help="routers, active-active, behind HAProxy on --port (N > 1: no single point of failure; "
+                        "a router that dies is restarted, its clients retried on another)")
     add_routing_args(s)
     s.add_argument("--drop-after-s", type=float, default=30.0)
     s.add_argument("--session-idle-s", type=float, default=3600.0, help="the router forgets a session idle this long")

@@ -8,6 +8,10 @@ cluster runs (its engine failed, it was killed) is started again with the same f
 a back-off that doubles with each quick failure (1 s up to 30 s); so are the private Mooncake
 master and segment holder, on the same ports (workers reconnect on their own).
 
+``--routers N`` (N > 1) starts N routers, active-active, on free ports, each a ``--peer``
+of the others, every worker reporting to all of them, and HAProxy on the requested port in
+front (``launch/balancer.py``); a router that exits is started again like a worker.
+
 Every process gets the cluster token (``--cluster-token`` / ``WARMPATH_CLUSTER_TOKEN``, or a
 random one made here) through its environment, never its argv (argv shows in ``ps``); the
 API keys go to the router only, the same way.
@@ -30,6 +34,8 @@ from warmpath.protocol.auth import API_KEY_ENV, CLUSTER_TOKEN_ENV
 
 import httpx
 
+from warmpath.launch.balancer import Balancer
+from warmpath.launch.routers import is_router, spawn_routers
 from warmpath.launch.topology import Topology, pinning
 from warmpath.procs import die_with_parent
 
@@ -52,6 +58,8 @@ class Cluster:
     token: str | None = field(default=None, repr=False)      # the cluster token of every process
     api_keys: tuple = field(default=(), repr=False)          # the router's API keys
     pins: dict = field(default_factory=dict)      # name -> the CPUs it is pinned to (topology's cpus)
+    router_urls: tuple = ()                       # several routers: each one's own URL (url is the balancer's)
+    balancer: Balancer | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -60,8 +68,13 @@ class Cluster:
         secret = self.api_keys[0] if self.api_keys else self.token
         return {"Authorization": f"Bearer {secret}"} if secret else {}
 
+    @property
+    def routers(self) -> list[str]:
+        """The router processes' names."""
+        return [n for n in self.procs if is_router(n)]
+
     def stop(self) -> None:
-        for name in sorted(self.procs, key=lambda n: n == "router"):   # workers first
+        for name in sorted(self.procs, key=is_router):   # workers first
             p = self.procs[name]
             if p.poll() is None:
                 p.terminate()
@@ -70,6 +83,8 @@ class Cluster:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if self.balancer is not None:
+            self.balancer.stop()
         if self.service is not None:
             self.service.stop()
 
@@ -79,23 +94,23 @@ class Cluster:
     def spawn(self, name: str, argv: list[str]) -> None:
         self.argv[name] = argv
         env = {CLUSTER_TOKEN_ENV: self.token} if self.token else {}
-        env[API_KEY_ENV] = ",".join(self.api_keys) if name == "router" else ""   # workers: none
+        env[API_KEY_ENV] = ",".join(self.api_keys) if is_router(name) else ""   # workers: none
         self.procs[name] = _spawn(argv, self.quiet, env, self.pins.get(name))
 
     def restart_dead_workers(self, now: float) -> list[str]:
-        """Start again every worker that exited (not the router) once its back-off passed
-        (1 s, doubling up to 30 s while it keeps failing within a minute of its start);
-        returns the names restarted now."""
+        """Start again every worker that exited (and, with several routers, every router)
+        once its back-off passed (1 s, doubling up to 30 s while it keeps failing within a
+        minute of its start); returns the names restarted now."""
         started = []
         for name in self.dead():
-            if name == "router":
+            if name == "router":   # the only router: the cluster stops with it
                 continue
             if name not in self._due:   # just noticed
                 ran = now - getattr(self.procs[name], "started_at", now)
                 prev = self._delay.get(name, 0.0)
                 self._delay[name] = 1.0 if ran > 60 or not prev else min(30.0, 2 * prev)
                 self._due[name] = now + self._delay[name]
-                log.error("worker %s exited with code %s; restarting it in %.0f s",
+                log.error("%s %s exited with code %s; restarting it in %.0f s", "router" if is_router(name) else "worker",
                           name, self.procs[name].returncode, self._delay[name])
             elif now >= self._due[name]:
                 del self._due[name]
@@ -150,12 +165,13 @@ def _spawn(args: list[str], quiet: bool, env: dict | None = None, cpus: frozense
 
 def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_argv: list[str],
           kv_store: str | None, l3_gib: float, threads: int | None, log_level: str = "WARNING",
-          timeout_s: float = 300.0, token: str | None = None, api_keys: tuple = ()) -> Cluster:
-    """Start everything and wait until every worker is registered; raises ``RuntimeError``
-    (after stopping what started) when a process dies or the wait times out. Without a
-    ``token`` a random one secures this cluster's own processes (``Cluster.headers``).
-    ``topo.cpus`` pins processes (checked against this machine first, ``ValueError`` naming
-    an unknown CPU); a pinned worker's ``--threads`` is its CPU count unless ``threads``."""
+          timeout_s: float = 300.0, token: str | None = None, api_keys: tuple = (), routers: int = 1) -> Cluster:
+    """Start everything and wait until every worker is registered (with every router);
+    raises ``RuntimeError`` (after stopping what started) when a process dies or the wait
+    times out. Without a ``token`` a random one secures this cluster's own processes
+    (``Cluster.headers``). ``topo.cpus`` pins processes (checked against this machine
+    first, ``ValueError`` naming an unknown CPU); a pinned worker's ``--threads`` is its CPU
+    count unless ``threads``. ``routers`` > 1: that many routers behind HAProxy."""
     pins = pinning(topo)
     service = None
     if kv_store is None and l3_gib > 0:
@@ -168,8 +184,12 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
     c = Cluster(topo, url, service=service, quiet=log_level.upper() not in ("DEBUG", "INFO"),
                 token=token or secrets.token_urlsafe(32), api_keys=tuple(api_keys), pins=pins)
     try:
-        c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port),
-                           "--route-policy", topo.policy, "--ppd", topo.ppd, *router_argv])
+        argv = ["--route-policy", topo.policy, "--ppd", topo.ppd, *router_argv]
+        if routers > 1:
+            c.balancer = spawn_routers(c, routers, host, port, log_level, argv)
+        else:
+            c.spawn("router", ["--log-level", log_level, "router", "--host", host, "--port", str(port), *argv])
+        url = ",".join(c.router_urls) or url
         per = threads or max(1, (os.cpu_count() or 2) // topo.size)
         store = ["--kv-store", kv_store] if kv_store else ["--no-l3"]
         for wid, role in topo.roles():
@@ -186,15 +206,16 @@ def start(topo: Topology, host: str, port: int, worker_argv: list[str], router_a
 
 
 def wait_ready(c: Cluster, timeout_s: float) -> None:
+    """Until every worker is registered with every router (and the balancer answers)."""
     want = {w for w, _ in c.topology.roles()}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if c.dead():
-            raise RuntimeError(f"process(es) {c.dead()} exited during startup (see their output above)")
+        if c.dead() or (c.balancer is not None and c.balancer.poll() is not None):
+            raise RuntimeError(f"process(es) {c.dead() or ['haproxy']} exited during startup (see their output above)")
         try:
-            got = {w["worker_id"] for w in httpx.get(c.url + "/v1/cluster", timeout=2,
-                                                     headers=c.headers).json()["workers"]}
-            if want <= got:
+            if all(want <= {w["worker_id"] for w in httpx.get(u + "/v1/cluster", timeout=2,
+                                                              headers=c.headers).json()["workers"]}
+                   for u in (*c.router_urls, c.url)):
                 return
         except (httpx.HTTPError, ValueError, KeyError):
             pass
@@ -223,8 +244,12 @@ def run_forever(c: Cluster, model_id: str) -> int:
             if "router" in c.dead():
                 log.error("the router exited; stopping the cluster")
                 return 1
+            if c.balancer is not None and c.balancer.poll() is not None:
+                log.error("HAProxy exited; stopping the cluster")
+                return 1
             for name in c.restart_dead_workers(time.monotonic()):
-                print(f"warmpath: restarted worker {name} (restart {c.restarts[name]})", flush=True)
+                print(f"warmpath: restarted {'router' if is_router(name) else 'worker'} {name} "
+                      f"(restart {c.restarts[name]})", flush=True)
             for name in c.restart_dead_store(time.monotonic()):
                 c.restarts[f"mooncake-{name}"] = c.restarts.get(f"mooncake-{name}", 0) + 1
                 print(f"warmpath: restarted Mooncake {name}", flush=True)
@@ -263,7 +288,7 @@ def start_from_args(a) -> Cluster:
                  0 if a.no_l3 else a.l3_gib, a.threads,
                  log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
                  timeout_s=a.vllm_startup_s + 60 if vllm else 300.0,
-                 token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key))
+                 token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key), routers=a.routers)
 
 
 def worker_argv(a) -> list[str]:

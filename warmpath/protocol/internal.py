@@ -206,10 +206,12 @@ class Heartbeat(BaseModel):
     healthy: bool = True
     draining: bool = False
     detail: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    # the role it serves now: a router that does not decide roles (one of several) follows it
+    role: Role | None = None
 
     def load(self) -> dict:
-        """The load fields of a ``WorkerView`` (not the id, the health, the drain or the detail)."""
-        return self.model_dump(exclude={"worker_id", "healthy", "draining", "detail"})
+        """The load fields of a ``WorkerView`` (not the id, the health, the drain, the detail or the role)."""
+        return self.model_dump(exclude={"worker_id", "healthy", "draining", "detail", "role"})
 
 
 class Drain(BaseModel):

@@ -183,6 +183,11 @@ def _add_worker_routes(app: FastAPI, state: RouterState, registrar, internal: li
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
         role = state.registry.workers[b.worker_id].view.role   # elastic roles may have moved it
+        if b.role is not None and b.role != role and not state.cfg.elastic.enabled:
+            # one of several routers, another of which decides roles: the worker says which it serves now
+            state.registry.set_role(b.worker_id, b.role)
+            state.fit_admission()
+            role = b.role
         if not b.draining:
             return JSONResponse({"ok": True, "role": role})
         if b.worker_id not in state.draining:   # it got SIGTERM (worker/drain.py): nothing new for it
@@ -229,7 +234,11 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
 
     @app.get("/ready", responses=status(503))
     async def ready() -> Response:
-        """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)."""
+        """Readiness: 503 until the policy finds a complete path (prefill + decode, or a replica)
+        and the KV snapshots of the workers registered are read."""
+        if state.reading:   # a router that just started: its index is not whole yet
+            return JSONResponse({"status": "not ready", "detail": f"reading the KV blocks of {len(state.reading)} "
+                                 "worker(s)"}, status_code=503)
         probe = RequestView(1, (), 16, max_tokens=1)   # a one-token probe: is there any path
         try:
             d = state.decider.decide_route(probe, state.snapshot(probe, None), arrival=False)
@@ -283,4 +292,4 @@ def _add_status_routes(app: FastAPI, state: RouterState, public: list) -> None:
                 "ppd_decisions": {p: int(m.ppd.labels(p)._value.get()) for p in ("local", "remote")},
                 "decisions": list(state.dashboard.decisions)[-20:],   # predicted vs measured, newest last
                 "kv_handoff_bytes": int(m.kv_bytes._value.get()), "latency": m.summary(),
-                "admission": state.admission.to_json(), **routers_json(state, time.monotonic())}
+                "admission": state.admission.to_json(), **routers_json(state, time.monotonic(), full)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -81,7 +82,7 @@ async def adopt_peer_workers(state, http: httpx.AsyncClient,
                              register: Callable[[Registration], Awaitable[None]]) -> int:
     """Register the workers the peers know (once, at start); returns how many were new here."""
     new = 0
-    for url in state.cfg.peers:
+    for url in state.cfg.peers.peers:
         try:
             r = await http.get(url + "/internal/peer/workers", timeout=2.0)
             got = PeerWorkers.model_validate_json(r.content).workers if r.status_code == 200 else []
@@ -113,14 +114,19 @@ def add_peer_routes(app: FastAPI, state, internal: list) -> None:
         return PeerWorkers(workers=live)
 
 
-def routers_json(state, now: float) -> dict:
+def routers_json(state, now: float, full: bool) -> dict:
     """``/v1/cluster``'s ``routers`` (this one first, then every peer heard from) and whether
-    the routers alive agree: the same index sizes and the same event position per worker."""
+    the routers alive agree: the same blocks indexed from events (``local``, ``l3``; each
+    router's ``approx`` hints are its own) and the same event position per worker.
+    ``full``: with this router's PID (a trusted caller)."""
     me = peer_state(state)
-    mine = {"url": me.router, "self": True, "alive": True, "in_flight": me.in_flight, "waiting": me.waiting,
+    mine = {"url": me.router, "self": True, "alive": True, "pid": os.getpid() if full else None,
+            "in_flight": me.in_flight, "waiting": me.waiting,
             "index_blocks": dict(me.index_blocks), "event_seqs": dict(me.event_seqs)}
     peers = state.peers.to_json(now)
     alive = [p for p in peers if p["alive"]]
-    agree = all(p["index_blocks"] == mine["index_blocks"] and p["event_seqs"] == mine["event_seqs"]
+    def evented(blocks: dict) -> tuple:
+        return blocks.get("local"), blocks.get("l3")
+    agree = all(evented(p["index_blocks"]) == evented(mine["index_blocks"]) and p["event_seqs"] == mine["event_seqs"]
                 for p in alive)
     return {"routers": [mine, *peers], "routers_agree": agree}

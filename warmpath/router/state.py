@@ -87,6 +87,7 @@ class RouterState:
         self.dashboard = Dashboard()     # /dashboard's rings (router/dashboard.py)
         self.peers = PeerBook(cfg.peers)  # the other routers' last reports (routing/peers.py)
         self.registrations: dict = {}    # worker -> its Registration (what a starting peer router reads)
+        self.reading: set[str] = set()   # workers whose KV snapshot is still being read (not ready until none)
         # every request's books (admit, dispatch, end), kept as the simulator keeps them
         self.ledger = RequestLedger(self.decider, self.admission, self.sessions, self.routable)
 
@@ -175,11 +176,17 @@ class RouterState:
         sub = KVEventSubscriber(endpoint, replay, token=self.cfg.cluster_token)
 
         def loop() -> None:
-            held = sub.snapshot()   # what it holds now; then only the batches after it
-            if held is not None:
-                with self.lock:
-                    self.index.apply(worker, [AllBlocksCleared(), *held], time.monotonic())
-                self.metrics.snapshots.inc()
+            try:
+                held = sub.snapshot()   # what it holds now; then only the batches after it
+                if held is not None:
+                    with self.lock:
+                        self.index.apply(worker, [AllBlocksCleared(), *held], time.monotonic())
+                    self.metrics.snapshots.inc()
+            except Exception:  # noqa: BLE001 - without a snapshot the events (and replay) still follow
+                log.exception("KV snapshot of %s not read", worker)
+                self.metrics.thread_errors.labels("events").inc()
+            finally:
+                self.reading.discard(worker)
             while not stop.is_set():
                 try:
                     batches = sub.poll(200)
@@ -192,6 +199,7 @@ class RouterState:
                     stop.wait(0.2)
             sub.close()
 
+        self.reading.add(worker)
         threading.Thread(target=loop, daemon=True, name=f"events-{worker}").start()
         self.subs[worker] = (sub, stop)
 

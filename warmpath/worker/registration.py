@@ -173,7 +173,7 @@ async def _follow(http: httpx.AsyncClient, url: str, body: dict, report, alive, 
                 if not registered:
                     log.warning("router %s refused registration: %s", url, r.text[:200])
             if registered:
-                hb = (await report()).model_copy(update={"draining": draining()})
+                hb = (await report()).model_copy(update={"draining": draining(), "role": body["role"]})
                 r = await http.post(url + "/internal/heartbeat", json=hb.model_dump())
                 registered = r.status_code == 200
                 if registered:

@@ -1,0 +1,58 @@
+"""Two real router processes that are each other's ``--peer``: a router that starts follows
+the workers its peer knows at once; each counts the other in the fleet limit while it
+reports and stops counting it when it goes silent; a router that decides no roles follows
+the role a worker's heartbeat says; bad peer reports get a 4xx."""
+
+import time
+
+import httpx
+
+from tests.conftest import AUTH, free_port, serve_process
+
+NS = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
+
+
+def cluster(url: str) -> dict:
+    return httpx.get(url + "/v1/cluster", headers=AUTH, timeout=5).json()
+
+
+def wait_for(pred, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := pred():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met in {timeout} s")
+
+
+def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():
+    pa, pb = free_port(), free_port()
+    a_url, b_url = f"http://127.0.0.1:{pa}", f"http://127.0.0.1:{pb}"
+    peer = ("--peer-every-s", "0.1", "--peer-alive-s", "0.5", "--route-policy", "pd")
+    with serve_process("--peer", b_url, *peer, command="router", port=pa) as a:
+        for wid, role in (("p", "prefill"), ("d", "decode")):
+            body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": NS,
+                    "max_num_seqs": 5, "kv_capacity_tokens": 4096}
+            assert httpx.post(a + "/internal/register", json=body, headers=AUTH, timeout=5).status_code == 200
+        assert cluster(a)["admission"]["max_in_flight"] == 10 and cluster(a)["admission"]["routers"] == 1
+        with serve_process("--peer", a_url, *peer, "--elastic", "off", command="router", port=pb) as b:
+            # b read a's registrations when it started: both workers, at once
+            assert sorted(w["worker_id"] for w in cluster(b)["workers"]) == ["d", "p"]
+            wait_for(lambda: cluster(a)["admission"]["routers"] == 2, 5)
+            assert cluster(a)["admission"]["max_in_flight"] == 5             # ceil(10 / 2)
+            wait_for(lambda: cluster(b)["admission"]["max_in_flight"] == 5, 5)
+            seen = cluster(a)["routers"]
+            assert [(r["url"], r["alive"]) for r in seen] == [(a_url, True), (b_url, True)]
+            assert cluster(a)["routers_agree"]
+            # b decides no roles: it takes the role a worker's heartbeat says it serves now
+            beat = {"worker_id": "p", "role": "decode"}
+            assert httpx.post(b + "/internal/heartbeat", json=beat, headers=AUTH, timeout=5).json()["role"] == "decode"
+            assert {w["worker_id"]: w["role"] for w in cluster(b)["workers"]} == {"p": "decode", "d": "decode"}
+            # peer reports are typed and need the cluster token
+            assert httpx.post(a + "/internal/peer", json={"router": b_url}, timeout=5).status_code == 401
+            bad = {"router": b_url, "loads": {"p": {"running": -1}}}
+            assert httpx.post(a + "/internal/peer", json=bad, headers=AUTH, timeout=5).status_code == 400
+            assert httpx.post(a + "/internal/peer", json={"router": "nope"}, headers=AUTH, timeout=5).status_code == 400
+        # b stopped: a takes the whole limit back once b is silent past --peer-alive-s
+        wait_for(lambda: cluster(a)["admission"]["max_in_flight"] == 10, 5)
+        assert [(r["url"], r["alive"]) for r in cluster(a)["routers"]] == [(a_url, True), (b_url, False)]
