@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 TOPOLOGY ?= cpd-1d
+ROUTERS ?= 1
 PYTEST_ARGS ?= --durations=15
 
 .PHONY: setup setup-test serve test test-vllm test-ray bench clean
@@ -15,12 +16,18 @@ $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
 	$(PY) -m venv $(VENV)
 
-# Mooncake needs Debian's libibverbs1 even over TCP: install it only when missing.
+# Mooncake needs Debian's libibverbs1 even over TCP; `serve --routers N` puts HAProxy in front
+# of the routers: install each only when missing.
 $(VENV)/.sys-deps: | $(BIN)/python
 	@if ! ldconfig -p | grep -q 'libibverbs.so.1 '; then \
 		echo "installing libibverbs1 (needed by Mooncake)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libibverbs1; \
+	fi
+	@if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then \
+		echo "installing haproxy (the balancer of serve --routers N)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq haproxy; \
 	fi
 	touch $@
 
@@ -54,7 +61,7 @@ setup-test: $(VENV)/.test-installed
 
 serve: setup
 	$(BIN)/warmpath prepare
-	$(BIN)/warmpath serve --topology $(TOPOLOGY) --host $(HOST) --port $(PORT)
+	$(BIN)/warmpath serve --topology $(TOPOLOGY) --routers $(ROUTERS) --host $(HOST) --port $(PORT)
 
 test: setup-test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

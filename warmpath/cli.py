@@ -153,13 +153,15 @@ def _router(a: argparse.Namespace) -> int:
             raise ValueError(f"--calibration {a.calibration}: not a `warmpath calibrate` output ({e})") from e
     name, ppd = a.route_policy or DEFAULT_POLICY, a.ppd or "off"
     policy = policy_from_args(a, name)
+    own = (a.advertise_url or f"http://{a.host}:{a.port}").rstrip("/")   # --peer may list every router, this one too
     cfg = RouterConfig(a.host, a.port, admission_from_args(a), DiscoveryConfig(a.heartbeat_s, a.drop_after_s),
                        ppd=None if ppd == "off" else PPDConfig(ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
                        elastic=elastic_from_args(a, name, policy),
-                       peers=PeerConfig(tuple(a.peer or ()), a.peer_every_s, a.peer_alive_s),
-                       advertise_url=a.advertise_url)
+                       peers=PeerConfig(tuple(u.rstrip("/") for u in a.peer or () if u.rstrip("/") != own),
+                                        a.peer_every_s, a.peer_alive_s),
+                       advertise_url=own)
     state = RouterState(policy, load_tokenizer(a.model), _model_id(a.model), cfg, table)
     if steps is not None:   # the goodput policy's TPOT predictions price steps with the calibration
         state.decider.model.steps[None] = steps

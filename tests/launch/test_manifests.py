@@ -193,3 +193,26 @@ def test_a_vllm_topology_is_refused_by_name(tmp_path, capsys):
     t.write_text('{"policy": "replica", "workers": {"replica": 2}, "engine": "vllm"}')
     assert main(["manifests", "--topology", str(t), "--out", str(tmp_path / "o")]) == 2
     assert "topology v: manifests run warmpath's engine only" in capsys.readouterr().err
+
+
+def test_several_routers_are_a_stateful_set_of_peers_that_every_worker_reports_to(no_network):
+    cfg = ManifestConfig(resolve("cpd-1d"), routers=3)
+    objs = objects(cfg)
+    for o in objs:
+        for v in VERSIONS:
+            assert kubernetes_validate.validate(o, v, strict=True) == v, o["metadata"]["name"]
+    (sts,) = [o for o in objs if o["kind"] == "StatefulSet"]
+    assert "warmpath-router" not in by(cfg, "Deployment")
+    assert (sts["spec"]["replicas"], sts["spec"]["serviceName"]) == (3, "warmpath-router-peers")
+    urls = [f"http://warmpath-router-{i}.warmpath-router-peers:8000" for i in range(3)]
+    args = [a.replace("$(POD_NAME)", "warmpath-router-1") for a in container(sts)["args"]]
+    a = build_parser().parse_args(args)
+    assert a.peer == urls and a.advertise_url == urls[1]      # the router skips itself among its peers
+    svcs = by(cfg, "Service")
+    assert svcs["warmpath-router-peers"]["spec"]["clusterIP"] == "None"
+    assert svcs["warmpath-router"]["spec"].get("publishNotReadyAddresses") is None
+    assert "warmpath-router-workers" not in svcs and "warmpath-router" in by(cfg, "PodDisruptionBudget")
+    for d in by(cfg, "Deployment").values():
+        if container(d)["args"][0] == "worker":
+            w = build_parser().parse_args(container(d)["args"])
+            assert w.router == ",".join(urls)

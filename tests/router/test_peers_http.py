@@ -1,7 +1,8 @@
 """Two real router processes that are each other's ``--peer``: a router that starts follows
 the workers its peer knows at once; each counts the other in the fleet limit while it
-reports and stops counting it when it goes silent; a router that decides no roles follows
-the role a worker's heartbeat says; bad peer reports get a 4xx."""
+reports and stops counting it when it goes silent; with elastic roles on, only the router
+whose URL sorts first decides roles and the other follows the role a worker's heartbeat
+says; bad peer reports get a 4xx."""
 
 import time
 
@@ -28,14 +29,14 @@ def wait_for(pred, timeout: float):
 def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():
     pa, pb = free_port(), free_port()
     a_url, b_url = f"http://127.0.0.1:{pa}", f"http://127.0.0.1:{pb}"
-    peer = ("--peer-every-s", "0.1", "--peer-alive-s", "0.5", "--route-policy", "pd")
+    peer = ("--peer-every-s", "0.1", "--peer-alive-s", "0.5", "--route-policy", "cpd", "--elastic", "on")
     with serve_process("--peer", b_url, *peer, command="router", port=pa) as a:
         for wid, role in (("p", "prefill"), ("d", "decode")):
             body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": NS,
                     "max_num_seqs": 5, "kv_capacity_tokens": 4096}
             assert httpx.post(a + "/internal/register", json=body, headers=AUTH, timeout=5).status_code == 200
         assert cluster(a)["admission"]["max_in_flight"] == 10 and cluster(a)["admission"]["routers"] == 1
-        with serve_process("--peer", a_url, *peer, "--elastic", "off", command="router", port=pb) as b:
+        with serve_process("--peer", a_url, "--peer", b_url, *peer, command="router", port=pb) as b:   # itself: skipped
             # b read a's registrations when it started: both workers, at once
             assert sorted(w["worker_id"] for w in cluster(b)["workers"]) == ["d", "p"]
             wait_for(lambda: cluster(a)["admission"]["routers"] == 2, 5)
@@ -44,10 +45,13 @@ def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():
             seen = cluster(a)["routers"]
             assert [(r["url"], r["alive"]) for r in seen] == [(a_url, True), (b_url, True)]
             assert cluster(a)["routers_agree"]
-            # b decides no roles: it takes the role a worker's heartbeat says it serves now
-            beat = {"worker_id": "p", "role": "decode"}
-            assert httpx.post(b + "/internal/heartbeat", json=beat, headers=AUTH, timeout=5).json()["role"] == "decode"
-            assert {w["worker_id"]: w["role"] for w in cluster(b)["workers"]} == {"p": "decode", "d": "decode"}
+            # the router whose URL sorts first decides roles; the other takes a worker's heartbeat role
+            leader, follower = sorted((a, b))
+            beat = {"worker_id": "p", "role": "pre-prefill"}
+            assert httpx.post(follower + "/internal/heartbeat", json=beat, headers=AUTH, timeout=5).json()["role"] == "pre-prefill"
+            assert httpx.post(leader + "/internal/heartbeat", json=beat, headers=AUTH, timeout=5).json()["role"] == "prefill"
+            assert {w["worker_id"]: w["role"] for w in cluster(follower)["workers"]} == {"p": "pre-prefill", "d": "decode"}
+            assert {w["worker_id"]: w["role"] for w in cluster(leader)["workers"]} == {"p": "prefill", "d": "decode"}
             # peer reports are typed and need the cluster token
             assert httpx.post(a + "/internal/peer", json={"router": b_url}, timeout=5).status_code == 401
             bad = {"router": b_url, "loads": {"p": {"running": -1}}}

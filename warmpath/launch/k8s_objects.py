@@ -91,9 +91,22 @@ def deployment(md: dict, match: dict, replicas: int, template: dict, rolling: bo
                      "template": template}}
 
 
-def service(md: dict, match: dict, ports: dict[str, int], publish_not_ready: bool = False) -> dict:
+def stateful_set(md: dict, match: dict, replicas: int, template: dict, service_name: str) -> dict:
+    """Pods with stable names (``NAME-0`` … ``NAME-(replicas-1)``, each resolvable as
+    ``NAME-i.SERVICE``), started and replaced in parallel, updated one at a time."""
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": md,
+            "spec": {"replicas": replicas, "serviceName": service_name, "podManagementPolicy": "Parallel",
+                     "selector": {"matchLabels": match}, "template": template,
+                     "updateStrategy": {"type": "RollingUpdate"}}}
+
+
+def service(md: dict, match: dict, ports: dict[str, int], publish_not_ready: bool = False,
+            headless: bool = False) -> dict:
+    """``headless``: no virtual IP, a DNS name per pod (a StatefulSet's ``serviceName``)."""
     spec = {"type": "ClusterIP", "selector": match,
             "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports.items()]}
+    if headless:
+        spec["clusterIP"] = "None"
     if publish_not_ready:
         spec["publishNotReadyAddresses"] = True
     return {"apiVersion": "v1", "kind": "Service", "metadata": md, "spec": spec}

@@ -6,7 +6,11 @@ worker role, as ``warmpath manifests`` writes them (``docs/deploy.md``, "Kuberne
 * ``warmpath-router``: one pod (its registry, KV index and sessions are its own), the
   clients' Service (ready only once a complete path exists) and ``warmpath-router-workers``,
   the Service workers register through (published before the router is ready: it becomes
-  ready only once they registered).
+  ready only once they registered). With ``--routers N`` (N > 1): a StatefulSet of N
+  routers, active-active (``routing/peers.py``), each a ``--peer`` of the others by its
+  stable name under the headless Service ``warmpath-router-peers``; every worker reports to
+  all of them by those names; the clients' Service spreads requests over the ready ones
+  and a PodDisruptionBudget keeps all but one up.
 * ``warmpath-<role>``: a Deployment per role of the topology, its pods labelled
   ``warmpath/role``, ``/health`` as startup and liveness probe, ``/ready`` as readiness,
   a PodDisruptionBudget (one pod at a time); SIGTERM drains (``worker/drain.py``) within
@@ -44,10 +48,11 @@ class ManifestConfig:
     model: str = "smollm2"
     secret: str = "warmpath-secrets"   # keys cluster-token (every pod) and api-keys (the router)
     drain_timeout_s: int = 120
+    routers: int = 1                   # > 1: a StatefulSet of active-active routers
 
     def __post_init__(self) -> None:
         ints = {"--gpus-per-worker": (self.gpus_per_worker, 0), "--cpus-per-worker": (self.cpus_per_worker, 1),
-                "--drain-timeout-s": (self.drain_timeout_s, 0)}
+                "--drain-timeout-s": (self.drain_timeout_s, 0), "--routers": (self.routers, 1)}
         for flag, (v, low) in ints.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{flag} must be an integer >= {low}, got {v!r}")
@@ -113,30 +118,63 @@ def store(cfg: ManifestConfig) -> list[dict]:
             k.service(md, match, {"master": MASTER_PORT, "metadata": METADATA_PORT})]
 
 
+PEERS = "warmpath-router-peers"
+
+
+def router_urls(cfg: ManifestConfig) -> list[str]:
+    """Each router pod's URL by its stable name (``--routers N`` > 1)."""
+    return [f"http://warmpath-router-{i}.{PEERS}:{ROUTER_PORT}" for i in range(cfg.routers)]
+
+
 def router(cfg: ManifestConfig) -> list[dict]:
-    """The router's pod, the clients' Service and the workers' Service."""
-    t = cfg.topology
+    """The router's pod, the clients' Service and the workers' Service (several routers:
+    :func:`routers`)."""
+    if cfg.routers > 1:
+        return routers(cfg)
     match = k.selector("router")
     labels = _labels(cfg, match)
-    args = ["router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--route-policy", t.policy,
-            "--ppd", t.ppd, "--model", cfg.model]   # --elastic auto: on for cpd, as `warmpath serve` runs it
-    probes = {"startupProbe": k.http_probe("/health", 2, 60), "livenessProbe": k.http_probe("/health", 10, 3),
-              "readinessProbe": k.http_probe("/ready", 5, 2)}
-    # preStop: the Service stops sending clients here before the router stops listening.
-    c = k.container("router", cfg.image, args, {"http": ROUTER_PORT}, _secret_env(cfg, router=True),
-                    k.resources("1", 1, memory_limit_gib=2), probes, {"preStop": {"sleep": {"seconds": 5}}})
-    tpl = k.pod_template(labels, None, [c], cfg.grace_s)
+    tpl = k.pod_template(labels, None, [_router_container(cfg, [], [])], cfg.grace_s)
     return [k.deployment(k.meta("warmpath-router", cfg.namespace, labels), match, 1, tpl, rolling=False),
             k.service(k.meta("warmpath-router", cfg.namespace, labels), match, {"http": ROUTER_PORT}),
             k.service(k.meta("warmpath-router-workers", cfg.namespace, labels), match, {"http": ROUTER_PORT},
                       publish_not_ready=True)]
 
 
+def _router_container(cfg: ManifestConfig, extra: list[str], env: list[dict]) -> dict:
+    t = cfg.topology
+    args = ["router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--route-policy", t.policy,
+            "--ppd", t.ppd, "--model", cfg.model, *extra]   # --elastic auto: on for cpd, as `warmpath serve` runs it
+    probes = {"startupProbe": k.http_probe("/health", 2, 60), "livenessProbe": k.http_probe("/health", 10, 3),
+              "readinessProbe": k.http_probe("/ready", 5, 2)}
+    # preStop: the Service stops sending clients here before the router stops listening.
+    return k.container("router", cfg.image, args, {"http": ROUTER_PORT}, [*env, *_secret_env(cfg, router=True)],
+                       k.resources("1", 1, memory_limit_gib=2), probes, {"preStop": {"sleep": {"seconds": 5}}})
+
+
+def routers(cfg: ManifestConfig) -> list[dict]:
+    """N routers, active-active: a StatefulSet (stable names: each router lists all N as
+    ``--peer`` and skips its own), the headless Service their names resolve under, the
+    clients' Service over the ready ones, and a PDB. Elastic roles are decided by the first
+    router alive (``RouterState.decides_roles``); the others follow the workers' heartbeats."""
+    match = k.selector("router")
+    labels = _labels(cfg, match)
+    peers = [f for u in router_urls(cfg) for f in ("--peer", u)]
+    extra = ["--advertise-url", f"http://$(POD_NAME).{PEERS}:{ROUTER_PORT}", *peers]
+    c = _router_container(cfg, extra, [k.env_field("POD_NAME", "metadata.name")])
+    tpl = k.pod_template(labels, match, [c], cfg.grace_s)
+    md = k.meta("warmpath-router", cfg.namespace, labels)
+    return [k.stateful_set(md, match, cfg.routers, tpl, PEERS),
+            k.service(md, match, {"http": ROUTER_PORT}),
+            k.service(k.meta(PEERS, cfg.namespace, labels), match, {"http": ROUTER_PORT},
+                      publish_not_ready=True, headless=True),
+            k.disruption_budget(md, match)]
+
+
 def worker_args(cfg: ManifestConfig, role: str) -> list[str]:
     """``warmpath worker`` flags of one role's pods (the pod's name is its worker id)."""
     return ["worker", "--role", role, "--worker-id", "$(POD_NAME)", "--host", "0.0.0.0",
             "--advertise-host", "$(POD_IP)", "--port", str(WORKER_PORT),
-            "--router", f"http://warmpath-router-workers:{ROUTER_PORT}",
+            "--router", ",".join(router_urls(cfg)) if cfg.routers > 1 else f"http://warmpath-router-workers:{ROUTER_PORT}",
             "--kv-store", f"warmpath-store:{MASTER_PORT},http://warmpath-store:{METADATA_PORT}/metadata",
             "--model", cfg.model, "--device", "cuda" if cfg.gpus_per_worker else "cpu",
             "--threads", str(cfg.cpus_per_worker), "--drain-timeout-s", str(cfg.drain_timeout_s)]

@@ -16,7 +16,7 @@ FLAGS = {"--image": ("image", DEFAULT_IMAGE), "--namespace": ("namespace", "warm
          "--gpus-per-worker": ("gpus_per_worker", 0), "--cpus-per-worker": ("cpus_per_worker", 2),
          "--worker-memory-gib": ("worker_memory_gib", 0.0), "--store-gib": ("store_gib", 2.0),
          "--model": ("model", "smollm2"), "--secret": ("secret", "warmpath-secrets"),
-         "--drain-timeout-s": ("drain_timeout_s", 120)}
+         "--drain-timeout-s": ("drain_timeout_s", 120), "--routers": ("routers", 1)}
 
 
 def add_parser(sub) -> None:
@@ -36,6 +36,9 @@ def add_parser(sub) -> None:
                    help="Secret with the keys cluster-token (every pod) and api-keys (the router)")
     p.add_argument("--drain-timeout-s", type=int, default=120,
                    help="how long a terminating worker may answer its requests under way")
+    p.add_argument("--routers", type=int, default=1,
+                   help="routers, active-active: a StatefulSet of N behind the clients' Service, each a peer of "
+                        "the others, every worker reporting to all of them (1: one router Deployment)")
     p.set_defaults(fn=run)
 
 

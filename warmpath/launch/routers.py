@@ -12,8 +12,7 @@ def is_router(name: str) -> bool:
 
 def spawn_routers(c, n: int, host: str, port: int, log_level: str, argv: list[str]) -> Balancer:
     """Spawn ``n`` routers (``c.spawn``) on free ports of ``host``, each a peer of the others,
-    and start HAProxy on ``port`` in front (returned). Elastic roles are decided by
-    ``router-0`` alone; the others take each worker's role from its heartbeats."""
+    and start HAProxy on ``port`` in front (returned)."""
     from warmpath.launch.netaddr import is_wildcard, url_host
 
     near = "127.0.0.1" if is_wildcard(host) else host
@@ -21,9 +20,8 @@ def spawn_routers(c, n: int, host: str, port: int, log_level: str, argv: list[st
     c.router_urls = tuple(f"http://{url_host(near)}:{p}" for p in ports)
     for i, p in enumerate(ports):
         peers = [f for j, u in enumerate(c.router_urls) if j != i for f in ("--peer", u)]
-        follow = ["--elastic", "off"] if i else []
         c.spawn(f"router-{i}", ["--log-level", log_level, "router", "--host", near, "--port", str(p),
-                                "--advertise-url", c.router_urls[i], *peers, *argv, *follow])
+                                "--advertise-url", c.router_urls[i], *peers, *argv])
     backends = tuple((f"router-{i}", f"{url_host(near)}:{p}") for i, p in enumerate(ports))
     return Balancer(BalancerConfig(host, port, backends))
 

@@ -183,8 +183,8 @@ def _add_worker_routes(app: FastAPI, state: RouterState, registrar, internal: li
         if not state.registry.heartbeat(b.worker_id, time.monotonic(), **b.load()):
             raise APIError(404, f"unknown worker {b.worker_id!r}: register first", param="worker_id")
         role = state.registry.workers[b.worker_id].view.role   # elastic roles may have moved it
-        if b.role is not None and b.role != role and not state.cfg.elastic.enabled:
-            # one of several routers, another of which decides roles: the worker says which it serves now
+        if b.role is not None and b.role != role and not state.decides_roles(time.monotonic()):
+            # roles are not this router's to decide (another router leads): the worker says which it serves now
             state.registry.set_role(b.worker_id, b.role)
             state.fit_admission()
             role = b.role

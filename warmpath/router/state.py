@@ -104,6 +104,14 @@ class RouterState:
                                          lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
 
+    def decides_roles(self, now: float) -> bool:
+        """Does this router move workers between roles? With elastic roles on: alone, yes;
+        beside peers, only the one whose URL sorts first among those alive (the others take
+        each worker's role from its heartbeats; a leader that dies is succeeded by the next)."""
+        if not self.cfg.elastic.enabled:
+            return False
+        return not self.cfg.peers.peers or self.cfg.url <= min(self.peers.alive(now), default=self.cfg.url)
+
     def load_views(self, now: float) -> list:
         """The routable workers with the load this router and the other routers alive have sent them."""
         others = (lambda w: self.peers.load_of(w, now)) if self.peers.reports else None
@@ -126,6 +134,8 @@ class RouterState:
         policies see. From now on the worker gets its new role's traffic only; what it holds
         of the old one finishes there (``elastic.py``). Logged, counted per role and shown in
         the dashboard's role log with its reason."""
+        if not self.decides_roles(now):
+            return
         with self.lock:
             views = self.load_views(time.monotonic())
         ch = self.decider.rebalance(views, now, waiting=self.admission.waiting(), slots=self.admission.current.slots)
