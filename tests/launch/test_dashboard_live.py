@@ -44,6 +44,8 @@ WORKERS_JS = """return [...document.querySelectorAll('#workers tbody tr')].map(t
 HEADERS_JS = "return [...document.querySelectorAll('#workers thead th')].map(th => th.textContent)"
 POINTS_JS = "return Number(document.getElementById('chart-ttft').dataset.points || 0)"
 LIMIT_JS = "return document.getElementById('admission-limit').textContent"
+ROUTERS_JS = """return [document.getElementById('routers-agree').textContent,
+  ...[...document.querySelectorAll('#routers tbody tr')].map(tr => tr.querySelector('td').textContent)]"""
 DECISIONS_JS = """return [...document.querySelectorAll('#decisions tbody tr')].map(tr =>
   [...tr.querySelectorAll('td')].map(td => td.textContent))"""
 
@@ -57,6 +59,7 @@ def test_dashboard_in_a_real_browser(cluster, browser, tmp_path):  # noqa: F811
     assert heads[:4] == ["worker", "role", "health", "last heartbeat (s ago)"]
     assert {"queued_prefill_tokens", "running", "kv_usage", "prefill_tok_s", "l2_bytes_s", "l3_bytes_s"} <= set(heads)
     assert "url" not in heads and "pid" not in heads      # the browser holds no token: redacted
+    assert browser.js(ROUTERS_JS) == ["one router", "router-0 (this one)"]   # its own URL withheld too
     before = browser.js(POINTS_JS)
     send_traffic(cluster)
     grown = browser.wait_for(lambda: (p := browser.js(POINTS_JS)) > before and p, 30, "TTFT chart got no points")

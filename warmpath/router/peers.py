@@ -118,7 +118,7 @@ def routers_json(state, now: float, full: bool) -> dict:
     """``/v1/cluster``'s ``routers`` (this one first, then every peer heard from) and whether
     the routers alive agree: the same blocks indexed from events (``local``, ``l3``; each
     router's ``approx`` hints are its own) and the same event position per worker.
-    ``full``: with this router's PID (a trusted caller)."""
+    ``full``: with this router's PID and the routers' URLs (a trusted caller)."""
     me = peer_state(state)
     mine = {"url": me.router, "self": True, "alive": True, "pid": os.getpid() if full else None,
             "in_flight": me.in_flight, "waiting": me.waiting,
@@ -129,4 +129,7 @@ def routers_json(state, now: float, full: bool) -> dict:
         return blocks.get("local"), blocks.get("l3")
     agree = all(evented(p["index_blocks"]) == evented(mine["index_blocks"]) and p["event_seqs"] == mine["event_seqs"]
                 for p in alive)
-    return {"routers": [mine, *peers], "routers_agree": agree}
+    out = [mine, *peers]
+    if not full:   # internal addresses: named by position for an untrusted caller, as worker URLs are withheld
+        out = [{**r, "url": f"router-{i}"} for i, r in enumerate(out)]
+    return {"routers": out, "routers_agree": agree}

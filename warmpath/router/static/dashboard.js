@@ -65,6 +65,21 @@ function renderWorkers(cluster, state) {
       + (c.reason ? " (" + c.reason + ")" : ""))));
 }
 
+function renderRouters(cluster) {
+  // every router of an active-active fleet (this one first) and whether their indexes agree
+  const routers = cluster.routers || [];
+  document.getElementById("routers-agree").textContent = routers.length > 1
+    ? (cluster.routers_agree ? "agree" : "differ (converging)") : "one router";
+  document.querySelector("#routers tbody").replaceChildren(...routers.map((r) => {
+    const tr = el("tr", { class: "router" + (r.alive ? "" : " dead"), "data-router": r.url });
+    const seqs = Object.entries(r.event_seqs).sort().map(([w, n]) => w + " " + n).join(", ");
+    for (const v of [r.url + (r.self ? " (this one)" : ""), r.alive ? "yes" : "no", fmt("s", r.last_report_s ?? 0),
+      String(r.in_flight), String(r.waiting), (r.index_blocks.local ?? 0) + ", " + (r.index_blocks.l3 ?? 0), seqs])
+      tr.appendChild(el("td", { class: "text" }, v));
+    return tr;
+  }));
+}
+
 function lineChart(id, samples, series, yfmt) {
   const svg = document.getElementById(id);
   const W = svg.clientWidth || 400, H = svg.clientHeight || 160, L = 46, B = 16;
@@ -152,6 +167,7 @@ async function tick() {
     const [cluster, state] = await Promise.all([getJSON("/v1/cluster"), getJSON("/v1/dashboard/state")]);
     document.getElementById("policy").textContent = `policy ${cluster.policy}` + (cluster.ppd ? `, PPD ${cluster.ppd}` : "");
     renderWorkers(cluster, state);
+    renderRouters(cluster);
     renderCharts(state);
     renderDecisions(state);
     status.textContent = "updated " + new Date().toLocaleTimeString();
