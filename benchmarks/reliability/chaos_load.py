@@ -33,6 +33,9 @@ class Sent:
     text: str = ""
     worker: str | None = None        # X-Warmpath-Worker: the prefill worker (or the decode one)
     decode: str | None = None        # X-Warmpath-Decode
+    router: str | None = None        # X-Warmpath-Router (serve --routers N: HAProxy names the router)
+    cached: int | None = None        # prompt tokens found cached (the answer's usage)
+    output_tokens: int = 0
     failed: str | None = None        # None | "before_first" | "mid_stream_clean" | "mid_stream_unclean"
     error: str | None = None
 
@@ -56,6 +59,7 @@ class ChaosTarget(runner.OpenAITarget):
                 async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body) as es:
                     r = es.response
                     s.worker, s.decode = r.headers.get("x-warmpath-worker"), r.headers.get("x-warmpath-decode")
+                    s.router = r.headers.get("x-warmpath-router")
                     if r.status_code != 200:
                         return self._fail(s, "before_first", f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
                     async for ev in es.aiter_sse():
@@ -74,7 +78,7 @@ class ChaosTarget(runner.OpenAITarget):
         if not done:
             return self._fail(s, "mid_stream_unclean" if s.first else "before_first", "stream ended without [DONE]")
         s.end, a = time.monotonic(), stream.answer(len(prompt))
-        s.text = a.text
+        s.text, s.cached, s.output_tokens = a.text, a.cached_tokens, a.output_tokens
         return a
 
     @staticmethod

@@ -60,3 +60,19 @@ def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():
         # b stopped: a takes the whole limit back once b is silent past --peer-alive-s
         wait_for(lambda: cluster(a)["admission"]["max_in_flight"] == 10, 5)
         assert [(r["url"], r["alive"]) for r in cluster(a)["routers"]] == [(a_url, True), (b_url, False)]
+
+
+def test_decide_answers_where_a_request_would_go_without_sending_it():
+    with serve_process("--route-policy", "pd", command="router") as r:
+        for wid, role in (("p", "prefill"), ("d", "decode")):
+            body = {"worker_id": wid, "role": role, "url": f"http://127.0.0.1:{free_port()}", "namespace": NS,
+                    "max_num_seqs": 5, "kv_capacity_tokens": 4096}
+            assert httpx.post(r + "/internal/register", json=body, headers=AUTH, timeout=5).status_code == 200
+        ask = {"prompt": list(range(100, 164)), "max_tokens": 4}
+        got = httpx.post(r + "/internal/decide", json=ask, headers=AUTH, timeout=5)
+        assert got.status_code == 200, got.text
+        assert (got.json()["prefill"], got.json()["decode"], got.json()["cached_tokens"]) == ("p", "d", 0)
+        assert cluster(r)["admission"]["in_flight"] == 0 and cluster(r)["sessions"] == 0   # nothing sent, nothing kept
+        assert httpx.post(r + "/internal/decide", json=ask, timeout=5).status_code == 401
+        assert httpx.post(r + "/internal/decide", json={"prompt": [], "max_tokens": 4}, headers=AUTH,
+                          timeout=5).status_code == 400

@@ -5,7 +5,8 @@ Clients keep one URL. HAProxy health-checks each router's ``/ready`` every ``che
 whose connection to a router fails before any byte of the answer came back (refused, reset,
 closed empty: the router was killed) is sent again to another router, up to ``retries``
 times; one whose answer had begun is not (its client sees the stream end early). HAProxy
-can resend only a request it still holds whole: bodies up to ``buffer_bytes``.
+can resend only a request it still holds whole: bodies up to ``buffer_bytes``. Each answer
+names the router that served it (``X-Warmpath-Router: router-I``).
 
 The config is written to a private directory and HAProxy runs in the foreground as a child
 of the launcher (it dies with it).
@@ -71,6 +72,7 @@ backend routers
     balance roundrobin
     option httpchk GET /ready
     http-check expect status 200
+    http-response set-header X-Warmpath-Router %s
     default-server inter {cfg.check_ms}ms fastinter {cfg.check_ms}ms downinter {cfg.check_ms}ms fall 2 rise 1
 {servers}
 """

@@ -16,7 +16,7 @@ def spawn_routers(c, n: int, host: str, port: int, log_level: str, argv: list[st
     from warmpath.launch.netaddr import is_wildcard, url_host
 
     near = "127.0.0.1" if is_wildcard(host) else host
-    ports = free_ports(near, n)
+    ports = sorted(free_ports(near, n))   # router-I: the I-th by port (HAProxy names it so in X-Warmpath-Router)
     c.router_urls = tuple(f"http://{url_host(near)}:{p}" for p in ports)
     for i, p in enumerate(ports):
         peers = [f for j, u in enumerate(c.router_urls) if j != i for f in ("--peer", u)]

@@ -91,6 +91,13 @@ def build_router(state: RouterState) -> FastAPI:
     _add_worker_routes(app, state, register, internal)
     add_peer_routes(app, state, internal)
     _add_index_routes(app, state, internal)
+
+    @app.post("/internal/decide", dependencies=internal, responses=errors(*BODY, 503))
+    async def decide(body: CompletionRequest, req: Request) -> dict:
+        """Where this completion request would go now (not sent; nothing counted)."""
+        d = await handle.decide(req, body)
+        return {"path": d.path, "cls": d.cls, "prefill": d.prefill, "decode": d.decode,
+                "est_ttft_s": d.est_ttft_s, "cached_tokens": d.cached_tokens, "reason": d.reason}
     _add_status_routes(app, state, public)
     add_dashboard_routes(app, state, public)
     return app

@@ -63,6 +63,14 @@ class RequestHandler:
         return await unless_gone(req, self.flow.serve(id(req), rv, sess, ids, body,
                                                       "chat" if msgs is not None else "text", arrival))
 
+    async def decide(self, req: Request, body: SamplingFields):
+        """Where this request would go now, without sending it (``POST /internal/decide``):
+        the same tokenization, view and decision, no admission, no session touched, nothing
+        counted. Two routers asked the same show whether they agree (``benchmarks/reliability/router_ha.py``)."""
+        ids, packed, msgs = await self._tokens(body)
+        rv, sess = self._view(req, body, packed, msgs, time.monotonic(), touch=False)
+        return self.flow.decide_route(rv, sess, arrival=False)
+
     def _tokenize(self, body: SamplingFields) -> tuple[list[int], array.array, list | None]:
         """The prompt's ids: the list the workers' messages carry, and the same ids as a compact
         ``array('I')`` that the checks and the block hasher read (no Python int per id there)."""
@@ -98,14 +106,15 @@ class RequestHandler:
             raise bad(param, f"{param}: the prompt has {len(ids)} tokens; the context window is {limit} tokens")
         return ids, packed, msgs
 
-    def _view(self, req: Request, body: SamplingFields, ids: array.array, msgs, arrival: float):
-        """The request as the policies see it (block hashes, session, turn) and its session."""
+    def _view(self, req: Request, body: SamplingFields, ids: array.array, msgs, arrival: float, touch: bool = True):
+        """The request as the policies see it (block hashes, session, turn) and its session
+        (``touch=False``: read, not created or refreshed)."""
         s = self.state
         if s.namespace is None or not s.registry.workers:
             raise APIError(503, "no worker registered yet", err_type="server_error")
         ns = s.namespace.with_salt(body.cache_salt)
         sid = session_id(body.user, req.headers.get("x-session-id"), msgs)
-        sess = s.sessions.touch(sid, arrival) if sid else None
+        sess = (s.sessions.touch(sid, arrival) if touch else s.sessions.sessions.get(sid)) if sid else None
         hashes = s.hash_cache.hashes(ns, ids, sid)   # = hash_prefix_blocks(ns, ids), the session's reused
         others = {o: s.hash_cache.hashes(o.with_salt(body.cache_salt), ids, sid)   # once per other namespace
                   for o in s.namespaces.others(s.namespace)}
