@@ -17,9 +17,8 @@ import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from warmpath.kv.hashing import KVNamespace
 from warmpath.protocol.auth import bearer, matches, require_api_key, require_cluster_token
-from warmpath.protocol.errors import APIError, bad
+from warmpath.protocol.errors import APIError
 from warmpath.protocol.http import JSONRoute, install_error_handlers
 from warmpath.protocol.internal import Drain, DrainState, Heartbeat, HeldQuery, HeldReply, Registration
 from warmpath.protocol.openai import ChatCompletionRequest, CompletionRequest
@@ -29,6 +28,7 @@ from warmpath.router.dispatch import WorkerClient
 from warmpath.routing.elastic import elastic_json
 from warmpath.router.flow import RequestFlow
 from warmpath.router.handler import RequestHandler
+from warmpath.router.registrar import registrar
 from warmpath.router.peers import add_peer_routes, adopt_peer_workers, peer_loop, routers_json
 from warmpath.router.state import RouterState
 from warmpath.routing.views import RequestView
@@ -46,7 +46,7 @@ def build_router(state: RouterState) -> FastAPI:
     handle = RequestHandler(state, RequestFlow(state, client))
 
     internal = [Depends(require_cluster_token(token))]
-    register = _registrar(state, http)
+    register = registrar(state, http)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -95,7 +95,7 @@ def build_router(state: RouterState) -> FastAPI:
     @app.post("/internal/decide", dependencies=internal, responses=errors(*BODY, 503))
     async def decide(body: CompletionRequest, req: Request) -> dict:
         """Where this completion request would go now (not sent; nothing counted)."""
-        d = await handle.decide(req, body)
+        d = await handle.would_route(req, body)
         return {"path": d.path, "cls": d.cls, "prefill": d.prefill, "decode": d.decode,
                 "est_ttft_s": d.est_ttft_s, "cached_tokens": d.cached_tokens, "reason": d.reason}
     _add_status_routes(app, state, public)
@@ -124,53 +124,6 @@ async def _expire_loop(state: RouterState) -> None:
         except Exception:  # noqa: BLE001 - the loop that drops dead workers must not die
             log.exception("router expiry pass failed")
             state.metrics.thread_errors.labels("expire").inc()
-
-
-def _registrar(state: RouterState, http: httpx.AsyncClient):
-    """The registration of a worker (``/internal/register``, or read from a peer router):
-    raises :class:`APIError` (400 for a namespace the fleet cannot share, 409 for an id in use)."""
-
-    async def answers(url: str) -> bool:
-        try:
-            return (await http.get(url + "/health", timeout=1.0)).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    async def register(b: Registration) -> None:
-        try:
-            ns = KVNamespace(**b.namespace.model_dump())
-        except (ValueError, TypeError) as e:
-            raise bad("namespace", f"namespace: {e}") from e
-        try:
-            state.namespaces.check(b.worker_id, b.role, ns, state.namespace, b.engine)
-        except ValueError as e:
-            raise bad("namespace", str(e)) from e
-        if state.namespace is None:
-            state.namespace = ns
-            state.kv_bytes_per_token = b.kv_bytes_per_token
-            state.max_model_len = b.max_model_len
-            state.generation_defaults = b.generation_defaults and b.generation_defaults.model_dump()
-        old = state.registry.workers.get(b.worker_id)
-        if old is not None and (old.url == b.url and state.pids.get(b.worker_id) != b.pid
-                                or old.url != b.url and not await answers(old.url)):
-            state.remove(b.worker_id, "replaced")   # a restart of a worker that died silently
-        try:
-            state.registry.register(b.worker_id, b.role, b.url, time.monotonic(),
-                                    b.events_endpoint, b.replay_endpoint, b.max_num_seqs, b.kv_capacity_tokens,
-                                    b.overlaps_loads, b.prefill_chunk_tokens,
-                                    b.generation_defaults.max_tokens if b.generation_defaults else None)
-        except ValueError as e:
-            raise APIError(409, str(e), param="worker_id") from e
-        state.namespaces.add(b.worker_id, b.role, ns, b.engine)   # after a restart's removal above, which forgets it
-        state.registrations[b.worker_id] = b
-        state.fit_admission()
-        if state.gone.get(b.worker_id) is None or state.gone[b.worker_id].is_set():
-            state.gone[b.worker_id] = asyncio.Event()   # a fresh life: nothing waits on it yet
-        if b.events_endpoint:
-            state.subscribe(b.worker_id, b.events_endpoint, b.replay_endpoint or b.events_endpoint)
-        state.pids[b.worker_id] = b.pid
-
-    return register
 
 
 def _add_worker_routes(app: FastAPI, state: RouterState, registrar, internal: list) -> None:

@@ -53,6 +53,10 @@ class RequestFlow:
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
 
+    def would_route(self, rv: RequestView, sess: SessionState | None) -> Decision:
+        """The decision for ``rv`` now, as a second look (nothing counted): ``/internal/decide``."""
+        return self.decide_route(rv, sess, arrival=False)
+
     async def serve(self, key: int, rv: RequestView, sess: SessionState | None, ids: list[int],
                     body: SamplingFields, kind: str, arrival: float) -> Response:
         """Decide the route, admit (429 / wait), then run the request to its response."""

@@ -63,13 +63,13 @@ class RequestHandler:
         return await unless_gone(req, self.flow.serve(id(req), rv, sess, ids, body,
                                                       "chat" if msgs is not None else "text", arrival))
 
-    async def decide(self, req: Request, body: SamplingFields):
+    async def would_route(self, req: Request, body: SamplingFields):
         """Where this request would go now, without sending it (``POST /internal/decide``):
         the same tokenization, view and decision, no admission, no session touched, nothing
         counted. Two routers asked the same show whether they agree (``benchmarks/reliability/router_ha.py``)."""
         ids, packed, msgs = await self._tokens(body)
         rv, sess = self._view(req, body, packed, msgs, time.monotonic(), touch=False)
-        return self.flow.decide_route(rv, sess, arrival=False)
+        return self.flow.would_route(rv, sess)
 
     def _tokenize(self, body: SamplingFields) -> tuple[list[int], array.array, list | None]:
         """The prompt's ids: the list the workers' messages carry, and the same ids as a compact
