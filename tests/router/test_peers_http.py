@@ -57,6 +57,11 @@ def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():
             bad = {"router": b_url, "loads": {"p": {"running": -1}}}
             assert httpx.post(a + "/internal/peer", json=bad, headers=AUTH, timeout=5).status_code == 400
             assert httpx.post(a + "/internal/peer", json={"router": "nope"}, headers=AUTH, timeout=5).status_code == 400
+            # a session turn that ended on a peer: this router now knows the session and where its KV is
+            turn = {"router": b_url, "turns": [{"session": "user:s", "decode": "d", "context_tokens": 50, "turns": 1}]}
+            assert cluster(a)["sessions"] == 0
+            assert httpx.post(a + "/internal/peer", json=turn, headers=AUTH, timeout=5).status_code == 200
+            assert cluster(a)["sessions"] == 1
         # b stopped: a takes the whole limit back once b is silent past --peer-alive-s
         wait_for(lambda: cluster(a)["admission"]["max_in_flight"] == 10, 5)
         assert [(r["url"], r["alive"]) for r in cluster(a)["routers"]] == [(a_url, True), (b_url, False)]

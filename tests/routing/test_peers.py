@@ -67,3 +67,15 @@ def test_a_shrunk_share_holds_new_requests_until_enough_end():
     assert a.offer("x", "warm") == "queued"
     assert a.release() is None and a.release() is None    # 3, then 2 running: still at the share
     assert a.release() == "x"                               # 1 running: x starts
+
+
+def test_a_session_turn_from_another_router_sets_where_the_next_turn_goes():
+    from warmpath.routing.sessions import SessionTable
+
+    t = SessionTable(idle_s=100.0)
+    mine = t.touch("s1", 1.0)
+    mine.turns = 3
+    got = t.adopt("s1", "decode-1", 900, 2, now=5.0)     # an older count of turns does not go back
+    assert got is mine and (mine.decode_worker, mine.context_tokens, mine.turns, mine.last_seen) == ("decode-1", 900, 3, 5.0)
+    new = t.adopt("s2", "decode-0", 300, 1, now=6.0)    # a session this router never saw
+    assert (new.decode_worker, new.context_tokens, new.turns) == ("decode-0", 300, 1) and list(t.sessions) == ["s1", "s2"]

@@ -285,12 +285,25 @@ class PeerLoad(BaseModel):
 
 
 MAX_PEER_WORKERS = 4096
+MAX_PEER_TURNS = 4096
+
+
+class PeerTurn(BaseModel):
+    """A session's turn that ended on the reporting router: where its KV is now."""
+
+    model_config = _STRICT
+    session: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    decode: WorkerId | None = None
+    context_tokens: int = Field(0, ge=0, le=2**40)
+    turns: int = Field(0, ge=0, le=2**31)
 
 
 class PeerState(BaseModel):
     """``POST /internal/peer`` (router → each other router, every ``--peer-every-s``): its
-    load per worker, its admission and how far it has read each worker's KV events, so the
-    others count its work and the fleet limit is shared (``routing/peers.py``)."""
+    load per worker, its admission, how far it has read each worker's KV events and the
+    session turns that ended on it since its last report, so the others count its work, the
+    fleet limit is shared and a session's next turn finds its KV whichever router gets it
+    (``routing/peers.py``)."""
 
     model_config = _STRICT
     router: HttpUrl
@@ -301,6 +314,7 @@ class PeerState(BaseModel):
         default_factory=dict)
     event_seqs: dict[WorkerId, Annotated[int, Field(ge=0, le=2**62)]] = Field(
         default_factory=dict, max_length=MAX_PEER_WORKERS)
+    turns: list[PeerTurn] = Field(default_factory=list, max_length=MAX_PEER_TURNS)   # since its last report
 
 
 class PeerWorkers(BaseModel):

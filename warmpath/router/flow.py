@@ -238,6 +238,8 @@ class RequestFlow:
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
         end = s.ledger.ended(t.decision, t.rv.num_tokens, t.completion_tokens or 0, ttft, tpot, sess)
         s.wake(end.woken)   # the slot went on exactly once, whatever the books below make of the answer
+        if sess is not None and t.rv.session_id and s.cfg.peers.peers:   # the other routers learn where its KV is
+            s.turns_out.append((t.rv.session_id, sess.decode_worker, sess.context_tokens, sess.turns))
         try:   # the worker's own report (usage) feeds these: a malformed one must not fail the answer
             self._learn(t)
             if end.ttft_err is not None:

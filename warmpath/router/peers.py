@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from fastapi import FastAPI
 
-from warmpath.protocol.internal import PeerLoad, PeerState, PeerWorkers, Registration
+from warmpath.protocol.internal import PeerLoad, PeerState, PeerTurn, PeerWorkers, Registration
 from warmpath.protocol.openapi import BODY, errors
 from warmpath.routing.load import WorkerLoad
 from warmpath.routing.peers import PeerReport
@@ -27,8 +27,9 @@ from warmpath.routing.peers import PeerReport
 log = logging.getLogger(__name__)
 
 
-def peer_state(state) -> PeerState:
-    """This router's report to the others: its load per worker, admission, index, event positions."""
+def peer_state(state, turns: list | None = None) -> PeerState:
+    """This router's report to the others: its load per worker, admission, index, event
+    positions, and ``turns`` (the session turns ended here since the last report)."""
     with state.lock:
         sizes = state.index.sizes()
         loads = {w: PeerLoad(prefill_tokens=x.prefill_tokens, running=x.running, prefilling=x.prefilling,
@@ -36,7 +37,8 @@ def peer_state(state) -> PeerState:
                  for w, x in list(state.load.load.items()) if w in state.registry.workers}
     return PeerState(router=state.cfg.url, loads=loads, in_flight=state.admission.in_flight,
                      waiting=state.admission.waiting(), index_blocks=sizes,
-                     event_seqs={w: sub.next_seq for w, (sub, _) in list(state.subs.items())})
+                     event_seqs={w: sub.next_seq for w, (sub, _) in list(state.subs.items())},
+                     turns=[PeerTurn(session=sid, decode=d, context_tokens=c, turns=n) for sid, d, c, n in turns or ()])
 
 
 def note_peer(state, b: PeerState, now: float) -> None:
@@ -45,6 +47,9 @@ def note_peer(state, b: PeerState, now: float) -> None:
              for w, x in b.loads.items()}
     state.peers.note(b.router, PeerReport(now, loads, b.in_flight, b.waiting, dict(b.index_blocks),
                                           dict(b.event_seqs)))
+    for t in b.turns:   # its sessions' turns: the next one goes where this one's KV is, whichever router gets it
+        state.sessions.adopt(t.session, t.decode if t.decode in state.registry.workers else None,
+                             t.context_tokens, t.turns, now)
     share_limit(state, now)
 
 
@@ -69,7 +74,8 @@ async def peer_loop(state, http: httpx.AsyncClient) -> None:
 
     while True:
         try:
-            body = peer_state(state).model_dump()
+            turns = [state.turns_out.popleft() for _ in range(len(state.turns_out))]
+            body = peer_state(state, turns).model_dump()
             await asyncio.gather(*(post(u, body) for u in cfg.peers))
             share_limit(state, time.monotonic())
         except Exception:  # noqa: BLE001 - the loop that shares the limit must not die

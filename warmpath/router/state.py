@@ -4,6 +4,7 @@ admission, load and metrics; the HTTP handlers and the KV event threads share it
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -88,6 +89,8 @@ class RouterState:
         self.peers = PeerBook(cfg.peers)  # the other routers' last reports (routing/peers.py)
         self.registrations: dict = {}    # worker -> its Registration (what a starting peer router reads)
         self.reading: set[str] = set()   # workers whose KV snapshot is still being read (not ready until none)
+        # sessions' turns ended here, for the peers' next report: (session, decode worker, context, turns)
+        self.turns_out: collections.deque = collections.deque(maxlen=4096)
         # every request's books (admit, dispatch, end), kept as the simulator keeps them
         self.ledger = RequestLedger(self.decider, self.admission, self.sessions, self.routable)
 

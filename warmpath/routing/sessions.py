@@ -55,6 +55,13 @@ class SessionTable:
         s.last_seen = now
         return s
 
+    def adopt(self, sid: str, decode_worker: str | None, context_tokens: int, turns: int, now: float) -> SessionState:
+        """A turn of ``sid`` that another router of the fleet saw end (``routing/peers.py``):
+        its next turn, whichever router gets it, goes where that turn's KV is (PPD)."""
+        s = self.touch(sid, now)
+        s.decode_worker, s.context_tokens, s.turns = decode_worker, context_tokens, max(s.turns, turns)
+        return s
+
     def expire(self, now: float) -> int:
         old = [k for k, s in self.sessions.items() if now - s.last_seen > self.idle_s]
         for k in old:
