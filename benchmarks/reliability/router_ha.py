@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.reliability import router_ha_index
-from benchmarks.reliability.chaos_load import ChaosTarget
+from benchmarks.reliability.chaos_load import ChaosTarget, dump_log
 from benchmarks.reliability.cluster_procs import stop, tree, wait_ready
 from benchmarks.reliability.soak_load import prime, sessions
 from warmpath.procs import free_port
@@ -190,20 +190,26 @@ def hit_rate(log: list, lo: float, hi: float) -> float | None:
     return round(sum(s.cached for s in got) / total, 4) if total else None
 
 
-def per_kill(log: list, e: dict, until: float) -> dict:
-    """What one kill cost (requests sent up to ``until``, the next kill)."""
-    t = e["t_kill"]
+def per_kill(log: list, e: dict, nxt: dict | None) -> dict:
+    """What one kill cost. ``failed_after``: requests sent after it (and before the next kill)
+    that failed, less those in flight at the next kill (that one's cost). A request in flight at
+    the kill: on the dead router by ``X-Warmpath-Router``, or unknown (no answer byte had come:
+    HAProxy names the router only on the answer), or on the survivor (goal: none fails)."""
+    t, until = e["t_kill"], nxt["t_kill"] if nxt else float("inf")
+    later = {id(s) for s in nxt["in_flight"]} if nxt else set()
     after = [s for s in log if t <= s.sent < until]
-    dead = [s for s in e["in_flight"] if s.router == e["victim"]]
+    fl = e["in_flight"]
     soon = [s.first - s.sent for s in after if s.sent < t + 5 and s.first is not None]
-    first_after = min((s for s in after if s.first is not None), key=lambda s: s.sent, default=None)
+    first = min((s for s in after if s.first is not None), key=lambda s: s.sent, default=None)
     return {"victim": e["victim"], "ready_s": e["ready_s"], "ready_to_index_equal_s": e["ready_to_index_equal_s"],
-            "sent_after": len(after), "failed_after": sum(1 for s in after if s.failed),
-            "in_flight": len(e["in_flight"]), "in_flight_on_dead_router": len(dead),
-            "dead_router_streams_failed": sum(1 for s in dead if s.failed),
-            "survivor_streams_failed": sum(1 for s in e["in_flight"] if s.router != e["victim"] and s.failed),
-            "first_request_after_served_s": None if first_after is None else round(first_after.first - t, 3),
-            "ttft_max_first_5s": round(max(soon), 3) if soon else None,
+            "sent_after": len(after), "failed_after": sum(1 for s in after if s.failed and id(s) not in later),
+            "in_flight": len(fl), "in_flight_failed": sum(1 for s in fl if s.failed),
+            "in_flight_failed_on_dead_router": sum(1 for s in fl if s.failed and s.router == e["victim"]),
+            "in_flight_failed_router_unknown": sum(1 for s in fl if s.failed and s.router is None),
+            "in_flight_failed_on_survivor": sum(1 for s in fl if s.failed and s.router not in (None, e["victim"])),
+            "first_sent_after_s": None if first is None else round(first.sent - t, 3),
+            "its_ttft_s": None if first is None else round(first.first - first.sent, 3),
+            "ttft_max_sent_within_5s": round(max(soon), 3) if soon else None,
             "hit_rate_before": hit_rate(log, t - 30, t), "hit_rate_10_40s_after": hit_rate(log, t + 10, t + 40)}
 
 
@@ -211,13 +217,14 @@ def summarize(log: list, t0: float, events: list, agree: list, routers: int, see
     done = [s for s in log if not s.failed and s.first is not None]
     end = max((s.end for s in done), default=t0)
     ttft = [s.first - s.sent for s in done]
-    bounds = [e["t_kill"] for e in events[1:]] + [float("inf")]
+    nexts = [*events[1:], None]
     return {"routers": routers, "seed": seed, "sent": len(log), "completed": len(done),
             "failed": sum(1 for s in log if s.failed),
             "output_tok_s": round(sum(s.output_tokens for s in done) / max(1e-9, end - t0), 3),
             "ttft_p50_s": pct(ttft, 0.5), "ttft_p90_s": pct(ttft, 0.9), "hit_rate": hit_rate(log, t0, end + 1),
             "decisions_asked": len(agree), "decisions_same": sum(agree),
-            "kills": [per_kill(log, e, b) for e, b in zip(events, bounds)]}
+            "kills": [per_kill(log, e, n) for e, n in zip(events, nexts)],
+            "requests": [{k: v for k, v in row.items() if k not in ("text",)} for row in dump_log(log, t0)]}
 
 
 def main(argv=None) -> int:
@@ -230,7 +237,7 @@ def main(argv=None) -> int:
         for routers, kills in plan:
             print(f"seed {seed}: {routers} router(s), {kills} kill(s)", flush=True)
             r = one_run(routers, seed, kills, a)
-            print(json.dumps({k: v for k, v in r.items() if k != "kills"}), flush=True)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("kills", "requests")}), flush=True)
             for k in r["kills"]:
                 print("  kill:", json.dumps(k), flush=True)
             res["runs"].append(r)
