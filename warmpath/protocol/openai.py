@@ -84,6 +84,8 @@ class SamplingFields(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     user: ShortStr | None = None
     cache_salt: ShortStr | None = None
+    # smaller is more urgent (vLLM's polarity); the router's admission orders by it (routing/tenants.py)
+    priority: int | None = Field(None, ge=-(2 ** 15), le=2 ** 15 - 1)
 
     @field_validator("presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", mode="after")
     @classmethod

@@ -137,8 +137,8 @@ class Simulation(Endings):
             d = self._decide_route(req)
         except LookupError as e:
             return self._fail(req, f"no worker: {e}")
-        verdict = self.ledger.admit(req.rid, d)
-        if verdict == "rejected":
+        verdict = self.ledger.admit(req.rid, rv, d, self.now)
+        if verdict in ("rejected", "limited"):
             self.stats.rejected += 1
             return self._fail(req, "HTTP 429")
         if verdict == "queued":
