@@ -121,3 +121,36 @@ def test_random_requests_and_aborts_leak_nothing():
         run_step(s, token=5)
     assert pool.num_free == 24
     pool.check_integrity()
+
+
+def test_waiting_sequences_go_by_priority_then_arrival():
+    pool, s = make(max_num_batched_tokens=64, max_num_seqs=1)
+    for rid, prio in (("a", 0), ("b", 5), ("c", -1), ("d", 0), ("e", 5)):
+        s.add(make_seq(rid, 4, start=100, priority=prio))
+    assert [q.request_id for q in s.waiting] == ["c", "a", "d", "b", "e"]
+    out, _ = run_step(s)
+    assert [x.seq.request_id for x in out.scheduled] == ["c"]
+
+
+def test_preemption_takes_the_least_urgent_and_never_a_more_urgent_one():
+    pool, s = make(blocks=6, max_num_batched_tokens=64)
+    hi = make_seq("hi", 8, start=100, max_tokens=20, priority=-1)
+    lo = make_seq("lo", 8, start=200, max_tokens=20, priority=3)
+    mid = make_seq("mid", 8, start=300, max_tokens=20, priority=0)
+    for q in (hi, lo, mid):      # lo is admitted before mid: without priorities mid (the newest) would go
+        s.add(q)
+    assert [q.request_id for q in s.waiting] == ["hi", "mid", "lo"]
+    run_step(s)                  # all three prefill: 2 blocks each, the pool full
+    assert pool.num_free == 0
+    out, _ = run_step(s)         # each needs a 3rd block: lo goes (least urgent), its blocks serve hi and mid
+    assert out.preempted == [lo] and {x.seq.request_id for x in out.scheduled} == {"hi", "mid"}
+    assert s.waiting[0] is lo
+    # a lone more urgent sequence is never preempted for a less urgent one: lo waits
+    pool2, s2 = make(blocks=4, max_num_batched_tokens=64)
+    a, b = make_seq("a", 8, start=100, max_tokens=20, priority=-2), make_seq("b", 8, start=200, max_tokens=20, priority=4)
+    s2.add(a)
+    s2.add(b)
+    run_step(s2)
+    out, _ = run_step(s2)        # both need a block: b (less urgent) goes, never a
+    assert out.preempted == [b] and [x.seq.request_id for x in out.scheduled] == ["a"]
+    pool.check_integrity()

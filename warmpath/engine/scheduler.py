@@ -93,9 +93,15 @@ class Scheduler:
 
     # -- queue management ------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence (FCFS)."""
+        """Queue a new sequence: after every waiting one of its priority or a more urgent one
+        (FCFS within a priority; smaller is more urgent)."""
         seq.status = SeqStatus.WAITING
-        self.waiting.append(seq)
+        p = seq.params.priority
+        if not self.waiting or self.waiting[-1].params.priority <= p:
+            self.waiting.append(seq)    # the common case (one priority): O(1)
+            return
+        at = next(i for i, s in enumerate(self.waiting) if s.params.priority > p)
+        self.waiting.insert(at, seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.loading)
@@ -123,7 +129,10 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        # first among the waiting of its priority (it had started): before any less urgent one
+        p = seq.params.priority
+        at = next((i for i, s in enumerate(self.waiting) if s.params.priority >= p), len(self.waiting))
+        self.waiting.insert(at, seq)
 
     # -- one step ----------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -173,8 +182,14 @@ class Scheduler:
 
     def _allocate_or_preempt(self, seq: Sequence, n: int, taken: set[str],
                              out: SchedulerOutput) -> bool:
+        """Room for ``n`` more tokens of ``seq``, preempting running sequences not yet in this
+        step: the least urgent first, the latest admitted among equals, never one more urgent
+        than ``seq`` (then ``seq`` waits for room instead)."""
         while not self.bm.allocate_slots(seq, n):
-            victim = next((s for s in reversed(self.running) if s.request_id not in taken), None)
+            p = seq.params.priority
+            victims = [(s.params.priority, i, s) for i, s in enumerate(self.running)
+                       if s.request_id not in taken and s.params.priority >= p]
+            victim = max(victims, key=lambda v: v[:2])[2] if victims else None
             if victim is None:
                 return False
             self._preempt(victim)

@@ -175,7 +175,7 @@ class RequestFlow:
         sent = time.monotonic()
         with self.s.load.computing(worker, t.rv.num_tokens - t.decision.cached_tokens):
             reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
-                                                                     request=t.body.forwarded()))
+                                                                     request=_forwarded(t)))
         handoff.check(reply, worker)
         t.prefilled(self.s.metrics, reply, sent, handoff)
         self.s.decider.observe_prefill(PrefillObservation(
@@ -184,7 +184,7 @@ class RequestFlow:
             self.s.registry.workers[worker].view if worker in self.s.registry.workers else None)
 
     def _generate_msg(self, t: Trip) -> GenerateRequest:
-        req = t.body.forwarded()
+        req = _forwarded(t)
         if t.body.stream:   # the usage chunk tells the router how many tokens went out
             req["stream_options"] = {"include_usage": True}
         fields = t.handoff.decode_fields(t.prefill) if t.prefill is not None and t.handoff else {}
@@ -262,3 +262,12 @@ class RequestFlow:
 def _context(t: Trip) -> int:
     """The context a running request holds on its decode worker, on average over its answer."""
     return t.rv.num_tokens + t.rv.max_tokens // 2
+
+
+def _forwarded(t: Trip) -> dict:
+    """The request's sampling fields for a worker, with the priority the router resolved
+    (the field, or ``X-Priority``): the worker's scheduler orders and preempts by it."""
+    req = t.body.forwarded()
+    if t.rv.priority:
+        req["priority"] = t.rv.priority
+    return req
