@@ -91,7 +91,7 @@ class SimClient:
         rec = Record(req.session.sid, req.overlap.turn, cls, ok, req.first_at - req.arrival if ok else None,
                      now - req.arrival if ok else None, len(req.output) if ok else 0, len(req.prompt),
                      req.cached if ok else 0, error=error, client_wait_s=req.client_wait, reuse=how,
-                     route=req.path())
+                     route=req.path(), tenant=req.session.tenant, priority=req.session.priority)
         req.ended = True
         self._free(now)
         return rec
