@@ -154,3 +154,26 @@ def test_preemption_takes_the_least_urgent_and_never_a_more_urgent_one():
     out, _ = run_step(s2)        # both need a block: b (less urgent) goes, never a
     assert out.preempted == [b] and [x.seq.request_id for x in out.scheduled] == ["a"]
     pool.check_integrity()
+
+
+def test_an_urgent_waiting_sequence_preempts_a_less_urgent_running_one_under_kv_pressure():
+    pool, s = make(blocks=4, max_num_batched_tokens=64)
+    bulk = [make_seq(f"b{i}", 7, start=100 * (i + 1), max_tokens=20, priority=2) for i in range(2)]
+    for q in bulk:
+        s.add(q)
+    run_step(s)                        # both bulk prefill 7 tokens: 2 blocks each, the pool full
+    assert pool.num_free == 0
+    urgent = make_seq("u", 8, start=900, max_tokens=4, priority=0)
+    s.add(urgent)
+    out = s.schedule()                 # the bulk decodes fit their 2nd block; the urgent one needs 2 more
+    assert urgent in [x.seq for x in out.scheduled]      # it got in: the latest bulk one made room
+    assert out.preempted == [bulk[1]] and s.waiting[0] is bulk[1]
+    # an equally urgent waiting sequence preempts nobody: it waits
+    pool2, s2 = make(blocks=4, max_num_batched_tokens=64)
+    for q in (make_seq("x", 7, start=100, max_tokens=20), make_seq("y", 7, start=200, max_tokens=20)):
+        s2.add(q)
+    run_step(s2)
+    s2.add(make_seq("z", 8, start=300, max_tokens=4))
+    out2 = s2.schedule()
+    assert [x.seq.request_id for x in out2.scheduled] == ["x", "y"] and out2.preempted == []
+    pool.check_integrity()
