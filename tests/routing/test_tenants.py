@@ -63,9 +63,22 @@ def test_admission_limits_a_tenant_and_orders_by_priority():
     a = Admission(AdmissionConfig(max_in_flight=1), TenantConfig(limits={"a": TenantLimit(tokens_per_s=100)}))
     assert a.offer("x", "cold", "a", tokens=100, now=0.0) == "run"
     assert a.offer("y", "cold", "a", tokens=100, now=0.5) == "limited" and a.retry_after_s == pytest.approx(0.5)
-    assert a.offer("lo", "warm", "b", priority=3, now=0.5) == "queued"
-    assert a.offer("hi", "cold", "c", priority=-2, now=0.5) == "queued"
-    assert a.release() == "hi" and a.release() == "lo" and a.limited == 1
+    assert a.offer("x2", "cold", "a", tokens=0, now=0.5) == "queued"      # a at the limit: waits
+    assert a.offer("lo", "warm", "a", priority=3, now=0.5) == "queued"
+    assert a.offer("hi", "cold", "a", priority=-2, now=0.5) == "queued"
+    assert [a.release("a") for _ in range(3)] == ["hi", "x2", "lo"] and a.limited == 1
+
+
+def test_a_tenant_under_its_share_starts_at_once_even_past_the_limit():
+    """The flood holds every slot; a light tenant with nothing waiting and under its share
+    (limit / active tenants) is not made to wait for the flood's requests to end."""
+    a = Admission(AdmissionConfig(max_in_flight=4))
+    assert [a.offer(f"h{i}", "cold", "heavy") for i in range(6)] == ["run"] * 4 + ["queued"] * 2
+    assert a.fair_share("light") == 2.0                           # 4 / (heavy, light)
+    assert [a.offer(f"l{i}", "cold", "light") for i in range(3)] == ["run", "run", "queued"]   # 2 = its share
+    assert a.in_flight == 6 and a.tenant_in_flight == {"heavy": 4, "light": 2}
+    # back under the limit, VTC's turn: l2 was lifted to heavy's counter (4) when it queued: a tie, by name
+    assert [a.release("heavy") for _ in range(4)] == [None, None, "h4", "l2"]
 
 
 def test_identity_and_priority_parsing():
@@ -88,3 +101,12 @@ def test_a_tenant_at_its_in_flight_limit_is_refused_until_one_of_its_requests_en
     assert a.offer("b0", "warm", "b") == "run" and a.retry_after_s == 1.0      # another tenant: its own count
     assert a.release("a") is None and a.offer("a3", "warm", "a") == "run"
     assert a.tenant_in_flight == {"a": 2, "b": 1} and a.limited == 1
+
+
+def test_the_worker_priority_carries_the_band_and_a_backlogged_tenants_place_behind():
+    a = Admission(AdmissionConfig(max_in_flight=2))
+    assert [a.offer(k, "cold", "heavy") for k in ("h0", "h1", "h2")] == ["run", "run", "queued"]
+    assert a.worker_priority("heavy", 0) == 0                    # alone: as before tenants
+    assert a.offer("l0", "cold", "light", priority=-1) == "run"  # under its share: at once
+    assert (a.worker_priority("heavy", 0), a.worker_priority("light", -1)) == (1, -2)   # heavy waits beside light
+    assert a.worker_priority("heavy", 2) == 5

@@ -66,7 +66,8 @@ class RequestFlow:
         except BaseException:   # the client left while held (or no worker is left): the slot goes on
             self.s.release(tenant=rv.tenant)
             raise
-        t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
+        t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic(),
+                 worker_priority=self.s.admission.worker_priority(rv.tenant, rv.priority))
         t.timing["route"] = t.admitted - arrival
         self.s.ledger.dispatched(sess)
         self._count(d, rv)
@@ -265,9 +266,10 @@ def _context(t: Trip) -> int:
 
 
 def _forwarded(t: Trip) -> dict:
-    """The request's sampling fields for a worker, with the priority the router resolved
-    (the field, or ``X-Priority``): the worker's scheduler orders and preempts by it."""
+    """The request's sampling fields for a worker, with the priority the workers order and
+    preempt it by (``Admission.worker_priority``: its band, then its tenant's share)."""
     req = t.body.forwarded()
-    if t.rv.priority:
-        req["priority"] = t.rv.priority
+    req.pop("priority", None)
+    if t.worker_priority:
+        req["priority"] = t.worker_priority
     return req

@@ -168,8 +168,9 @@ class Admission:
                 self.limited += 1
                 self.retry_after_s = wait
                 return "limited"
-        if self.in_flight < self.limit and not self.waiting():
-            self.in_flight += 1
+        if (self.in_flight < self.limit and not self.waiting()) or (
+                not self.queue.by_tenant[tenant] and self.tenant_in_flight[tenant] < self.fair_share(tenant)):
+            self.in_flight += 1          # NOTE: the second case may pass the limit (see fair_share)
             self.tenant_in_flight[tenant] += 1
             self.queue.vtc.charge(tenant, cost)
             return "run"
@@ -182,6 +183,28 @@ class Admission:
 
     def waiting(self) -> int:
         return len(self.queue)
+
+    def fair_share(self, tenant: str) -> float:
+        """``tenant``'s share of the limit among the tenants with requests in flight or waiting
+        (itself included), by weight. A tenant under its share with nothing waiting starts at
+        once, even past the limit: a flood that holds every slot does not make a light tenant
+        wait for the flood's requests to end (the workers then order it first:
+        :meth:`worker_priority`). The limit is passed by at most the under-share tenants'
+        shares together, less than the limit; one tenant alone: never."""
+        active = {t for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if n} | {tenant}
+        w = self.tenants.weight_of
+        return self.limit * w(tenant) / sum(w(t) for t in active)
+
+    def worker_priority(self, tenant: str, priority: int) -> int:
+        """The priority a worker's scheduler orders and preempts this request by, as it leaves
+        the router: its band first (``2 × priority``), then whether its tenant still has
+        requests waiting here while another tenant is served too (+1: a backlogged tenant's
+        requests go after, and are preempted before, those of a tenant within its share — the
+        fair share reaches the workers). One tenant alone: always its band's, as before tenants."""
+        if not self.queue.by_tenant[tenant]:
+            return 2 * priority
+        others = any(n for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if t != tenant)
+        return 2 * priority + (1 if others else 0)
 
     def cancel(self, key: object) -> bool:
         """Remove a waiter that gave up (e.g. its client disconnected)."""

@@ -40,6 +40,7 @@ class Req:
     overlap: Overlap = Overlap(0, 1)     # its prefix overlap with earlier prompts, its turn
     client_wait: float = 0.0             # waiting in the client for a slot before its send
     kv_hashes: list[bytes] | None = None  # a remote turn's own block hashes (sim/handoff.py), else rv's
+    worker_priority: int = 0              # what the workers order it by (Admission.worker_priority)
     cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
     ended: bool = False                  # the client recorded it (answered, failed or timed out)
     held_at: float | None = None         # when the policy first held it (``Decision.hold_s``)
