@@ -68,7 +68,7 @@ def scenarios(run, capacity: float, a: argparse.Namespace, seed: int) -> dict:
     out["fairness"] = {"light_alone_p90_s": p90(by(alone, lt)), "light_vtc_p90_s": p90(by(fair, lt)),
                        "light_fifo_p90_s": p90(by(fifo, lt)), "heavy_vtc_p90_s": p90(by(fair, lambda r: not lt(r))),
                        "light_ok": sum(1 for r in fair if lt(r) and r.ok), "light_sent": sum(1 for r in fair if lt(r)),
-                       "service_gap": gap}
+                       "vtc": gap}
     f = out["fairness"]
     f["light_vtc_vs_alone"] = round(f["light_vtc_p90_s"] / f["light_alone_p90_s"], 3)
     f["light_fifo_vs_alone"] = round(f["light_fifo_p90_s"] / f["light_alone_p90_s"], 3)
@@ -77,9 +77,10 @@ def scenarios(run, capacity: float, a: argparse.Namespace, seed: int) -> dict:
     mixed, pre = run(mk(0.2 * total, "urgent", "default", -1) + mk(0.8 * total, "bulk", "default", 0, 10**6))
     ur = lambda r: r.sid.startswith("urgent")   # noqa: E731
     out["priority"] = {"urgent_unloaded_p90_s": p90(by(unloaded, lambda r: True)),
-                       "urgent_overload_p90_s": p90(by(mixed, ur)), "bulk_overload_p90_s": p90(by(mixed, lambda r: not ur(r))),
-                       "urgent_ok": sum(1 for r in mixed if ur(r) and r.ok), "urgent_sent": sum(1 for r in mixed if ur(r)),
-                       "preemptions": pre}
+                       "urgent_overload_p90_s": p90(by(mixed, ur)),
+                       "bulk_overload_p90_s": p90(by(mixed, lambda r: not ur(r))),
+                       "urgent_ok": sum(1 for r in mixed if ur(r) and r.ok),
+                       "urgent_sent": sum(1 for r in mixed if ur(r)), "stats": pre}
     p = out["priority"]
     p["urgent_vs_unloaded"] = round(p["urgent_overload_p90_s"] / p["urgent_unloaded_p90_s"], 3)
     return out

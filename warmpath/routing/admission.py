@@ -157,7 +157,8 @@ class Admission:
         request is charged ``cost`` to its tenant as it starts (VTC); ``tokens``: its prompt +
         answer budget, what the tenant's tokens-per-second limit counts."""
         lim = self.tenants.limit_of(tenant)
-        if lim.max_in_flight is not None and self.tenant_in_flight[tenant] + self.queue.by_tenant[tenant] >= lim.max_in_flight:
+        holds = self.tenant_in_flight[tenant] + self.queue.by_tenant[tenant]
+        if lim.max_in_flight is not None and holds >= lim.max_in_flight:
             self.limited += 1
             self.retry_after_s = float(self.cfg.retry_after_s)
             return "limited"

@@ -193,8 +193,8 @@ class Simulation(Endings):
         for w in {d.prefill, d.decode} - {None}:
             self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
         if d.prefill not in (None, d.decode):
-            seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True, priority=req.worker_priority),
-                           self.ns, arrival_time=self.now)
+            params = SamplingParams(1, 0.0, ignore_eos=True, priority=req.worker_priority)
+            seq = Sequence(req.rid + "/p", req.prompt, params, self.ns, arrival_time=self.now)
             self.bound.expect(d.decode, req.rid, self.now + d.est_ttft_s, d.est_handoff_load_s)
             req.kv_hashes = self.handoff.kv_hashes(req.rid, req.turn, req.rv.block_hashes)
             seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)
@@ -220,8 +220,8 @@ class Simulation(Endings):
 
     def _decode_seq(self, req: Req) -> Sequence:
         t = req.session.turns[req.turn]
-        seq = Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True, priority=req.worker_priority),
-                       self.ns, arrival_time=self.now)
+        params = SamplingParams(t.max_tokens, 0.0, ignore_eos=True, priority=req.worker_priority)
+        seq = Sequence(req.rid, req.prompt, params, self.ns, arrival_time=self.now)
         seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)   # the prompt's hashes, known already
         return seq
 
