@@ -1,4 +1,8 @@
-"""CPD isolation, admission, and failures, with real processes (router, workers, Mooncake)."""
+"""CPD isolation, admission, and failures, with real processes (router, workers, Mooncake).
+
+Each class's tests share one cluster (started once, stopped after the class's last test,
+in the class's order), which also answers ``test_same_text_in_every_topology``'s requests
+for its topology (tests/launch/test_topologies_http.py)."""
 
 import concurrent.futures as cf
 import json
@@ -8,9 +12,11 @@ import signal
 import time
 
 import httpx
+import pytest
 from httpx_sse import connect_sse
 
 from tests.conftest import AUTH, cluster_process, free_port, metric, serve_process, serve_processes, server
+from tests.launch.conftest import check_same_text
 
 M = "SmolLM2-135M-Instruct"
 
@@ -37,9 +43,25 @@ def tokens(n, seed):
     return [rng.randrange(1000, 40000) for _ in range(n)]
 
 
-def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request():
-    context, cold = tokens(1500, 1), tokens(3000, 2)
+@pytest.fixture(scope="class")
+def cpd_1d():
     with cluster_process("cpd-1d") as base:
+        yield base
+
+
+@pytest.fixture(scope="class")
+def pd_2p1d():
+    with cluster_process("pd-2p1d", "--max-in-flight", "2", "--cold-queue", "1", "--warm-queue", "1") as base:
+        yield base
+
+
+class TestCpd1d:
+    """One cpd-1d cluster: the isolation test first (it counts on the router's counters
+    starting at zero), then the same-text requests."""
+
+    def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request(self, cpd_1d):
+        base = cpd_1d
+        context, cold = tokens(1500, 1), tokens(3000, 2)
         prime = httpx.post(base + "/v1/completions", timeout=120,
                            json={"prompt": context + [5, 6], "max_tokens": 1, "temperature": 0})
         assert prime.headers["x-warmpath-route"] == "cold"
@@ -78,9 +100,20 @@ def test_cpd_cold_prompt_in_flight_does_not_delay_a_warm_request():
         assert metric(base, "warmpath_router_requests_total", route="warm", cls="warm") == 1
         assert metric(base, "warmpath_router_kv_handoff_bytes_total") > 0
 
+    def test_same_text_as_one_engine(self, cpd_1d, reference):
+        check_same_text(cpd_1d, reference)
 
-def test_admission_and_failures_in_a_disaggregated_cluster():
-    with cluster_process("pd-2p1d", "--max-in-flight", "2", "--cold-queue", "1", "--warm-queue", "1") as base:
+
+class TestPd2p1d:
+    """One pd-2p1d cluster that admits 2 requests at once and queues 1 of each class: the
+    same-text requests first (one at a time: the limits never bite), then the admission
+    test, which kills its workers."""
+
+    def test_same_text_as_one_engine(self, pd_2p1d, reference):
+        check_same_text(pd_2p1d, reference)
+
+    def test_admission_and_failures_in_a_disaggregated_cluster(self, pd_2p1d):
+        base = pd_2p1d
         body = {"model": M, "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0,
                 "ignore_eos": True}
         with cf.ThreadPoolExecutor(8) as pool:

@@ -15,10 +15,30 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def hf_ref():
+    """transformers' own model and tokenizer of the SmolLM2 GGUF. transformers parses the file
+    anew for the config, the weights and the tokenizer (a pure-Python walk over its 49k-entry
+    vocabulary each time) and builds gguf's tensor-name table once per submodule: the same
+    reads, each done once here (their results are the same objects transformers would rebuild)."""
+    import functools
+
+    import gguf
+
     p = smollm2_gguf_path()
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name,
-                                                              dtype=torch.float32)
-    tok = transformers.AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    readers = {}
+
+    def reader(path, *args, **kw):
+        key = (str(path), args, tuple(sorted(kw.items())))
+        if key not in readers:
+            readers[key] = real_reader(path, *args, **kw)
+        return readers[key]
+
+    real_reader = gguf.GGUFReader
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, "GGUFReader", reader)
+        mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map))
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name,
+                                                                  dtype=torch.float32)
+        tok = transformers.AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     return model.eval(), tok
 
 
