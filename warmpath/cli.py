@@ -133,7 +133,8 @@ def _router(a: argparse.Namespace) -> int:
 
     from warmpath.models.files import load_tokenizer
     from warmpath.engine.step_model import StepModel
-    from warmpath.routing.flags import DEFAULT_POLICY, admission_from_args, elastic_from_args, policy_from_args
+    from warmpath.routing.flags import (DEFAULT_POLICY, admission_from_args, elastic_from_args, policy_from_args,
+                                        tenants_from_args)
     from warmpath.routing.ppd import PPDConfig, PPDTable
     from warmpath.routing.peers import PeerConfig
     from warmpath.routing.registry import DiscoveryConfig
@@ -158,7 +159,7 @@ def _router(a: argparse.Namespace) -> int:
                        ppd=None if ppd == "off" else PPDConfig(ppd), session_idle_s=a.session_idle_s,
                        max_body_bytes=int(a.max_body_mib * (1 << 20)),
                        cluster_token=token, api_keys=api_keys(a.api_key),
-                       elastic=elastic_from_args(a, name, policy),
+                       elastic=elastic_from_args(a, name, policy), tenants=tenants_from_args(a),
                        peers=PeerConfig(tuple(u.rstrip("/") for u in a.peer or () if u.rstrip("/") != own),
                                         a.peer_every_s, a.peer_alive_s),
                        advertise_url=own)

@@ -121,3 +121,59 @@ def test_random_requests_and_aborts_leak_nothing():
         run_step(s, token=5)
     assert pool.num_free == 24
     pool.check_integrity()
+
+
+def test_waiting_sequences_go_by_priority_then_arrival():
+    pool, s = make(max_num_batched_tokens=64, max_num_seqs=1)
+    for rid, prio in (("a", 0), ("b", 5), ("c", -1), ("d", 0), ("e", 5)):
+        s.add(make_seq(rid, 4, start=100, priority=prio))
+    assert [q.request_id for q in s.waiting] == ["c", "a", "d", "b", "e"]
+    out, _ = run_step(s)
+    assert [x.seq.request_id for x in out.scheduled] == ["c"]
+
+
+def test_preemption_takes_the_least_urgent_and_never_a_more_urgent_one():
+    pool, s = make(blocks=6, max_num_batched_tokens=64)
+    hi = make_seq("hi", 8, start=100, max_tokens=20, priority=-1)
+    lo = make_seq("lo", 8, start=200, max_tokens=20, priority=3)
+    mid = make_seq("mid", 8, start=300, max_tokens=20, priority=0)
+    for q in (hi, lo, mid):      # lo is admitted before mid: without priorities mid (the newest) would go
+        s.add(q)
+    assert [q.request_id for q in s.waiting] == ["hi", "mid", "lo"]
+    run_step(s)                  # all three prefill: 2 blocks each, the pool full
+    assert pool.num_free == 0
+    out, _ = run_step(s)         # each needs a 3rd block: lo goes (least urgent), its blocks serve hi and mid
+    assert out.preempted == [lo] and {x.seq.request_id for x in out.scheduled} == {"hi", "mid"}
+    assert s.waiting[0] is lo
+    # a lone more urgent sequence is never preempted for a less urgent one: lo waits
+    pool2, s2 = make(blocks=4, max_num_batched_tokens=64)
+    a, b = make_seq("a", 8, start=100, max_tokens=20, priority=-2), make_seq("b", 8, start=200, max_tokens=20, priority=4)
+    s2.add(a)
+    s2.add(b)
+    run_step(s2)
+    out, _ = run_step(s2)        # both need a block: b (less urgent) goes, never a
+    assert out.preempted == [b] and [x.seq.request_id for x in out.scheduled] == ["a"]
+    pool.check_integrity()
+
+
+def test_an_urgent_waiting_sequence_preempts_a_less_urgent_running_one_under_kv_pressure():
+    pool, s = make(blocks=4, max_num_batched_tokens=64)
+    bulk = [make_seq(f"b{i}", 7, start=100 * (i + 1), max_tokens=20, priority=2) for i in range(2)]
+    for q in bulk:
+        s.add(q)
+    run_step(s)                        # both bulk prefill 7 tokens: 2 blocks each, the pool full
+    assert pool.num_free == 0
+    urgent = make_seq("u", 8, start=900, max_tokens=4, priority=0)
+    s.add(urgent)
+    out = s.schedule()                 # the bulk decodes fit their 2nd block; the urgent one needs 2 more
+    assert urgent in [x.seq for x in out.scheduled]      # it got in: the latest bulk one made room
+    assert out.preempted == [bulk[1]] and s.waiting[0] is bulk[1]
+    # an equally urgent waiting sequence preempts nobody: it waits
+    pool2, s2 = make(blocks=4, max_num_batched_tokens=64)
+    for q in (make_seq("x", 7, start=100, max_tokens=20), make_seq("y", 7, start=200, max_tokens=20)):
+        s2.add(q)
+    run_step(s2)
+    s2.add(make_seq("z", 8, start=300, max_tokens=4))
+    out2 = s2.schedule()
+    assert [x.seq.request_id for x in out2.scheduled] == ["x", "y"] and out2.preempted == []
+    pool.check_integrity()

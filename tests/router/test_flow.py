@@ -9,7 +9,7 @@ import pytest
 
 from warmpath.router.flow import RequestFlow
 from warmpath.routing.load import LoadBook
-from warmpath.routing.views import Decision
+from warmpath.routing.views import Decision, RequestView
 
 
 class SlowWorker:
@@ -31,7 +31,7 @@ def decode_once(predicted_ttft_s: float, stream: bool = False) -> tuple:
     flow = RequestFlow(SimpleNamespace(load=book, routed={}), client)
     flow._generate_msg = lambda t: None
     d = Decision(None, "w", "local", predicted_ttft_s, 100, "test")
-    t = SimpleNamespace(decision=d, prefill=None, rv=SimpleNamespace(num_tokens=400, max_tokens=64),
+    t = SimpleNamespace(decision=d, prefill=None, rv=SimpleNamespace(num_tokens=400, max_tokens=64, tenant="default", priority=0),
                         body=SimpleNamespace(stream=stream))
     with pytest.raises(RuntimeError, match="went away"):
         asyncio.run(flow._decode(t, None))
@@ -60,8 +60,9 @@ def test_a_requests_end_hands_its_slot_on_once_even_when_the_books_of_its_answer
 
     adm = Admission(AdmissionConfig(max_in_flight=1))
     ledger = RequestLedger(RouteDecider(ReplicaPolicy()), adm, SessionTable(), list)
-    assert (ledger.admit("a", Decision(None, "w", "local", 0.1, 0, "t", cls="warm")),
-            ledger.admit("b", Decision(None, "w", "local", 0.1, 0, "t", cls="warm"))) == ("run", "queued")
+    rv = RequestView(100, (), 16, max_tokens=8)
+    assert (ledger.admit("a", rv, Decision(None, "w", "local", 0.1, 0, "t", cls="warm")),
+            ledger.admit("b", rv, Decision(None, "w", "local", 0.1, 0, "t", cls="warm"))) == ("run", "queued")
     woken = []
 
     def broken(t):
@@ -71,7 +72,7 @@ def test_a_requests_end_hands_its_slot_on_once_even_when_the_books_of_its_answer
     flow = RequestFlow(state, None)
     flow._learn = broken
     d = Decision(None, "w", "local", 0.1, 0, "test", cls="warm")
-    t = SimpleNamespace(decision=d, rv=SimpleNamespace(num_tokens=100, max_tokens=8), completion_tokens=8,
+    t = SimpleNamespace(decision=d, rv=SimpleNamespace(num_tokens=100, max_tokens=8, tenant="default", priority=0), completion_tokens=8,
                         first_token_at=None, admitted=0.0, finished=lambda metrics: None)
     state.metrics = None
     flow._ended(t, None)

@@ -17,14 +17,17 @@ def ledger(limit=2, queues=None):
     return RequestLedger(RouteDecider(ReplicaPolicy()), adm, SessionTable(), lambda: FLEET)
 
 
+RV = RequestView(100, (), 16, max_tokens=10)
+
+
 def decision(cls="warm", est_ttft_s=0.5):
     return Decision(None, "r0", "replica", est_ttft_s, 0, "test", cls=cls)
 
 
 def test_admit_queues_then_rejects_and_a_release_wakes_the_oldest_waiter():
     led = ledger(limit=2)
-    assert [led.admit(k, decision()) for k in ("a", "b", "c", "d")] == ["run", "run", "queued", "rejected"]
-    assert led.admit("e", decision("cold")) == "queued"       # the cold queue has its own place
+    assert [led.admit(k, RV, decision()) for k in ("a", "b", "c", "d")] == ["run", "run", "queued", "rejected"]
+    assert led.admit("e", RV, decision("cold")) == "queued"       # the cold queue has its own place
     assert led.release() == ["c"]                              # the oldest waiter first
     assert led.release() == ["e"]
     assert led.release() == [] and led.admission.in_flight == 1
@@ -32,10 +35,10 @@ def test_admit_queues_then_rejects_and_a_release_wakes_the_oldest_waiter():
 
 def test_a_waiter_that_leaves_is_dropped_and_one_given_a_slot_must_release_it():
     led = ledger(limit=1)
-    assert (led.admit("a", decision()), led.admit("b", decision())) == ("run", "queued")
+    assert (led.admit("a", RV, decision()), led.admit("b", RV, decision())) == ("run", "queued")
     assert led.abandoned_waiting("b") is True                  # still queued: nothing else to free
     assert led.release() == [] and led.admission.in_flight == 0
-    assert (led.admit("c", decision()), led.admit("d", decision())) == ("run", "queued")
+    assert (led.admit("c", RV, decision()), led.admit("d", RV, decision())) == ("run", "queued")
     assert led.release() == ["d"]                              # d got c's slot ...
     assert led.abandoned_waiting("d") is False                 # ... so leaving, it must hand it on
     assert led.release() == [] and led.admission.in_flight == 0
@@ -44,7 +47,7 @@ def test_a_waiter_that_leaves_is_dropped_and_one_given_a_slot_must_release_it():
 def test_dispatch_counts_the_turn_and_the_end_books_session_model_and_slot():
     led = ledger()
     sess = led.sessions.touch("s", 0.0)
-    assert led.admit("a", decision()) == "run"
+    assert led.admit("a", RV, decision()) == "run"
     led.dispatched(sess)
     assert sess.turns == 1
     end = led.ended(decision(est_ttft_s=0.5), 1000, 24, ttft_s=0.4, tpot_s=None, sess=sess)

@@ -53,6 +53,8 @@ class Record:
     client_wait_s: float = 0.0
     reuse: str = "cached"
     route: dict = field(default_factory=dict)
+    tenant: str = "default"          # whom it was sent for (the session's; routing/tenants.py)
+    priority: int = 0
 
     @property
     def tpot(self) -> float | None:

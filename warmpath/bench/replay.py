@@ -73,7 +73,7 @@ def rescale(trace: list[Session], speed: float, duration_s: float | None = None)
     """The trace at ``speed``× its rate, the first arrival at 0 (new sessions; the turns are
     shared), and how many were left out by the ``duration_s`` cap."""
     t0 = min((s.start for s in trace), default=0.0)
-    out = [Session(s.sid, s.turns, s.prefix, (s.start - t0) / speed) for s in trace]
+    out = [Session(s.sid, s.turns, s.prefix, (s.start - t0) / speed, s.tenant, s.priority) for s in trace]
     kept = out if duration_s is None else [s for s in out if s.start < duration_s]
     return kept, len(out) - len(kept)
 

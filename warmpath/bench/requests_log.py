@@ -79,7 +79,7 @@ def request_row(r, rate: float | None, attained: bool) -> dict:
     return {"rate": rate, "sid": r.sid, "turn": r.turn, "class": r.cls, "ok": r.ok, "error": r.error,
             "ttft_s": r.ttft, "tpot_s": r.tpot, "e2e_s": r.e2e, "prompt_tokens": r.prompt_tokens,
             "cached_tokens": r.cached_tokens, "output_tokens": r.output_tokens, "client_wait_s": r.client_wait_s,
-            "attained": attained, **{k: r.route.get(k) for k in ROUTE_KEYS}}
+            "attained": attained, "tenant": r.tenant, "priority": r.priority, **{k: r.route.get(k) for k in ROUTE_KEYS}}
 
 
 def write_requests(path: Path, rows: list[dict]) -> None:

@@ -41,7 +41,9 @@ class BenchTarget(ABC):
 
     @abstractmethod
     async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
-        """Send one prompt (token ids); return timings measured from the send."""
+        """Send one prompt (token ids); return timings measured from the send. (A session with
+        a tenant or a priority is sent with ``tenant=`` / ``priority=`` keywords too: a target
+        that serves tenants takes them.)"""
 
     async def server_metrics(self) -> dict[str, float]:
         """Counters the target exposes (for hit ratios); empty when it has none."""
@@ -151,17 +153,23 @@ class OpenAITarget(BenchTarget):
             self.model = r.json()["data"][0]["id"]
         return self.model
 
-    async def complete(self, prompt: list[int], max_tokens: int, session_id: str) -> Answer:
+    async def complete(self, prompt: list[int], max_tokens: int, session_id: str, tenant: str = "default",
+                       priority: int = 0) -> Answer:
+        """One streamed completion; a ``tenant`` other than ``default`` goes as ``X-Tenant-Id``
+        (a router without API keys takes it), a ``priority`` as the body's field."""
         body = {"model": await self.resolve_model(),
                 "prompt": self.decode(prompt) if self.decode else prompt, "max_tokens": max_tokens,
                 # plain greedy whatever the server's defaults (SmolLM2's repetition penalty)
                 "temperature": 0, "repetition_penalty": 1.0, "stream": True, "ignore_eos": True, "user": session_id,
                 "stream_options": {"include_usage": True}}
+        if priority:
+            body["priority"] = priority
+        headers = {"X-Tenant-Id": tenant} if tenant != "default" else {}
         stream = _Stream(time.perf_counter())
         limit = self.deadline_s(len(prompt), max_tokens)
         try:
             async with asyncio.timeout(limit):
-                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body,
+                async with aconnect_sse(self.http, "POST", self.url + "/v1/completions", json=body, headers=headers,
                                         timeout=httpx.Timeout(limit, connect=min(5.0, limit))) as es:
                     r = es.response
                     if r.status_code != 200:
@@ -216,14 +224,15 @@ async def run_session(target: BenchTarget, s: Session, t0: float, records: list[
         try:
             sent = time.perf_counter()
             ov = seen.observe(block_hashes(history), len(history), i + 1 if i else None)
-            a = await target.complete(history, turn.max_tokens, s.sid)
+            who = {"tenant": s.tenant, "priority": s.priority} if (s.tenant, s.priority) != ("default", 0) else {}
+            a = await target.complete(history, turn.max_tokens, s.sid, **who)
         finally:
             if slots is not None:
                 slots.release()
         cls, how = measured_class(a.prompt_tokens or len(history), a.cached_tokens, ov.tokens)
         records.append(Record(s.sid, ov.turn, cls, a.ok, a.ttft, a.e2e, a.output_tokens,
                               a.prompt_tokens, a.cached_tokens or 0, a.itls or [], a.error,
-                              sent - ready, how, a.route or {}))
+                              sent - ready, how, a.route or {}, s.tenant, s.priority))
         on_done()
         if not a.ok:
             return

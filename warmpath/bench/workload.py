@@ -15,6 +15,8 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from warmpath.routing.tenants import priority_of
+
 VOCAB_LO, VOCAB_HI = 1000, 40000   # ordinary tokens of the SmolLM2 vocabulary (no specials)
 
 
@@ -35,6 +37,8 @@ class Session:
     turns: list[Turn]
     prefix: list[int] = field(default_factory=list)   # shared context sent before turn 1
     start: float = 0.0
+    tenant: str = "default"       # whom it is for (a trace's "tenant"; routing/tenants.py)
+    priority: int = 0             # smaller is more urgent (a trace's "priority")
 
 
 def tokens(rng: random.Random, n: int) -> list[int]:
@@ -153,7 +157,8 @@ def ppd_grid(n: int, seed: int = 0, scale: float = 1.0) -> list[Session]:
 
 def mooncake_trace(path: Path, block_tokens_: int = 512, limit: int | None = None,
                    max_output: int | None = None, salt: int = 0) -> list[Session]:
-    """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
+    """Mooncake JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``;
+    optionally ``tenant`` and ``priority``, as the router reads them from a request).
 
     Each ``hash_id`` names a block of ``block_tokens_`` tokens (512 in the trace; smaller to
     scale a replay down); the prompt is those blocks, cut to the scaled input length.
@@ -175,7 +180,8 @@ def mooncake_trace(path: Path, block_tokens_: int = 512, limit: int | None = Non
             n_out = max(1, int(row["output_length"] * scale))
             if max_output:
                 n_out = min(n_out, max_output)
-            s = Session(f"trace-{i}", [Turn(ids[:n_in], n_out, "cold")])
+            s = Session(f"trace-{i}", [Turn(ids[:n_in], n_out, "cold")], tenant=str(row.get("tenant", "default")),
+                        priority=priority_of(row.get("priority"), None))
             s.start = row["timestamp"] / 1000
             out.append(s)
     return out

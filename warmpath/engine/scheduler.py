@@ -88,14 +88,21 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.loading: list[Sequence] = []   # admitted, prefix loading beside the steps
         self.num_preemptions = 0
+        self.preempted_by_priority: dict[int, int] = {}   # preemptions per priority of the preempted
         self.prefix_query_tokens = 0   # prompt tokens looked up in the prefix cache
         self.prefix_hit_tokens = 0     # of which found cached
 
     # -- queue management ------------------------------------------------
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence (FCFS)."""
+        """Queue a new sequence: after every waiting one of its priority or a more urgent one
+        (FCFS within a priority; smaller is more urgent)."""
         seq.status = SeqStatus.WAITING
-        self.waiting.append(seq)
+        p = seq.params.priority
+        if not self.waiting or self.waiting[-1].params.priority <= p:
+            self.waiting.append(seq)    # the common case (one priority): O(1)
+            return
+        at = next(i for i, s in enumerate(self.waiting) if s.params.priority > p)
+        self.waiting.insert(at, seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.loading)
@@ -123,7 +130,12 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        p = seq.params.priority
+        self.preempted_by_priority[p] = self.preempted_by_priority.get(p, 0) + 1
+        # first among the waiting of its priority (it had started): before any less urgent one
+        p = seq.params.priority
+        at = next((i for i, s in enumerate(self.waiting) if s.params.priority >= p), len(self.waiting))
+        self.waiting.insert(at, seq)
 
     # -- one step ----------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -173,14 +185,39 @@ class Scheduler:
 
     def _allocate_or_preempt(self, seq: Sequence, n: int, taken: set[str],
                              out: SchedulerOutput) -> bool:
+        """Room for ``n`` more tokens of ``seq``, preempting running sequences not yet in this
+        step: the least urgent first, the latest admitted among equals, never one more urgent
+        than ``seq`` (then ``seq`` waits for room instead)."""
         while not self.bm.allocate_slots(seq, n):
-            victim = next((s for s in reversed(self.running) if s.request_id not in taken), None)
+            p = seq.params.priority
+            victims = [(s.params.priority, i, s) for i, s in enumerate(self.running)
+                       if s.request_id not in taken and s.params.priority >= p]
+            victim = max(victims, key=lambda v: v[:2])[2] if victims else None
             if victim is None:
                 return False
             self._preempt(victim)
             out.preempted.append(victim)
             if victim is seq:
                 return False
+        return True
+
+    def _room_for_waiting(self, seq: Sequence, n: int, prefix: list, out: SchedulerOutput,
+                          budget: list[int]) -> bool:
+        """Slots for ``n`` tokens of a waiting ``seq``; under KV pressure, running sequences
+        strictly less urgent than it are preempted for it, the least urgent and latest admitted
+        first (one already in this step leaves it, its tokens back in ``budget``). One priority
+        (no one less urgent): no preemption, as before."""
+        while not self.bm.allocate_slots(seq, n, prefix):
+            p = seq.params.priority
+            victims = [(s.params.priority, i, s) for i, s in enumerate(self.running) if s.params.priority > p]
+            if not victims:
+                return False
+            victim = max(victims, key=lambda v: v[:2])[2]
+            for x in [x for x in out.scheduled if x.seq is victim]:
+                out.scheduled.remove(x)
+                budget[0] += x.num_tokens
+            self._preempt(victim)
+            out.preempted.append(victim)
         return True
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: list[int]) -> None:
@@ -195,7 +232,7 @@ class Scheduler:
             cached = (len(prefix) + ext) * bs
             defer = bool(ext) and self.external.defers(seq)
             n = self._chunk(seq.num_tokens - seq.num_computed_tokens - cached, budget[0], out)
-            if n <= 0 or not self.bm.allocate_slots(seq, ext * bs + (0 if defer else n), prefix):
+            if n <= 0 or not self._room_for_waiting(seq, ext * bs + (0 if defer else n), prefix, out, budget):
                 if ext:
                     self.external.cancel(seq)
                 break

@@ -35,6 +35,7 @@ class SamplingParams:
     ignore_eos: bool = False
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    priority: int = 0        # smaller is more urgent: scheduled first, preempted last (vLLM's polarity)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:

@@ -65,7 +65,7 @@ class Cluster:
     def headers(self) -> dict[str, str]:
         """What reads ``/v1/cluster`` in full (worker PIDs and URLs) and calls ``/internal/*``
         is an API key when there are any, else the cluster token."""
-        secret = self.api_keys[0] if self.api_keys else self.token
+        secret = self.api_keys[0].partition("=")[0] if self.api_keys else self.token
         return {"Authorization": f"Bearer {secret}"} if secret else {}
 
     @property
@@ -281,14 +281,14 @@ def start_from_args(a) -> Cluster:
                    *routing_argv(a)]
     if a.calibration:
         router_argv += ["--calibration", a.calibration]
-    from warmpath.protocol.auth import api_keys, cluster_token
+    from warmpath.protocol.auth import api_key_specs, cluster_token
 
     vllm = a.engine == "vllm" or "vllm" in topo.engines.values()
     return start(topo, a.host, a.port, worker_argv(a), router_argv, a.kv_store,
                  0 if a.no_l3 else a.l3_gib, a.threads,
                  log_level="INFO" if a.log_level.upper() == "DEBUG" else "WARNING",
                  timeout_s=a.vllm_startup_s + 60 if vllm else 300.0,
-                 token=cluster_token(a.cluster_token), api_keys=api_keys(a.api_key), routers=a.routers)
+                 token=cluster_token(a.cluster_token), api_keys=api_key_specs(a.api_key), routers=a.routers)
 
 
 def worker_argv(a) -> list[str]:

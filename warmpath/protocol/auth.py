@@ -46,14 +46,22 @@ def cluster_token(flag: str | None) -> str | None:
     return flag or os.environ.get(CLUSTER_TOKEN_ENV) or None
 
 
-def api_keys(flags: list[str] | None) -> tuple[str, ...]:
-    """``--api-key`` (repeatable), else ``$WARMPATH_API_KEY`` (several separated by commas)."""
+def api_key_specs(flags: list[str] | None) -> tuple[str, ...]:
+    """``--api-key`` (repeatable), else ``$WARMPATH_API_KEY`` (several separated by commas),
+    as given: ``KEY`` or ``KEY=TENANT`` (``routing/tenants.py``)."""
     keys = tuple(flags) if flags else tuple(k.strip() for k in os.environ.get(API_KEY_ENV, "").split(","))
     keys = tuple(k for k in keys if k)
     for k in keys:
         if "," in k or any(c.isspace() for c in k):
             raise ValueError("--api-key: a key must not contain commas or whitespace")
+        if not k.partition("=")[0]:
+            raise ValueError(f"--api-key {k!r}: the key before '=TENANT' is empty")
     return keys
+
+
+def api_keys(flags: list[str] | None) -> tuple[str, ...]:
+    """The API keys themselves (``KEY`` of each ``KEY=TENANT``)."""
+    return tuple(k.partition("=")[0] for k in api_key_specs(flags))
 
 
 def guard(check: Callable[[Request], None]) -> Callable:

@@ -138,7 +138,8 @@ def install_error_handlers(app: FastAPI, on_client_error: Callable[[int], None] 
     def respond(e: APIError) -> JSONResponse:
         if on_client_error is not None and 400 <= e.status < 500:
             on_client_error(e.status)
-        headers = {**(e.headers or {}), **((headers_for(e.status) if headers_for else None) or {})}
+        # the error's own headers win (a tenant's Retry-After over the default one)
+        headers = {**((headers_for(e.status) if headers_for else None) or {}), **(e.headers or {})}
         return JSONResponse(e.body(), status_code=e.status, headers=headers or None)
 
     @app.exception_handler(StarletteHTTPException)

@@ -84,6 +84,9 @@ class SamplingFields(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     user: ShortStr | None = None
     cache_salt: ShortStr | None = None
+    # smaller is more urgent (vLLM's polarity); the router's admission orders by it (routing/tenants.py,
+    # which bounds a client's to +-2**15) and passes workers 2 x it (+1 for a backlogged tenant)
+    priority: int | None = Field(None, ge=-(2 ** 31), le=2 ** 31 - 1)
 
     @field_validator("presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", mode="after")
     @classmethod

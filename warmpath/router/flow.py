@@ -64,26 +64,34 @@ class RequestFlow:
         try:
             d = await self._hold(rv, sess, d)
         except BaseException:   # the client left while held (or no worker is left): the slot goes on
-            self.s.release()
+            self.s.release(tenant=rv.tenant)
             raise
-        t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic())
+        t = Trip(rv, ids, body, kind, arrival, d, admitted=time.monotonic(),
+                 worker_priority=self.s.admission.worker_priority(rv.tenant, rv.priority))
         t.timing["route"] = t.admitted - arrival
         self.s.ledger.dispatched(sess)
         self._count(d, rv)
         try:
             return await self._run(t, sess)
         except BaseException:
-            self.s.release()
+            self.s.release(tenant=rv.tenant)
             raise
 
     async def _admit(self, key: int, rv: RequestView, sess: SessionState | None, d: Decision) -> Decision:
         """Take an in-flight slot (429 when the queues are full too); a request that waited
         is routed again, since the cluster moved on meanwhile."""
         s = self.s
-        verdict = s.ledger.admit(key, d)
+        verdict = s.ledger.admit(key, rv, d, time.monotonic())
+        s.metrics.tenant_requests.labels(s.metrics.tenant(rv.tenant), "admitted" if verdict in ("run", "queued")
+                                         else verdict).inc()
         if verdict == "rejected":
             s.metrics.rejected.inc()
             raise APIError(429, "too many requests in flight; retry later", err_type="rate_limit_error")
+        if verdict == "limited":
+            s.metrics.rejected.inc()
+            wait = max(1, math.ceil(s.admission.retry_after_s))
+            raise APIError(429, f"tenant {rv.tenant!r} is past its tokens per second; retry in {wait} s",
+                           err_type="rate_limit_error", code="tenant_limit", headers={"Retry-After": str(wait)})
         if verdict != "queued":
             return d
         ev = s.waiters[key] = asyncio.Event()
@@ -92,12 +100,12 @@ class RequestFlow:
         except asyncio.CancelledError:  # the client left while waiting
             s.waiters.pop(key, None)
             if not s.ledger.abandoned_waiting(key):
-                s.release()  # we had already been given the slot: hand it on
+                s.release(tenant=rv.tenant)  # we had already been given the slot: hand it on
             raise
         try:
             return self.decide_route(rv, sess, arrival=False)
         except BaseException:
-            s.release()
+            s.release(tenant=rv.tenant)
             raise
 
     async def _hold(self, rv: RequestView, sess: SessionState | None, d: Decision) -> Decision:
@@ -146,7 +154,7 @@ class RequestFlow:
                 t.decision = self._reroute(t, sess)
             except UpstreamError as e:
                 s.metrics.failed.labels("upstream").inc()
-                s.release()
+                s.release(tenant=t.rv.tenant)
                 return Response(e.content, status_code=e.status, media_type="application/json")
         raise AssertionError("unreachable")
 
@@ -168,7 +176,7 @@ class RequestFlow:
         sent = time.monotonic()
         with self.s.load.computing(worker, t.rv.num_tokens - t.decision.cached_tokens):
             reply = await self.client.prefill(worker, PrefillRequest(prompt_token_ids=t.ids,
-                                                                     request=t.body.forwarded()))
+                                                                     request=_forwarded(t)))
         handoff.check(reply, worker)
         t.prefilled(self.s.metrics, reply, sent, handoff)
         self.s.decider.observe_prefill(PrefillObservation(
@@ -177,7 +185,7 @@ class RequestFlow:
             self.s.registry.workers[worker].view if worker in self.s.registry.workers else None)
 
     def _generate_msg(self, t: Trip) -> GenerateRequest:
-        req = t.body.forwarded()
+        req = _forwarded(t)
         if t.body.stream:   # the usage chunk tells the router how many tokens went out
             req["stream_options"] = {"include_usage": True}
         fields = t.handoff.decode_fields(t.prefill) if t.prefill is not None and t.handoff else {}
@@ -187,7 +195,8 @@ class RequestFlow:
         s, d = self.s, t.decision
         s.routed[d.decode] = s.routed.get(d.decode, 0) + 1
         headers = {"X-Warmpath-Route": d.path, "X-Warmpath-Decode": d.decode,
-                   "X-Warmpath-Worker": d.prefill or d.decode, **predicted_headers(d)}
+                   "X-Warmpath-Worker": d.prefill or d.decode, "X-Warmpath-Tenant": t.rv.tenant,
+                   "X-Warmpath-Priority": str(t.rv.priority), **predicted_headers(d)}
         computed = t.rv.num_tokens - d.cached_tokens if t.prefill is None else 0
         s.load.add(d.decode, running=1, context=_context(t))
         sent = time.monotonic()
@@ -236,7 +245,7 @@ class RequestFlow:
         s.load.add(t.decision.decode, running=-1, context=-_context(t))
         tpot = t.finished(s.metrics)
         ttft = t.first_token_at - t.admitted if t.first_token_at is not None else None
-        end = s.ledger.ended(t.decision, t.rv.num_tokens, t.completion_tokens or 0, ttft, tpot, sess)
+        end = s.ledger.ended(t.decision, t.rv.num_tokens, t.completion_tokens or 0, ttft, tpot, sess, t.rv.tenant)
         s.wake(end.woken)   # the slot went on exactly once, whatever the books below make of the answer
         if sess is not None and t.rv.session_id and s.cfg.peers.peers:   # the other routers learn where its KV is
             s.turns_out.append((t.rv.session_id, sess.decode_worker, sess.context_tokens, sess.turns))
@@ -254,3 +263,13 @@ class RequestFlow:
 def _context(t: Trip) -> int:
     """The context a running request holds on its decode worker, on average over its answer."""
     return t.rv.num_tokens + t.rv.max_tokens // 2
+
+
+def _forwarded(t: Trip) -> dict:
+    """The request's sampling fields for a worker, with the priority the workers order and
+    preempt it by (``Admission.worker_priority``: its band, then its tenant's share)."""
+    req = t.body.forwarded()
+    req.pop("priority", None)
+    if t.worker_priority:
+        req["priority"] = t.worker_priority
+    return req

@@ -20,6 +20,7 @@ from warmpath.protocol.openai import ChatCompletionRequest, SamplingFields, chec
 from warmpath.router.flow import RequestFlow
 from warmpath.routing.route import answer_budget
 from warmpath.routing.sessions import session_id
+from warmpath.routing.tenants import priority_of
 from warmpath.router.state import RouterState
 
 
@@ -110,6 +111,11 @@ class RequestHandler:
         """The request as the policies see it (block hashes, session, turn) and its session
         (``touch=False``: read, not created or refreshed)."""
         s = self.state
+        tenant = s.tenant_of(req)   # bad identity input is a 400 whatever the fleet's state
+        try:
+            priority = priority_of(body.priority, req.headers.get("x-priority"))
+        except ValueError as e:
+            raise bad("priority", str(e)) from e
         if s.namespace is None or not s.registry.workers:
             raise APIError(503, "no worker registered yet", err_type="server_error")
         ns = s.namespace.with_salt(body.cache_salt)
@@ -123,5 +129,6 @@ class RequestHandler:
                                    s.max_model_len)
         except LookupError as e:
             raise APIError(503, str(e), err_type="server_error") from e
-        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, budget, others)
+        rv = s.decider.request_view(len(ids), hashes, ns.block_size, sid, sess, budget, others,
+                                    tenant=tenant, priority=priority)
         return rv, sess

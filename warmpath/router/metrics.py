@@ -12,6 +12,9 @@ _LAT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 _TPOT = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 
 
+MAX_TENANT_LABELS = 64   # bounded label cardinality
+
+
 class RouterMetrics:
     """TTFT / queue time per class (cold, warm), TPOT, prefix sources, KV moved, PPD choices.
 
@@ -25,6 +28,11 @@ class RouterMetrics:
         self.failed = Counter("warmpath_router_failed_requests", "Requests that ended in an error",
                               ["stage"], registry=r)
         self.rejected = Counter("warmpath_router_rejected_requests", "Requests refused with 429", registry=r)
+        self.tenant_requests = Counter("warmpath_router_tenant_requests", "Requests per tenant and outcome "
+                                       "(admitted; limited: past the tenant's limit, 429; rejected: queues full, "
+                                       f"429); tenants beyond the first {MAX_TENANT_LABELS} are counted as 'other'",
+                                       ["tenant", "outcome"], registry=r)
+        self._tenants: set[str] = set()
         self.retries = Counter("warmpath_router_retries", "Requests re-routed after a worker failed", registry=r)
         self.dropped = Counter("warmpath_router_workers_dropped", "Workers removed from routing, by why "
                                "(unhealthy: it reported its engine failed; silent: no heartbeat; "
@@ -86,6 +94,13 @@ class RouterMetrics:
         """p50 / p90 of the recent TTFT and queue times per class (for ``/v1/cluster``)."""
         return {f"{m}_{c}": {"p50": percentile(xs, 50), "p90": percentile(xs, 90), "n": len(xs)}
                 for (m, c), xs in self.recent.items()}
+
+    def tenant(self, name: str) -> str:
+        """``name`` as a metric label: the first ``MAX_TENANT_LABELS`` tenants by name, then ``other``."""
+        if name in self._tenants or len(self._tenants) < MAX_TENANT_LABELS:
+            self._tenants.add(name)
+            return name
+        return "other"
 
     def render(self, in_flight: int, waiting: int, sessions: int = 0,
                index_blocks: dict[str, int] | None = None) -> bytes:

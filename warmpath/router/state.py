@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -15,6 +16,8 @@ from warmpath.kv.events import AllBlocksCleared, KVEventSubscriber
 from warmpath.kv.hash_cache import BlockHashCache
 from warmpath.kv.hashing import KVNamespace
 from warmpath.models.tokenizer import TextTokenizer
+from warmpath.protocol.auth import bearer
+from warmpath.protocol.errors import bad
 from warmpath.protocol.http import DEFAULT_MAX_BODY_BYTES
 from warmpath.routing.admission import Admission, AdmissionConfig
 from warmpath.router.dashboard import Dashboard
@@ -25,6 +28,7 @@ from warmpath.routing.load import LoadBook
 from warmpath.router.metrics import RouterMetrics
 from warmpath.routing.namespaces import FleetNamespaces, in_request_blocks
 from warmpath.routing.peers import PeerBook, PeerConfig
+from warmpath.routing.tenants import DEFAULT_TENANT, TenantConfig
 from warmpath.routing.route import RouteDecider
 from warmpath.routing.policy import RoutingPolicy
 from warmpath.routing.ppd import PPDConfig, PPDTable
@@ -33,6 +37,7 @@ from warmpath.routing.sessions import SessionTable
 from warmpath.routing.views import PrefixHit, RequestView, Snapshot
 
 log = logging.getLogger(__name__)
+TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class RouterConfig:
     api_keys: tuple[str, ...] = field(default=(), repr=False)     # /v1/* (none: open)
     elastic: ElasticConfig = ElasticConfig(enabled=False)         # role changes (routing/elastic.py)
     peers: PeerConfig = PeerConfig()       # the other routers of an active-active fleet (routing/peers.py)
+    tenants: TenantConfig = TenantConfig()  # API key -> tenant, per-tenant limits (routing/tenants.py)
     advertise_url: str | None = None       # how the other routers name this one (default http://host:port)
 
     @property
@@ -70,7 +76,7 @@ class RouterState:
         self.index = GlobalKVIndex(stale_after_s=cfg.discovery.drop_after_s)
         self.sessions = SessionTable(cfg.session_idle_s)
         self.hash_cache = BlockHashCache()     # a session's next prompt rehashes only its new blocks
-        self.admission = Admission(cfg.admission)
+        self.admission = Admission(cfg.admission, cfg.tenants)
         self.metrics = RouterMetrics()
         self.namespace: KVNamespace | None = None     # the first registration's (requests' own blocks)
         self.namespaces = FleetNamespaces()           # each worker's (a fleet of two engines: routing/namespaces.py)
@@ -106,6 +112,18 @@ class RouterState:
             return self.decider.snapshot(self.load_views(now),
                                          lambda w: self.lookup(w, rv, now),
                                          session_decode, self.kv_bytes_per_token, now)
+
+    def tenant_of(self, req) -> str:
+        """Whom a request is for: its API key's tenant; on a router without API keys, its
+        ``X-Tenant-Id`` header (``default`` when absent); ``APIError`` 400 for a bad header."""
+        if self.cfg.api_keys:
+            return self.cfg.tenants.keys.get(bearer(req) or "", DEFAULT_TENANT)
+        t = req.headers.get("x-tenant-id")
+        if t is None:
+            return DEFAULT_TENANT
+        if not TENANT_NAME.fullmatch(t):
+            raise bad("x-tenant-id", f"X-Tenant-Id must be 1-64 of [A-Za-z0-9._-], got {t[:80]!r}")
+        return t
 
     def decides_roles(self, now: float) -> bool:
         """Does this router move workers between roles? With elastic roles on: alone, yes;
@@ -147,10 +165,10 @@ class RouterState:
             self.dashboard.note_change(ch.worker, ch.old, ch.new, ch.reason)
             log.info("worker %s: %s -> %s (%s)", ch.worker, ch.old, ch.new, ch.reason)
 
-    def release(self, kv_tokens: int | None = None) -> None:
+    def release(self, kv_tokens: int | None = None, tenant: str = DEFAULT_TENANT) -> None:
         """A request ended (having held ``kv_tokens`` of KV, prompt + answer, when it ran to
         its end): give its admission slot to the next waiter, if any."""
-        self.wake(self.ledger.release(kv_tokens))
+        self.wake(self.ledger.release(kv_tokens, tenant))
 
     def fit_admission(self) -> None:
         """Size the admission limit to the fleet now (a worker joined, left or changed role)."""

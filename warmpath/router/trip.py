@@ -32,6 +32,7 @@ class Trip:
     first_token_at: float | None = None
     timing: dict[str, float] = field(default_factory=dict)   # seconds per stage (Server-Timing)
     usage: dict | None = None     # the response's usage (with usage["warmpath"]), for the dashboard
+    worker_priority: int = 0      # what the workers order it by (Admission.worker_priority)
 
     @property
     def cls(self) -> str:

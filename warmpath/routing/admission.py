@@ -6,15 +6,19 @@ sequence limit, or fewer when its L1 KV has room for fewer requests of the size 
 has been seeing. It follows workers joining, leaving and changing role; the per-tier wait
 queues scale with it. A fixed ``max_in_flight`` (``--max-in-flight``) overrides the rule.
 Several routers share the limit (``routing/peers.py``): each admits ``ceil(limit / routers)``.
+Who waits goes in the fair queue (``routing/fair_queue.py``: priority bands, tenants' fair
+share, warm before cold); a tenant past its tokens-per-second limit is refused at once.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from warmpath.routing.fair_queue import FairQueue, Waiter
+from warmpath.routing.tenants import DEFAULT_TENANT, TenantConfig, TokenBucket, VirtualCounters
 from warmpath.routing.views import WorkerView
 
 # the wait queues beside a limit L: cold 4/3 L, warm 8/3 L (32 / 64 at the old fixed 24),
@@ -117,8 +121,13 @@ class Admission:
     :meth:`fit` when the fleet changes (it may release waiters)."""
 
     cfg: AdmissionConfig = field(default_factory=AdmissionConfig)
+    tenants: TenantConfig = field(default_factory=TenantConfig)
     in_flight: int = 0
-    queues: dict[str, deque] = field(default_factory=dict)
+    queue: FairQueue = field(init=False)
+    buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    retry_after_s: float = 0.0      # the last "limited" verdict's wait (a tenant's tokens per second)
+    limited: int = 0                # requests refused for a tenant's limit
+    tenant_in_flight: Counter = field(default_factory=Counter)   # requests running per tenant
     rejected: int = 0
     peak_waiting: int = 0           # the most requests that waited at once (does the limit bind?)
     sizes: deque = field(default_factory=lambda: deque(maxlen=SIZE_WINDOW))
@@ -128,6 +137,7 @@ class Admission:
     def __post_init__(self) -> None:
         if self.cfg.max_in_flight is not None:
             self.current = FleetLimit(self.cfg.max_in_flight, "fixed")
+        self.queue = FairQueue(VirtualCounters(dict(self.tenants.weights)))
 
     @property
     def limit(self) -> int:
@@ -139,29 +149,67 @@ class Admission:
         share, floor = QUEUE_SHARE.get(tier, (0, 0))
         return max(floor, round(share * self.limit))
 
-    def offer(self, key: object, tier: str) -> str:
-        """``"run"``, ``"queued"`` or ``"rejected"``."""
-        if self.in_flight < self.limit and not self.waiting():
-            self.in_flight += 1
+    def offer(self, key: object, tier: str, tenant: str = DEFAULT_TENANT, priority: int = 0,
+              cost: float = 1.0, tokens: int = 0, now: float = 0.0) -> str:
+        """``"run"``, ``"queued"``, ``"rejected"`` (the queues are full) or ``"limited"``
+        (``tenant`` has its most requests in flight or waiting, or is past its tokens per
+        second: ``retry_after_s`` says for how long). A
+        request is charged ``cost`` to its tenant as it starts (VTC); ``tokens``: its prompt +
+        answer budget, what the tenant's tokens-per-second limit counts."""
+        lim = self.tenants.limit_of(tenant)
+        holds = self.tenant_in_flight[tenant] + self.queue.by_tenant[tenant]
+        if lim.max_in_flight is not None and holds >= lim.max_in_flight:
+            self.limited += 1
+            self.retry_after_s = float(self.cfg.retry_after_s)
+            return "limited"
+        rate = lim.tokens_per_s
+        if rate is not None:
+            wait = self.buckets.setdefault(tenant, TokenBucket(rate)).take(tokens, now)
+            if wait > 0:
+                self.limited += 1
+                self.retry_after_s = wait
+                return "limited"
+        if (self.in_flight < self.limit and not self.waiting()) or (
+                not self.queue.by_tenant[tenant] and self.tenant_in_flight[tenant] < self.fair_share(tenant)):
+            self.in_flight += 1          # NOTE: the second case may pass the limit (see fair_share)
+            self.tenant_in_flight[tenant] += 1
+            self.queue.vtc.charge(tenant, cost)
             return "run"
-        q = self.queues.setdefault(tier, deque())
-        if len(q) >= self.queue_limit(tier):
+        if self.queue.by_tier[tier] >= self.queue_limit(tier):
             self.rejected += 1
             return "rejected"
-        q.append(key)
+        self.queue.push(Waiter(key, tier, tenant, priority, cost))
         self.peak_waiting = max(self.peak_waiting, self.waiting())
         return "queued"
 
     def waiting(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        return len(self.queue)
+
+    def fair_share(self, tenant: str) -> float:
+        """``tenant``'s share of the limit among the tenants with requests in flight or waiting
+        (itself included), by weight. A tenant under its share with nothing waiting starts at
+        once, even past the limit: a flood that holds every slot does not make a light tenant
+        wait for the flood's requests to end (the workers then order it first:
+        :meth:`worker_priority`). The limit is passed by at most the under-share tenants'
+        shares together, less than the limit; one tenant alone: never."""
+        active = {t for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if n} | {tenant}
+        w = self.tenants.weight_of
+        return self.limit * w(tenant) / sum(w(t) for t in active)
+
+    def worker_priority(self, tenant: str, priority: int) -> int:
+        """The priority a worker's scheduler orders and preempts this request by, as it leaves
+        the router: its band first (``2 × priority``), then whether its tenant still has
+        requests waiting here while another tenant is served too (+1: a backlogged tenant's
+        requests go after, and are preempted before, those of a tenant within its share — the
+        fair share reaches the workers). One tenant alone: always its band's, as before tenants."""
+        if not self.queue.by_tenant[tenant]:
+            return 2 * priority
+        others = any(n for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if t != tenant)
+        return 2 * priority + (1 if others else 0)
 
     def cancel(self, key: object) -> bool:
         """Remove a waiter that gave up (e.g. its client disconnected)."""
-        for q in self.queues.values():
-            if key in q:
-                q.remove(key)
-                return True
-        return False
+        return self.queue.cancel(key)
 
     def observe(self, request_tokens: int) -> bool:
         """A request ended holding ``request_tokens`` of KV (prompt + answer); ``True`` when
@@ -182,26 +230,25 @@ class Admission:
         self.current = whole.shared(self.routers)
         out = []
         while self.in_flight < self.limit and (nxt := self._next()) is not None:
-            self.in_flight += 1
             out.append(nxt)
         return out
 
-    def release(self) -> object | None:
-        """A running request ended; returns the waiter that may start now, if any."""
+    def release(self, tenant: str = DEFAULT_TENANT) -> object | None:
+        """A running request of ``tenant`` ended; returns the waiter that may start now, if any."""
         self.in_flight -= 1
+        self.tenant_in_flight[tenant] = max(0, self.tenant_in_flight[tenant] - 1)
         if self.in_flight >= self.limit:    # the limit shrank meanwhile: nobody starts
             return None
-        nxt = self._next()
-        if nxt is not None:
-            self.in_flight += 1
-        return nxt
+        return self._next()
 
     def _next(self) -> object | None:
-        for tier in ("warm", "cold", *sorted(set(self.queues) - {"warm", "cold"})):
-            q = self.queues.get(tier)
-            if q:
-                return q.popleft()
-        return None
+        """The next waiter's key, now running (``None``: nobody waits)."""
+        w = self.queue.pop()
+        if w is None:
+            return None
+        self.in_flight += 1
+        self.tenant_in_flight[w.tenant] += 1
+        return w.key
 
     def to_json(self) -> dict:
         """What ``/v1/cluster`` and the dashboard show: the limit in force and why, queues."""
@@ -209,4 +256,8 @@ class Admission:
                 "peak_waiting": self.peak_waiting,
                 **{k: v for k, v in self.current.to_json().items() if k != "limit"},
                 "max_in_flight": self.limit,
-                "queue_limits": {t: self.queue_limit(t) for t in sorted({*QUEUE_SHARE, *self.queues})}}
+                "queue_limits": {t: self.queue_limit(t) for t in sorted({*QUEUE_SHARE, *self.queue.by_tier})},
+                "limited": self.limited,
+                "tenants": {t: {"in_flight": self.tenant_in_flight[t], "waiting": self.queue.by_tenant[t],
+                                "counter": round(c, 1)}
+                            for t, c in sorted(self.queue.vtc.counters.items())[:64]}}

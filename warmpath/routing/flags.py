@@ -17,6 +17,7 @@ from warmpath.routing.elastic import ElasticConfig
 from warmpath.routing.goodput import HOLD_SHARE, SLACK_SHARE, GoodputConfig
 from warmpath.routing.policy import POLICIES, CPDConfig, CPDPolicy, GoodputPolicy, RoutingPolicy
 from warmpath.routing.ppd import MODES as PPD_MODES
+from warmpath.routing.tenants import TenantConfig, TenantLimit, split_keys
 from warmpath.slo import CLUSTER_TARGET, Target
 
 DEFAULT_POLICY = "replica"       # a router started alone, with no topology to take one from
@@ -84,6 +85,10 @@ def add_routing_args(p: argparse.ArgumentParser, topology: bool = True, slo_requ
                    help="router wait queue for cold requests (default: 4/3 of the limit, at least 32)")
     g.add_argument("--warm-queue", type=count_arg(0), default=None,
                    help="router wait queue for warm requests (default: 8/3 of the limit, at least 64)")
+    g.add_argument("--tenant-limit", action="append", default=None, metavar="TENANT:in_flight=N,tokens_s=R",
+                   help="a tenant's limit (repeatable; TENANT * for every tenant without its own): past its tokens "
+                        "per second (prompt + answer budget) a request gets 429 with Retry-After. Tenants come "
+                        "from --api-key KEY=TENANT, or X-Tenant-Id on a router without API keys")
 
 
 def target_of(a: argparse.Namespace) -> Target:
@@ -116,6 +121,14 @@ def elastic_from_args(a: argparse.Namespace, name: str, policy: RoutingPolicy) -
     return ElasticConfig.from_mode(a.elastic, name, policy.roles, policy.computes_anywhere, **timing)
 
 
+def tenants_from_args(a: argparse.Namespace) -> TenantConfig:
+    """``--api-key KEY=TENANT`` (or ``$WARMPATH_API_KEY``) and ``--tenant-limit``."""
+    from warmpath.protocol.auth import api_key_specs
+
+    _, keys = split_keys(api_key_specs(getattr(a, "api_key", None)))
+    return TenantConfig(keys=keys, limits=dict(TenantLimit.parse(x) for x in a.tenant_limit or ()))
+
+
 def admission_from_args(a: argparse.Namespace) -> AdmissionConfig:
     return AdmissionConfig.from_flags(a.max_in_flight, a.cold_queue, a.warm_queue)
 
@@ -129,6 +142,8 @@ def routing_argv(a: argparse.Namespace) -> list[str]:
            "--elastic", a.elastic, *admission_from_args(a).to_argv()]
     if a.slo:
         out += ["--slo", a.slo]
+    for x in a.tenant_limit or ():
+        out += ["--tenant-limit", x]
     for flag in ("elastic_hold_s", "elastic_cooldown_s"):
         if getattr(a, flag) is not None:
             out += ["--" + flag.replace("_", "-"), repr(getattr(a, flag))]

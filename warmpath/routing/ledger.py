@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from warmpath.routing.admission import Admission
 from warmpath.routing.route import RouteDecider
 from warmpath.routing.sessions import SessionState, SessionTable
+from warmpath.routing.tenants import DEFAULT_TENANT, request_cost
 from warmpath.routing.views import Decision, RequestView, WorkerView
 
 
@@ -42,10 +43,14 @@ class RequestLedger:
         admission limit is sized from them)."""
         self.decider, self.admission, self.sessions, self.fleet = decider, admission, sessions, fleet
 
-    def admit(self, key: Hashable, d: Decision) -> str:
-        """``run`` (a slot now), ``queued`` (waits in its class's queue: wake it on a
-        key :meth:`release` returns, then decide again) or ``rejected`` (answer 429)."""
-        return self.admission.offer(key, d.cls)
+    def admit(self, key: Hashable, rv: RequestView, d: Decision, now: float = 0.0) -> str:
+        """``run`` (a slot now), ``queued`` (waits in the fair queue, by its priority band and
+        its tenant's share: wake it on a key :meth:`release` returns, then decide again),
+        ``rejected`` (the queues are full: 429) or ``limited`` (its tenant is past its tokens per
+        second: 429 after ``admission.retry_after_s``). Its tenant is charged its path's cost:
+        the prompt tokens computed, those loaded, the answer's budget."""
+        cost = request_cost(rv.num_tokens - d.cached_tokens, d.cached_tokens, rv.max_tokens)
+        return self.admission.offer(key, d.cls, rv.tenant, rv.priority, cost, rv.num_tokens + rv.max_tokens, now)
 
     @staticmethod
     def held(rv: RequestView, held_since: float, now: float) -> RequestView:
@@ -58,14 +63,14 @@ class RequestLedger:
             sess.turns += 1
 
     def ended(self, d: Decision, prompt_tokens: int, completion_tokens: int, ttft_s: float | None,
-              tpot_s: float | None, sess: SessionState | None) -> Ended:
+              tpot_s: float | None, sess: SessionState | None, tenant: str = DEFAULT_TENANT) -> Ended:
         """An answered request ended: the latency model and the PPD feedback learn from its
         measured TTFT (from admission) and TPOT, its session remembers where its KV is (the
         decode worker) and how long its history is, and its slot goes on."""
         ttft_err, tpot_err = self.decider.observe_outcome(d, ttft_s, tpot_s)
         if sess is not None:
             sess.turn_ended(d.decode, prompt_tokens, completion_tokens)
-        return Ended(ttft_err, tpot_err, self.release(prompt_tokens + completion_tokens))
+        return Ended(ttft_err, tpot_err, self.release(prompt_tokens + completion_tokens, tenant))
 
     def answered(self, worker: str, usage: dict | None, view, computed_here: bool) -> bool:
         """The answering worker's own report of it (``usage["warmpath"]``: its timings, its
@@ -78,12 +83,12 @@ class RequestLedger:
         free); ``False`` when it had just been given a slot (then :meth:`release` it)."""
         return self.admission.cancel(key)
 
-    def release(self, kv_tokens: int | None = None) -> list:
+    def release(self, kv_tokens: int | None = None, tenant: str = DEFAULT_TENANT) -> list:
         """A request's slot is free (``kv_tokens``: the KV it held at its end, prompt + answer,
-        when it ran to its end: the fleet's limit may be re-sized from it). Returns the keys of
-        the waiters that now have a slot, oldest first."""
+        when it ran to its end: the fleet's limit may be re-sized from it; ``tenant``: whose).
+        Returns the keys of the waiters that now have a slot, in the order they go."""
         refit = bool(kv_tokens) and self.admission.observe(kv_tokens)
-        woken = [k for k in (self.admission.release(),) if k is not None]
+        woken = [k for k in (self.admission.release(tenant),) if k is not None]
         if refit:
             woken += self.fit()
         return woken

@@ -81,16 +81,17 @@ class RouteDecider:
     @staticmethod
     def request_view(num_tokens: int, block_hashes: Sequence[bytes], block_size: int,
                      session_id: str | None, session: SessionState | None, max_tokens: int,
-                     ns_hashes: dict | None = None) -> RequestView:
+                     ns_hashes: dict | None = None, tenant: str = "default", priority: int = 0) -> RequestView:
         """Turn ``n`` of a session (1 without one); ``new_tokens``: what the session's
         history (its last prompt + answer) does not already hold; ``max_tokens``: the answer's
         budget (the client's, else what the workers give a request without one:
-        :func:`answer_budget`); ``ns_hashes``: its hashes in the fleet's other namespaces."""
+        :func:`answer_budget`); ``ns_hashes``: its hashes in the fleet's other namespaces;
+        ``tenant`` and ``priority``: whom it is for and how urgent (``routing/tenants.py``)."""
         held = session.context_tokens if session else 0
         return RequestView(num_tokens, block_hashes, block_size, session_id,
                            turn=(session.turns + 1) if session else 1,
                            new_tokens=num_tokens - held if 0 < held < num_tokens else num_tokens,
-                           max_tokens=max_tokens, ns_hashes=ns_hashes or {})
+                           max_tokens=max_tokens, ns_hashes=ns_hashes or {}, tenant=tenant, priority=priority)
 
     def snapshot(self, views: list[WorkerView], lookup: Lookup, session_decode: str | None,
                  kv_bytes_per_token: int, now: float = 0.0) -> Snapshot:

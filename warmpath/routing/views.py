@@ -58,6 +58,8 @@ class RequestView:
     max_tokens: int = field(kw_only=True)
     ns_hashes: dict = field(default_factory=dict, compare=False)
     waited_s: float = 0.0              # held by the router so far (the goodput policy's hold)
+    tenant: str = "default"            # whom it is for (routing/tenants.py)
+    priority: int = 0                  # smaller is more urgent (vLLM's polarity)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class Req:
     overlap: Overlap = Overlap(0, 1)     # its prefix overlap with earlier prompts, its turn
     client_wait: float = 0.0             # waiting in the client for a slot before its send
     kv_hashes: list[bytes] | None = None  # a remote turn's own block hashes (sim/handoff.py), else rv's
+    worker_priority: int = 0              # what the workers order it by (Admission.worker_priority)
     cached_by_tier: dict | None = None   # prompt tokens by tier, as the stage that computed it found them
     ended: bool = False                  # the client recorded it (answered, failed or timed out)
     held_at: float | None = None         # when the policy first held it (``Decision.hold_s``)
@@ -91,7 +92,7 @@ class SimClient:
         rec = Record(req.session.sid, req.overlap.turn, cls, ok, req.first_at - req.arrival if ok else None,
                      now - req.arrival if ok else None, len(req.output) if ok else 0, len(req.prompt),
                      req.cached if ok else 0, error=error, client_wait_s=req.client_wait, reuse=how,
-                     route=req.path())
+                     route=req.path(), tenant=req.session.tenant, priority=req.session.priority)
         req.ended = True
         self._free(now)
         return rec

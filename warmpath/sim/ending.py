@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from warmpath.sim.client import Req
+from warmpath.routing.tenants import DEFAULT_TENANT
 
 
 class Endings:
@@ -24,7 +25,7 @@ class Endings:
         n = len(req.output)
         end = self.ledger.ended(req.decision, len(req.prompt), n, req.first_at - req.admitted,
                                 (self.now - req.first_at) / (n - 1) if n > 1 else None,
-                                self.sessions.touch(s.sid, self.now))
+                                self.sessions.touch(s.sid, self.now), req.rv.tenant)
         d = req.decision
         usage = {"warmpath": {"timing": self._timing(req)}} if self.answer_timing else None
         self.ledger.answered(d.decode, usage, self.workers[d.decode].view(), computed_here=d.prefill in (None, d.decode))
@@ -65,19 +66,19 @@ class Endings:
             self.ledger.abandoned_waiting(req.rid)
             return
         if self._held.pop(req.rid, None) is not None:   # admitted, held by the policy: nothing sent yet
-            return self._release()
+            return self._release(tenant=req.rv.tenant)
         d = req.decision
         self.bound.landed(d.decode, req.rid)
         for sid, wid in ((req.rid + "/p", d.prefill), (req.rid, d.decode)):
             if self._by_seq.pop(sid, None) is not None:
                 self.workers[wid].abort(sid)
                 self._kick(wid)
-        self._release()
+        self._release(tenant=req.rv.tenant)
 
-    def _release(self, kv_tokens: int | None = None) -> None:
-        """A request's in-flight slot goes to the longest queued one (planned now); a request
-        that ran to its end (``kv_tokens``: prompt + answer) may re-size the fleet's limit."""
-        self._start_waiting(self.ledger.release(kv_tokens))
+    def _release(self, kv_tokens: int | None = None, tenant: str = DEFAULT_TENANT) -> None:
+        """A request's (``tenant``'s) in-flight slot goes to the next queued one (planned now);
+        a request that ran to its end (``kv_tokens``: prompt + answer) may re-size the fleet's limit."""
+        self._start_waiting(self.ledger.release(kv_tokens, tenant))
 
     def _start_waiting(self, keys: list) -> None:
         """Admission gave these waiters a slot: plan and dispatch each (a waiter with no
@@ -89,5 +90,5 @@ class Endings:
                 self._dispatch(q, self._decide_route(q, arrival=False))
             except LookupError as e:
                 self._fail(q, f"no worker: {e}")
-                keys += self.ledger.release()
+                keys += self.ledger.release(tenant=q.rv.tenant)
 

@@ -128,7 +128,8 @@ class Simulation(Endings):
         sess = self.sessions.touch(s.sid, self.now)
         # the previous turn's blocks are a prefix of this one's: hash only what is new
         hashes = hash_prefix_blocks(self.ns, hist, self._hashes.pop(s.sid, ()))
-        rv = self.decider.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens)
+        rv = self.decider.request_view(len(hist), tuple(hashes), self.ns.block_size, s.sid, sess, t.max_tokens,
+                                       tenant=s.tenant, priority=s.priority)
         req = Req(f"{s.sid}-t{i}", s, i, list(hist), self.now, rv,
                   overlap=self.client.observe(hashes, len(hist), i + 1 if i else None),
                   client_wait=0.0 if ready is None else self.now - ready)
@@ -137,8 +138,8 @@ class Simulation(Endings):
             d = self._decide_route(req)
         except LookupError as e:
             return self._fail(req, f"no worker: {e}")
-        verdict = self.ledger.admit(req.rid, d)
-        if verdict == "rejected":
+        verdict = self.ledger.admit(req.rid, rv, d, self.now)
+        if verdict in ("rejected", "limited"):
             self.stats.rejected += 1
             return self._fail(req, "HTTP 429")
         if verdict == "queued":
@@ -183,6 +184,7 @@ class Simulation(Endings):
             return
         self._held.pop(req.rid, None)
         req.decision, req.admitted = d, self.now
+        req.worker_priority = self.admission.worker_priority(req.rv.tenant, req.rv.priority)
         if d.ppd == "local":
             self.stats.ppd_local += 1
         elif d.ppd == "remote":
@@ -191,8 +193,8 @@ class Simulation(Endings):
         for w in {d.prefill, d.decode} - {None}:
             self.stats.routed[w] = self.stats.routed.get(w, 0) + 1
         if d.prefill not in (None, d.decode):
-            seq = Sequence(req.rid + "/p", req.prompt, SamplingParams(1, 0.0, ignore_eos=True), self.ns,
-                           arrival_time=self.now)
+            params = SamplingParams(1, 0.0, ignore_eos=True, priority=req.worker_priority)
+            seq = Sequence(req.rid + "/p", req.prompt, params, self.ns, arrival_time=self.now)
             self.bound.expect(d.decode, req.rid, self.now + d.est_ttft_s, d.est_handoff_load_s)
             req.kv_hashes = self.handoff.kv_hashes(req.rid, req.turn, req.rv.block_hashes)
             seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)
@@ -213,13 +215,13 @@ class Simulation(Endings):
         except LookupError as e:
             self._held.pop(req.rid, None)
             self._fail(req, f"no worker: {e}")
-            return self._release()
+            return self._release(tenant=req.rv.tenant)
         self._dispatch(req, d)
 
     def _decode_seq(self, req: Req) -> Sequence:
         t = req.session.turns[req.turn]
-        seq = Sequence(req.rid, req.prompt, SamplingParams(t.max_tokens, 0.0, ignore_eos=True), self.ns,
-                       arrival_time=self.now)
+        params = SamplingParams(t.max_tokens, 0.0, ignore_eos=True, priority=req.worker_priority)
+        seq = Sequence(req.rid, req.prompt, params, self.ns, arrival_time=self.now)
         seq.block_hashes = list(req.kv_hashes or req.rv.block_hashes)   # the prompt's hashes, known already
         return seq
 

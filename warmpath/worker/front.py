@@ -91,7 +91,7 @@ class WorkerFront:
             if any(t >= vocab for t in ids):
                 raise bad(name, f"token ids must be in [0, {vocab})")
         try:
-            params = SamplingParams(max_tokens=run_tokens or max_tokens,
+            params = SamplingParams(max_tokens=run_tokens or max_tokens, priority=parsed.priority or 0,
                                     **parsed.sampling_kwargs(self.defaults.sampling()))
         except ValueError as e:
             raise bad("body", str(e)) from e
