@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
-GROUPS = {"common", "engine", "peers", "policies", "sim_accuracy", "reliability", "repro"}
+GROUPS = {"common", "engine", "peers", "policies", "sim_accuracy", "reliability", "repro", "tenants"}
 
 
 def _scripts() -> list[Path]:

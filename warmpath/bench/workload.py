@@ -15,8 +15,6 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from warmpath.routing.tenants import priority_of
-
 VOCAB_LO, VOCAB_HI = 1000, 40000   # ordinary tokens of the SmolLM2 vocabulary (no specials)
 
 
@@ -180,8 +178,11 @@ def mooncake_trace(path: Path, block_tokens_: int = 512, limit: int | None = Non
             n_out = max(1, int(row["output_length"] * scale))
             if max_output:
                 n_out = min(n_out, max_output)
+            prio = row.get("priority", 0)
+            if not isinstance(prio, int) or isinstance(prio, bool) or not -(2 ** 15) <= prio < 2 ** 15:
+                raise ValueError(f"{path}: line {i + 1}: priority must be an integer in [-32768, 32767], got {prio!r}")
             s = Session(f"trace-{i}", [Turn(ids[:n_in], n_out, "cold")], tenant=str(row.get("tenant", "default")),
-                        priority=priority_of(row.get("priority"), None))
+                        priority=prio)
             s.start = row["timestamp"] / 1000
             out.append(s)
     return out
