@@ -227,3 +227,18 @@ def metric(base: str, name: str, **labels) -> float | None:
     from warmpath.bench.prom import sample_value
 
     return sample_value(httpx.get(base + "/metrics", timeout=10).text, name, **labels)
+
+
+def wait_for(pred, timeout: float, tolerate: tuple = ()):
+    """``pred()``'s first true value, polled every 50 ms; ``AssertionError`` after ``timeout``
+    seconds. ``tolerate``: exceptions that count as "not yet" (a process still starting)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if got := pred():
+                return got
+        except tolerate:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met in {timeout} s")
+

@@ -32,7 +32,8 @@ class Runner:
         self.url = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "warmpath.cli", "--log-level", "warning", "serve", "--topology", "replica",
                 "--host", "127.0.0.1", "--port", str(port), "--heartbeat-s", "1", "--max-num-seqs", str(MAX_SEQS)]
-        self.log = open(a.out.parent / "tenants_serve.log", "w") if a.out.parent.exists() else subprocess.DEVNULL
+        a.out.mkdir(parents=True, exist_ok=True)
+        self.log = open(a.out / "serve.log", "w")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, "WARMPATH_CLUSTER_TOKEN": token})
         wait_ready(self.proc, self.url, self.auth, 1, 600)
@@ -67,5 +68,4 @@ class Runner:
 
     def close(self) -> None:
         stop(self.proc, self.seen)
-        if self.log is not subprocess.DEVNULL:
-            self.log.close()
+        self.log.close()

@@ -35,6 +35,15 @@ def reference(served_model):
     return ref
 
 
+def check_streamed_and_text(c, reference) -> None:
+    """The question streamed and the text prompt through the OpenAI client ``c``: the one
+    engine's greedy answers."""
+    s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
+    assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
+    t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
+    assert t.choices[0].text == reference["text"]
+
+
 def check_same_text(base, reference, ppd=None, replica=False):
     """The requests of ``test_same_text_in_every_topology`` against a running cluster at
     ``base`` (``ppd``: the ``--ppd`` mode it was started with; ``replica``: a replica
@@ -52,10 +61,7 @@ def check_same_text(base, reference, ppd=None, replica=False):
     c = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
     r = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16)
     assert r.choices[0].message.content == reference["chat"]
-    s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
-    assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
-    t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
-    assert t.choices[0].text == reference["text"]
+    check_streamed_and_text(c, reference)
     with httpx.stream("POST", base + "/v1/completions", timeout=120,
                       json={"model": M, "prompt": TEXT, "max_tokens": 2, "stream": True}) as st:
         assert st.status_code == 200

@@ -9,22 +9,13 @@ import time
 import httpx
 
 from tests.bad_requests import PUBLIC, ROUTER_INTERNAL, WORKER_INTERNAL, battery_beside_greedy, greedy_stream
-from tests.conftest import AUTH, cluster_process, metric
+from tests.conftest import AUTH, cluster_process, metric, wait_for
 
 HEARTBEAT_S = 1.0   # cluster_process runs the workers with --heartbeat-s 1
 
 
 def workers(base):
     return {w["worker_id"]: w for w in httpx.get(base + "/v1/cluster", timeout=5, headers=AUTH).json()["workers"]}
-
-
-def wait_for(pred, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := pred():
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def test_bad_input_everywhere_then_an_engine_death_and_its_restart():

@@ -9,7 +9,7 @@ import httpx
 import openai
 
 from tests.conftest import cluster_process, metric
-from tests.launch.conftest import M, QUESTION, TEXT, TURNS
+from tests.launch.conftest import M, QUESTION, TURNS, check_streamed_and_text
 
 
 def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, reference):
@@ -23,10 +23,7 @@ def test_goodput_serves_the_same_text_with_turn1_requests_local(tmp_path, refere
         # turn 1 on the idle decode worker: no handoff beats the prefill worker's hop and write-through
         assert (h["x-warmpath-route"], h["x-warmpath-worker"]) == ("local", "decode-0")
         assert float(h["x-warmpath-predicted-ttft-s"]) > 0 and float(h["x-warmpath-predicted-tpot-s"]) > 0
-        s = c.chat.completions.create(model=M, messages=QUESTION, temperature=0, max_tokens=16, stream=True)
-        assert "".join(x.choices[0].delta.content or "" for x in s if x.choices) == reference["chat"]
-        t = c.completions.create(model=M, prompt=TEXT, temperature=0, max_tokens=12)
-        assert t.choices[0].text == reference["text"]
+        check_streamed_and_text(c, reference)
         msgs, paths = [], []
         for i, q in enumerate(TURNS):
             msgs.append({"role": "user", "content": q})

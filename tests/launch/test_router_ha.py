@@ -12,6 +12,7 @@ import time
 
 import httpx
 
+from tests import conftest
 from tests.conftest import AUTH, cluster_process
 
 SYSTEM = ("You are a careful assistant for a software team. Answer briefly and precisely; name the files "
@@ -28,15 +29,7 @@ def chat(url: str, messages: list, max_tokens: int = 4, timeout: float = 120) ->
 
 
 def wait_for(pred, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if got := pred():
-                return got
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met in {timeout} s")
+    return conftest.wait_for(pred, timeout, (httpx.HTTPError, ValueError, KeyError))
 
 
 def stream_outcome(url: str) -> str:

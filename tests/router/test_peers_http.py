@@ -4,26 +4,16 @@ reports and stops counting it when it goes silent; with elastic roles on, only t
 whose URL sorts first decides roles and the other follows the role a worker's heartbeat
 says; bad peer reports get a 4xx."""
 
-import time
 
 import httpx
 
-from tests.conftest import AUTH, free_port, serve_process
+from tests.conftest import AUTH, free_port, serve_process, wait_for
 
 NS = {"model_id": "m", "revision": "r", "dtype": "float32", "block_size": 16}
 
 
 def cluster(url: str) -> dict:
     return httpx.get(url + "/v1/cluster", headers=AUTH, timeout=5).json()
-
-
-def wait_for(pred, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := pred():
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def test_peer_routers_share_workers_and_the_limit_and_follow_worker_roles():

@@ -189,10 +189,7 @@ class Scheduler:
         step: the least urgent first, the latest admitted among equals, never one more urgent
         than ``seq`` (then ``seq`` waits for room instead)."""
         while not self.bm.allocate_slots(seq, n):
-            p = seq.params.priority
-            victims = [(s.params.priority, i, s) for i, s in enumerate(self.running)
-                       if s.request_id not in taken and s.params.priority >= p]
-            victim = max(victims, key=lambda v: v[:2])[2] if victims else None
+            victim = self._victim(lambda s: s.request_id not in taken and s.params.priority >= seq.params.priority)
             if victim is None:
                 return False
             self._preempt(victim)
@@ -201,6 +198,12 @@ class Scheduler:
                 return False
         return True
 
+    def _victim(self, allowed) -> Sequence | None:
+        """The running sequence to preempt among those ``allowed``: the least urgent, the
+        latest admitted among equals (``None``: none allowed)."""
+        victims = [(s.params.priority, i, s) for i, s in enumerate(self.running) if allowed(s)]
+        return max(victims, key=lambda v: v[:2])[2] if victims else None
+
     def _room_for_waiting(self, seq: Sequence, n: int, prefix: list, out: SchedulerOutput,
                           budget: list[int]) -> bool:
         """Slots for ``n`` tokens of a waiting ``seq``; under KV pressure, running sequences
@@ -208,11 +211,9 @@ class Scheduler:
         first (one already in this step leaves it, its tokens back in ``budget``). One priority
         (no one less urgent): no preemption, as before."""
         while not self.bm.allocate_slots(seq, n, prefix):
-            p = seq.params.priority
-            victims = [(s.params.priority, i, s) for i, s in enumerate(self.running) if s.params.priority > p]
-            if not victims:
+            victim = self._victim(lambda s: s.params.priority > seq.params.priority)
+            if victim is None:
                 return False
-            victim = max(victims, key=lambda v: v[:2])[2]
             for x in [x for x in out.scheduled if x.seq is victim]:
                 out.scheduled.remove(x)
                 budget[0] += x.num_tokens

@@ -192,7 +192,7 @@ class Admission:
         wait for the flood's requests to end (the workers then order it first:
         :meth:`worker_priority`). The limit is passed by at most the under-share tenants'
         shares together, less than the limit; one tenant alone: never."""
-        active = {t for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if n} | {tenant}
+        active = self._active() | {tenant}
         w = self.tenants.weight_of
         return self.limit * w(tenant) / sum(w(t) for t in active)
 
@@ -202,10 +202,12 @@ class Admission:
         requests waiting here while another tenant is served too (+1: a backlogged tenant's
         requests go after, and are preempted before, those of a tenant within its share — the
         fair share reaches the workers). One tenant alone: always its band's, as before tenants."""
-        if not self.queue.by_tenant[tenant]:
-            return 2 * priority
-        others = any(n for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if t != tenant)
-        return 2 * priority + (1 if others else 0)
+        backlogged = self.queue.by_tenant[tenant] > 0 and bool(self._active() - {tenant})
+        return 2 * priority + (1 if backlogged else 0)
+
+    def _active(self) -> set[str]:
+        """The tenants with requests in flight or waiting."""
+        return {t for t, n in (*self.tenant_in_flight.items(), *self.queue.by_tenant.items()) if n}
 
     def cancel(self, key: object) -> bool:
         """Remove a waiter that gave up (e.g. its client disconnected)."""
